@@ -1,0 +1,20 @@
+# The whole study as one DAG: prepare data -> train every variant -> condition numbers ->
+# per-study summary, figures and tables; plus the Gaussian check of Theorem 3.2.
+# Wiring only: every rule calls the `leaner` CLI; the logic lives in src/leaner/.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/conditioning.smk"
+include: "rules/theory.smk"
+include: "rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,50 @@
+# Per study: every variant's metrics + condition numbers -> summary.csv -> figures and tables.
+
+
+rule summary:
+    input:
+        metrics=lambda wildcards: study_files(wildcards, "metrics.json"),
+        conditioning=lambda wildcards: study_files(wildcards, "conditioning.csv"),
+    output:
+        "results/{study}/summary.csv",
+    params:
+        protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
+    localrule: True
+    log:
+        "logs/summary/{study}.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
+        " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule figures:
+    input:
+        "results/{study}/summary.csv",
+    output:
+        expand("results/figures/{{study}}-{fig}.{ext}", fig=STUDY_FIGURES, ext=FIG_EXT),
+    localrule: True
+    log:
+        "logs/figures/{study}.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner figures --summary {input:q} --study {wildcards.study:q} --outdir results/figures > {log:q} 2>&1"
+
+
+rule tables:
+    input:
+        "results/{study}/summary.csv",
+    output:
+        expand("results/tables/{{study}}-{table}.{ext}", table=STUDY_TABLES, ext=TABLE_EXT),
+    params:
+        baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
+    localrule: True
+    log:
+        "logs/tables/{study}.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
+        " --outdir results/tables > {log:q} 2>&1"

@@ -1,0 +1,76 @@
+# Helpers shared by every rule: load + validate the config once, expand every study's variants.
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from leaner.config import STUDY_FIGURES, STUDY_TABLES
+from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
+
+# Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
+envvars:
+    "PATH",
+
+
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+# Without --configfile, the default study in config.yaml beside this workflow.
+if "studies" not in config:
+    merge_cli_config(config, load_yaml(Path(workflow.basedir) / "config.yaml"))
+
+try:
+    PLAN = build_plan(config)
+except ConfigError as err:
+    sys.stderr.write(str(err) + "\n")
+    raise SystemExit(2)
+
+STUDIES = list(PLAN.studies)
+FIG_EXT = ["png", "pdf"]
+TABLE_EXT = ["csv", "md", "tex"]
+
+
+wildcard_constraints:
+    study="|".join(STUDIES),
+    variant=r"L\d+-H\d+-D\d+-hd\d+-mlp\d+-s\d+",
+    dataset="|".join(PLAN.datasets),
+
+
+def study_of(wildcards):
+    return PLAN.studies[wildcards.study]
+
+
+def variant_dirs(study):
+    return [f"results/{study}/{vid}" for vid in PLAN.studies[study].variants]
+
+
+def dataset_manifest(wildcards):
+    return f"results/data/{study_of(wildcards).dataset}/manifest.json"
+
+
+def dataset_spec(wildcards):
+    return json.dumps(PLAN.datasets[wildcards.dataset], sort_keys=True)
+
+
+def variant_spec(wildcards):
+    return PLAN.variant(wildcards.study, wildcards.variant).spec_json()
+
+
+def study_resource(key):
+    return lambda wildcards: study_of(wildcards).resources[key]
+
+
+def study_files(wildcards, name):
+    return [f"{d}/{name}" for d in variant_dirs(wildcards.study)]
+
+
+def final_outputs():
+    out = []
+    for study in STUDIES:
+        out.append(f"results/{study}/summary.csv")
+        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=STUDY_FIGURES, ext=FIG_EXT)
+        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=STUDY_TABLES, ext=TABLE_EXT)
+    out += expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT)
+    out += expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT)
+    return out

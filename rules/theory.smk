@@ -1,0 +1,31 @@
+# Theorem 3.2 by Monte Carlo: kappa of Gaussian head blocks vs heads, against the closed form.
+
+
+rule theory:
+    output:
+        "results/theory/gaussian_conditioning.csv",
+    params:
+        settings=json.dumps(PLAN.theory, sort_keys=True),
+    log:
+        "logs/theory/theory.log",
+    benchmark:
+        "benchmarks/theory/theory.tsv"
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner theory --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule theory_report:
+    input:
+        rules.theory.output,
+    output:
+        expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT),
+        expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT),
+    localrule: True
+    log:
+        "logs/theory/theory_report.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner theory-report --theory {input:q} --figdir results/figures --tabledir results/tables > {log:q} 2>&1"

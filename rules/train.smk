@@ -1,0 +1,30 @@
+# Train one variant. Its full spec is a param, so changing one variant re-runs only that variant.
+# The rolling checkpoint lives in results/{study}/{variant}/.resume/ (not an output: it survives
+# a killed job, and a re-run resumes from it).
+
+
+rule train:
+    input:
+        data=dataset_manifest,
+    output:
+        model="results/{study}/{variant}/model.safetensors",
+        init="results/{study}/{variant}/init.safetensors",
+        history="results/{study}/{variant}/history.csv",
+        metrics="results/{study}/{variant}/metrics.json",
+    params:
+        spec=variant_spec,
+        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
+    threads: study_resource("threads")
+    resources:
+        gpu=study_resource("gpu"),
+        runtime=study_resource("runtime"),
+        mem_mb=study_resource("mem_mb"),
+    log:
+        "logs/train/{study}/{variant}.log",
+    benchmark:
+        "benchmarks/train/{study}/{variant}.tsv"
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        " --threads {threads} > {log:q} 2>&1"

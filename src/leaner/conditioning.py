@@ -1,0 +1,118 @@
+"""Condition numbers of attention, as P1's Theorem 3.2 defines them.
+
+kappa(A) = sigma_max / sigma_min of A = [A_1 ... A_h] in R^{N x h*d}, the concatenated head outputs
+softmax(Q_i K_i^T / sqrt(d)) V_i *before* the output projection, per layer and per input, from a
+float64 SVD (sigma_min is the min(N, h*d)-th singular value). timm's Attention feeds exactly that
+tensor into `attn.proj`, so a forward pre-hook there captures it without a second attention
+implementation; a forward hook on the same module gives the block's attention output after the
+projection, recorded alongside.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+
+MATRICES = ("heads_concat", "attn_proj_out")
+
+
+def kappa(mats: torch.Tensor) -> torch.Tensor:
+    """sigma_max / sigma_min over the last two dims, in float64; NaN for a non-finite matrix."""
+    mats = mats.detach().to(torch.float64)
+    finite = torch.isfinite(mats).flatten(-2).all(-1)
+    safe = torch.where(finite[..., None, None], mats, torch.zeros_like(mats))
+    sv = torch.linalg.svdvals(safe)
+    out = sv[..., 0] / sv[..., -1]
+    return torch.where(finite, out, torch.full_like(out, math.nan))
+
+
+def summarize(k: torch.Tensor) -> dict[str, float]:
+    """Mean, median, 90th percentile and geometric mean (kappa is heavy-tailed) over samples."""
+    k = k[~torch.isnan(k)].to(torch.float64)
+    if k.numel() == 0:
+        return {"kappa_mean": math.nan, "kappa_median": math.nan, "kappa_p90": math.nan, "kappa_gmean": math.nan}
+    return {"kappa_mean": k.mean().item(), "kappa_median": k.median().item(),
+            "kappa_p90": torch.quantile(k, 0.9).item(), "kappa_gmean": k.log().mean().exp().item()}
+
+
+@contextmanager
+def capture_attention(model):
+    """Within the block, `captured[layer][matrix]` collects the tensors of every forward pass:
+    'heads_concat' (B, N, h*d) entering attn.proj, 'attn_proj_out' (B, N, D) leaving it."""
+    from .models import attention_modules
+
+    captured: dict[int, dict[str, list[torch.Tensor]]] = {}
+    handles = []
+    for layer, attn in attention_modules(model):
+        slot = captured.setdefault(layer, {m: [] for m in MATRICES})
+        handles.append(attn.proj.register_forward_pre_hook(
+            lambda mod, args, slot=slot: slot["heads_concat"].append(args[0].detach())))
+        handles.append(attn.proj.register_forward_hook(
+            lambda mod, args, output, slot=slot: slot["attn_proj_out"].append(output.detach())))
+    try:
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64) -> dict[int, dict[str, torch.Tensor]]:
+    """Per-sample kappa for every layer and matrix: {layer: {matrix: tensor (samples,)}}."""
+    model.eval()
+    out: dict[int, dict[str, list[torch.Tensor]]] = {}
+    for i in range(0, len(inputs), batch_size):
+        with capture_attention(model) as captured:
+            model(inputs[i:i + batch_size])
+        for layer, mats in captured.items():
+            for name, tensors in mats.items():
+                out.setdefault(layer, {}).setdefault(name, []).append(kappa(torch.cat(tensors)).cpu())
+    return {layer: {name: torch.cat(ks) for name, ks in mats.items()} for layer, mats in out.items()}
+
+
+def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
+                      device: str | None = None) -> list[dict]:
+    """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats) for each named checkpoint
+    {name: (step, safetensors path)}, over the fixed evaluation batch of the study."""
+    from .models import build_model
+    from .models.vit import tokens
+    from .tasks import make_task
+    from .train import load_weights, pick_device
+
+    dev = pick_device(device)
+    task = make_task(spec, data_path, dev)
+    inputs = task.probe_inputs(spec["conditioning"]["samples"]).to(dev)
+    m = spec["model"]
+    rows = []
+    for name, (step, path) in checkpoints.items():
+        model = build_model(m)
+        load_weights(model, path)
+        model.to(dev)
+        for layer, mats in layer_kappas(model, inputs).items():
+            for matrix, ks in mats.items():
+                rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
+                             "heads": m["heads"], "head_dim": m["head_dim"], "width": m["width"],
+                             "cols": m["heads"] * m["head_dim"] if matrix == "heads_concat" else m["width"],
+                             "tokens": tokens(m), "samples": int(ks.numel()), **summarize(ks)})
+    return rows
+
+
+def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_path: str, out_csv: str,
+                       device: str | None = None, threads: int | None = None) -> None:
+    """The conditioning stage of one variant: kappa at init and after training -> conditioning.csv."""
+    import pandas as pd
+
+    from .io import read_json, write_csv
+
+    if threads:
+        torch.set_num_threads(threads)
+    metrics = read_json(metrics_path)
+    checkpoints = {"init": (0, init_path), "final": (metrics["steps"], final_path)}
+    rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device)
+    frame = pd.DataFrame(rows)
+    frame.insert(0, "variant", metrics["variant"])
+    frame.insert(0, "study", metrics["study"])
+    frame["status"] = metrics["status"]
+    write_csv(out_csv, frame)

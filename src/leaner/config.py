@@ -1,0 +1,391 @@
+"""Load and validate a study configuration, and expand each study's grid into variants.
+
+A *study* is a task, a dataset, a base recipe and a grid over
+depth x heads x head-scaling protocol x MLP width x seeds. Each point of the grid is a *variant*
+with a readable id derived from its architecture (``L4-H16-D64-hd4-mlp256-s0``). Two protocols
+that give the same model (12 heads of 64 at width 768 is both ``fixed_width`` and
+``fixed_head_dim``) give one variant, trained once, that belongs to both protocols' curves.
+
+Everything here is light (no torch import): Snakemake imports it to build the DAG.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+PROTOCOLS = ("fixed_width", "fixed_head_dim")
+
+# What each study produces besides its summary: results/figures/{study}-{name}.{png,pdf} and
+# results/tables/{study}-{name}.{csv,md,tex}.
+STUDY_FIGURES = ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp")
+STUDY_TABLES = ("by_config", "lean_vs_baseline")
+
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
+    "hub": {"subset": None, "train_split": "train", "eval_split": "validation",
+            "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
+            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    "imagefolder": {"train_split": "train", "eval_split": "validation",
+                    "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
+                    "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+}
+DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
+
+MODEL_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
+
+RECIPE_DEFAULTS = {
+    "epochs": 30, "batch_size": 64, "lr": 1e-3, "min_lr": 0.0, "weight_decay": 0.05,
+    "betas": [0.9, 0.999], "warmup_frac": 0.05, "grad_clip": None, "label_smoothing": 0.0,
+    "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
+    "eval_batch_size": 256, "num_workers": 0, "max_steps": None,
+}
+CONDITIONING_DEFAULTS = {"samples": 256}
+RESOURCE_DEFAULTS = {"gpu": 0, "runtime": 30, "mem_mb": 4000, "threads": 1}
+THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
+                   "heads": [1, 2, 4, 8, 12, 16, 24, 32]}
+
+
+class ConfigError(ValueError):
+    """A configuration problem; str() is one line per problem, each naming the key."""
+
+    def __init__(self, problems: Iterable[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# ----------------------------------------------------------------------------- schema validation
+
+def _schema() -> dict:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def _key_path(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _allowed(schema: dict, root: dict) -> str:
+    """A short description of what a schema node allows, for error messages."""
+    if "$ref" in schema:
+        node = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        return _allowed(node, root)
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    bits = []
+    if "minimum" in schema:
+        bits.append(f">= {schema['minimum']}")
+    if "exclusiveMinimum" in schema:
+        bits.append(f"> {schema['exclusiveMinimum']}")
+    if "maximum" in schema:
+        bits.append(f"<= {schema['maximum']}")
+    if "exclusiveMaximum" in schema:
+        bits.append(f"< {schema['exclusiveMaximum']}")
+    if kind == "array":
+        item = _allowed(schema.get("items", {}), root)
+        return f"a non-empty list of {item}" if schema.get("minItems") else f"a list of {item}"
+    if kind == "object" and "properties" in schema:
+        return "a mapping with keys " + ", ".join(schema["properties"])
+    if "oneOf" in schema:
+        return " or ".join(_allowed(s, root) for s in schema["oneOf"])
+    name = " or ".join("a number" if k == "number" else f"{'an' if k == 'integer' else 'a'} {k}"
+                       for k in kinds if k)
+    return " ".join([name or "a value"] + bits)
+
+
+def _format_error(err, root: dict) -> str:
+    where = _key_path(err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        target = f"{where}.{extra[0]}" if where != "(top level)" else extra[0]
+        allowed_txt = ", ".join(allowed) if allowed else "(any name)"
+        return f"{target}: unknown key (allowed: {allowed_txt})"
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return f"{where}: missing required key '{missing}'"
+    if err.validator in ("minItems", "minProperties"):
+        return f"{where}: must not be empty"
+    if err.validator == "propertyNames":
+        return f"{where}: bad name {err.instance!r} (allowed: letters, digits and _, starting with a letter)"
+    if err.validator == "oneOf" and isinstance(err.instance, (list, dict)):
+        # Report the most specific sub-error: what the user most likely meant.
+        # (the branch whose type fits the value, and the deepest error within it).
+        fitting = [e for e in err.context if not (e.validator == "type" and not e.relative_path)]
+        best = max(fitting, key=lambda e: len(list(e.absolute_path)), default=None)
+        if best is not None:
+            return _format_error(best, root)
+    return f"{where}: {json.dumps(err.instance)} is not allowed (allowed: {_allowed(err.schema, root)})"
+
+
+def validate_schema(config: dict) -> None:
+    import jsonschema
+
+    schema = _schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = list(dict.fromkeys(f"config error: {_format_error(e, schema)}" for e in errors))
+        raise ConfigError(lines)
+
+
+# ----------------------------------------------------------------------------- variants
+
+@dataclass(frozen=True)
+class Variant:
+    """One trainable point of a study's grid."""
+
+    study: str
+    id: str
+    task: str
+    dataset: str
+    seed: int
+    model: dict
+    recipe: dict
+    conditioning: dict
+    protocols: tuple[str, ...] = ()
+    expect_params: dict | None = None
+
+    def spec(self) -> dict:
+        """Everything a training job needs; the `params` of its rule (protocols excluded, so
+        adding a protocol to the grid does not retrain a model it shares)."""
+        out = {"study": self.study, "variant": self.id, "task": self.task, "dataset": self.dataset,
+               "seed": self.seed, "model": self.model, "recipe": self.recipe,
+               "conditioning": self.conditioning}
+        if self.expect_params:
+            out["expect_params"] = self.expect_params
+        return out
+
+    def spec_json(self) -> str:
+        return json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
+
+
+def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int) -> str:
+    return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
+
+
+@dataclass
+class Study:
+    name: str
+    task: str
+    dataset: str
+    variants: dict[str, Variant]
+    baseline: dict
+    resources: dict
+    description: str = ""
+
+    def protocol_map(self) -> dict[str, list[str]]:
+        return {vid: list(v.protocols) for vid, v in self.variants.items()}
+
+
+@dataclass
+class Plan:
+    """The validated configuration: datasets, studies with their variants, theory settings."""
+
+    datasets: dict[str, dict]
+    studies: dict[str, Study]
+    theory: dict
+    raw: dict = field(repr=False, default_factory=dict)
+
+    def variant(self, study: str, variant: str) -> Variant:
+        return self.studies[study].variants[variant]
+
+
+def _listify(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _expand_grid(name: str, idx: int | None, grid: dict, problems: list[str]) -> list[dict]:
+    """Expand one grid block into architecture points (dicts), reporting problems by key."""
+    key = f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
+    protocols = grid["protocol"]
+    if "fixed_width" in protocols and "width" not in grid:
+        problems.append(f"config error: {key}.width: required by protocol fixed_width (the fixed model width D)")
+    if "fixed_head_dim" in protocols and "head_dim" not in grid:
+        problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (the fixed head dimension d)")
+    has_ratio, has_hidden = "mlp_ratio" in grid, "mlp_hidden" in grid
+    if has_ratio and has_hidden:
+        problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both")
+    mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
+    if not mlps:
+        mlps = [("ratio", 4.0)]
+
+    points = []
+    for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
+            grid["depth"], grid["heads"], protocols, mlps):
+        if protocol == "fixed_width":
+            shapes = []
+            for width in grid.get("width", []):
+                if width % heads:
+                    divisors = [h for h in range(1, width + 1) if width % h == 0]
+                    problems.append(
+                        f"config error: {key}.heads: {heads} does not divide width {width} under fixed_width "
+                        f"(allowed: divisors of {width}: {', '.join(map(str, divisors))})")
+                    continue
+                shapes.append((width, width // heads))
+        else:
+            shapes = [(heads * d, d) for d in grid.get("head_dim", [])]
+        for width, head_dim in shapes:
+            if mlp_kind == "ratio":
+                hidden = mlp_value * width
+                if not math.isclose(hidden, round(hidden)):
+                    problems.append(f"config error: {key}.mlp_ratio: {mlp_value} x width {width} is not a whole "
+                                    f"number of MLP units (allowed: ratios giving an integer, or mlp_hidden)")
+                    continue
+                hidden = int(round(hidden))
+            else:
+                hidden = int(mlp_value)
+            for seed in grid["seeds"]:
+                points.append({"depth": depth, "heads": heads, "width": width, "head_dim": head_dim,
+                               "mlp_hidden": hidden, "seed": seed, "protocol": protocol})
+    return points
+
+
+def _matches(where: dict, point: dict) -> bool:
+    return all(point.get(k) == v for k, v in where.items())
+
+
+def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -> dict:
+    kind = spec["kind"]
+    out = {**DATASET_DEFAULTS[kind], **spec}
+    for req in DATASET_REQUIRED.get(kind, ()):
+        if req not in spec:
+            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind}")
+    if kind == "imagefolder" and "path" in spec:
+        root = Path(spec["path"])
+        root = root if root.is_absolute() else base_dir / root
+        if not root.is_dir():
+            problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                            f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
+        else:
+            out["path"] = str(root)
+    return out
+
+
+def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
+    """Validate `config` (schema, then semantics) and expand it. Raises ConfigError."""
+    validate_schema(config)
+    problems: list[str] = []
+    base_dir = Path(base_dir)
+
+    datasets = {n: _check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
+    if "digits" not in datasets:
+        datasets["digits"] = {"kind": "digits", **DATASET_DEFAULTS["digits"]}
+
+    studies: dict[str, Study] = {}
+    for name, st in config["studies"].items():
+        if st["dataset"] not in datasets:
+            problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
+                            f"(allowed: {', '.join(sorted(datasets))})")
+            continue
+        ds = datasets[st["dataset"]]
+        model_base = {**MODEL_DEFAULTS, **(st.get("model") or {})}
+        model_base.setdefault("img_size", ds["img_size"])
+        model_base["in_chans"] = ds["in_chans"]
+        model_base["num_classes"] = ds["num_classes"]
+        recipe_base = {**RECIPE_DEFAULTS, **(st.get("recipe") or {})}
+        conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
+        if model_base["img_size"] % model_base["patch_size"]:
+            problems.append(f"config error: studies.{name}.model.patch_size: {model_base['patch_size']} does not "
+                            f"divide img_size {model_base['img_size']} (allowed: divisors of the image size)")
+
+        grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
+        points: list[dict] = []
+        for i, g in enumerate(grids):
+            points += _expand_grid(name, i if isinstance(st["grid"], list) else None, g, problems)
+
+        variants: dict[str, Variant] = {}
+        protocols: dict[str, list[str]] = {}
+        overrides = st.get("overrides") or []
+        expect = {e["variant"]: {"params": e["params"], "tolerance": e["tolerance"]}
+                  for e in st.get("expect_params") or []}
+        for p in points:
+            vid = variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"])
+            protocols.setdefault(vid, [])
+            if p["protocol"] not in protocols[vid]:
+                protocols[vid].append(p["protocol"])
+            if vid in variants:
+                continue
+            recipe = dict(recipe_base)
+            for ov in overrides:
+                if _matches(ov["where"], p):
+                    recipe = {**recipe, **ov["recipe"]}
+            model = {"arch": "vit", **model_base, "depth": p["depth"], "heads": p["heads"],
+                     "width": p["width"], "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
+            variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
+                                    model=model, recipe=recipe, conditioning=conditioning,
+                                    expect_params=expect.get(vid))
+        for i, ov in enumerate(overrides):
+            if not any(_matches(ov["where"], p) for p in points):
+                problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid")
+        for vid in expect:
+            if vid not in variants:
+                problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid")
+        variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
+        if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
+            problems.append(f"config error: studies.{name}.grid: expands to no variants")
+
+        studies[name] = Study(name=name, task=st["task"], dataset=st["dataset"], variants=variants,
+                              baseline=dict(st.get("baseline") or {}),
+                              resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
+                              description=st.get("description", ""))
+
+    theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    return Plan(datasets=datasets, studies=studies, theory=theory, raw=config)
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError([f"config error: {path}: file not found"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError([f"config error: {path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([f"config error: {path}: must be a mapping with a 'studies' key"])
+    return data
+
+
+def merge_cli_config(config: dict, default: dict) -> None:
+    """Put `default` under `config` in place (values given on the command line win)."""
+    merged = _deep_merge(default, config)
+    config.clear()
+    config.update(merged)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Load and expand a config file; relative dataset paths resolve against the working
+    directory, as they do under Snakemake."""
+    return build_plan(load_yaml(path))

@@ -1,0 +1,115 @@
+"""Data for every task: preparation (once, by the data rule) and batching (by the training loop).
+
+Batch order is a pure function of (seed, epoch), so a resumed run draws exactly the batches an
+uninterrupted run would have drawn, without storing a sampler in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The training permutation of epoch `epoch` for run seed `seed`."""
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    order = epoch_order(n, seed, epoch)
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+class InMemorySplit:
+    """A split held as tensors: batches are index lookups, no loader processes."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return math.ceil(len(self) / batch_size)
+
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0) -> Iterator[tuple]:
+        import torch
+
+        for idx in batch_indices(len(self), batch_size, seed, epoch)[skip:]:
+            idx_t = torch.from_numpy(idx)
+            yield self.x[idx_t], self.y[idx_t]
+
+    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+        n = len(self) if limit is None else min(limit, len(self))
+        for i in range(0, n, batch_size):
+            yield self.x[i:min(i + batch_size, n)], self.y[i:min(i + batch_size, n)]
+
+
+class LoaderSplit:
+    """A split read through a torch DataLoader (decoding and augmentation in worker processes)."""
+
+    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False):
+        self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return math.ceil(len(self) / batch_size)
+
+    def _loader(self, batches: list):
+        from torch.utils.data import DataLoader
+
+        return DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory, persistent_workers=False)
+
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0) -> Iterator[tuple]:
+        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch)[skip:]]
+        yield from self._loader(batches)
+
+    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+        n = len(self) if limit is None else min(limit, len(self))
+        yield from self._loader([list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)])
+
+
+@dataclass
+class Splits:
+    """What a prepared dataset gives a task: a train split, an eval split, and its facts."""
+
+    train: Any
+    eval: Any
+    meta: dict
+
+
+def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
+    """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
+    kind = spec["kind"]
+    if kind == "digits":
+        from .digits import prepare_digits
+
+        return prepare_digits(dataset_name, spec, out_manifest)
+    if kind in ("hub", "imagefolder"):
+        from .images import prepare_images
+
+        return prepare_images(dataset_name, spec, out_manifest)
+    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder)")
+
+
+def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:
+    """Open a prepared dataset for training and evaluation."""
+    from ..io import read_json
+
+    manifest = read_json(manifest_path)
+    kind = manifest["kind"]
+    if kind == "digits":
+        from .digits import load_digits_splits
+
+        return load_digits_splits(manifest_path, manifest)
+    if kind in ("hub", "imagefolder"):
+        from .images import load_image_splits
+
+        return load_image_splits(manifest, recipe, pin_memory=device_type == "cuda")
+    raise ValueError(f"{manifest_path}: unknown dataset kind {kind!r}")

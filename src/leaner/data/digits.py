@@ -1,0 +1,59 @@
+"""scikit-learn's bundled 8x8 digits: the default study's data, no download needed.
+
+Preparation fixes the train/test split (a seeded permutation, recorded index by index) and the
+standardisation (one mean and std over all training pixels), and writes them once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..io import atomic_path, read_json, sha256_file, write_json
+
+
+def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.data.astype(np.float32).reshape(-1, 1, 8, 8)
+    y = bunch.target.astype(np.int64)
+    n = len(y)
+    perm = np.random.default_rng(spec["split_seed"]).permutation(n)
+    n_test = int(round(n * spec["test_fraction"]))
+    test_idx, train_idx = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    mean, std = float(x[train_idx].mean()), float(x[train_idx].std())
+    x = (x - mean) / std
+
+    out_manifest = Path(out_manifest)
+    arrays = out_manifest.with_name("digits.npz")
+    with atomic_path(arrays) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, x_train=x[train_idx], y_train=y[train_idx], x_test=x[test_idx], y_test=y[test_idx],
+                     train_idx=train_idx, test_idx=test_idx)
+    manifest = {
+        "dataset": name, "kind": "digits", "source": "sklearn.datasets.load_digits",
+        "split_seed": spec["split_seed"], "test_fraction": spec["test_fraction"],
+        "n_train": int(len(train_idx)), "n_eval": int(len(test_idx)),
+        "num_classes": 10, "img_size": 8, "in_chans": 1,
+        "standardise": {"mean": mean, "std": std},
+        "arrays": arrays.name, "sha256": sha256_file(arrays),
+    }
+    write_json(out_manifest, manifest)
+    return manifest
+
+
+def load_digits_splits(manifest_path: str, manifest: dict | None = None):
+    import torch
+
+    from . import InMemorySplit, Splits
+
+    manifest = manifest or read_json(manifest_path)
+    arrays = Path(manifest_path).with_name(manifest["arrays"])
+    if sha256_file(arrays) != manifest["sha256"]:
+        raise RuntimeError(f"{arrays}: contents do not match the manifest's sha256; re-run the data rule")
+    with np.load(arrays) as z:
+        train = InMemorySplit(torch.from_numpy(z["x_train"]), torch.from_numpy(z["y_train"]))
+        test = InMemorySplit(torch.from_numpy(z["x_test"]), torch.from_numpy(z["y_test"]))
+    return Splits(train=train, eval=test, meta=manifest)

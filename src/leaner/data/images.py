@@ -1,0 +1,87 @@
+"""Paper-scale image data (CIFAR-10/100, ImageNet-1k) through Hugging Face `datasets`.
+
+A dataset comes either from the hub by name (``uoft-cs/cifar10``, ``ILSVRC/imagenet-1k``) or from a
+local ImageFolder (``root/<split>/<class>/<image>``). Images pass through timm's transforms in
+the DeiT recipe: RandomResizedCrop + flip + RandAugment + random erasing for training, resize
+and centre crop for evaluation.
+"""
+
+from __future__ import annotations
+
+from ..io import write_json
+
+
+def _load_split(meta: dict, split: str):
+    import datasets
+
+    if meta["kind"] == "hub":
+        return datasets.load_dataset(meta["name"], meta.get("subset"), split=split)
+    return datasets.load_dataset("imagefolder", data_dir=meta["path"], split=split)
+
+
+def _label_count(ds, label_key: str) -> int | None:
+    feature = ds.features.get(label_key)
+    return getattr(feature, "num_classes", None)
+
+
+def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
+    """Resolve both splits once (downloading into the Hugging Face cache if needed), check
+    their columns and class count, and write the manifest the training jobs read."""
+    splits = {}
+    for role in ("train_split", "eval_split"):
+        ds = _load_split(spec, spec[role])
+        for key in (spec["image_key"], spec["label_key"]):
+            if key not in ds.column_names:
+                raise ValueError(f"dataset {name!r} split {spec[role]!r} has no column {key!r} "
+                                 f"(columns: {', '.join(ds.column_names)})")
+        n_classes = _label_count(ds, spec["label_key"])
+        if n_classes is not None and n_classes != spec["num_classes"]:
+            raise ValueError(f"dataset {name!r}: num_classes is {spec['num_classes']} in the config but the "
+                             f"{spec['label_key']!r} column has {n_classes} classes")
+        splits[role] = {"split": spec[role], "rows": len(ds), "fingerprint": ds._fingerprint}
+    manifest = {"dataset": name, **spec, "n_train": splits["train_split"]["rows"],
+                "n_eval": splits["eval_split"]["rows"], "splits": splits}
+    write_json(out_manifest, manifest)
+    return manifest
+
+
+class HFImageDataset:
+    """Map-style dataset: (transformed image tensor, integer label)."""
+
+    def __init__(self, ds, image_key: str, label_key: str, transform, in_chans: int):
+        self.ds, self.image_key, self.label_key = ds, image_key, label_key
+        self.transform, self.mode = transform, "L" if in_chans == 1 else "RGB"
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        row = self.ds[int(i)]
+        return self.transform(row[self.image_key].convert(self.mode)), int(row[self.label_key])
+
+
+def build_transforms(meta: dict, recipe: dict):
+    """DeiT-style train and eval transforms from timm."""
+    from timm.data import create_transform
+
+    size = meta["img_size"]
+    common = dict(input_size=(meta["in_chans"], size, size), mean=tuple(meta["mean"]), std=tuple(meta["std"]),
+                  interpolation="bicubic")
+    augment = recipe.get("augment", False)
+    train = create_transform(is_training=True, auto_augment="rand-m9-mstd0.5-inc1" if augment else None,
+                             re_prob=0.25 if augment else 0.0, **common)
+    evaluate = create_transform(is_training=False, **common)
+    return train, evaluate
+
+
+def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
+    from . import LoaderSplit, Splits
+
+    train_tf, eval_tf = build_transforms(meta, recipe)
+    workers = recipe.get("num_workers", 0)
+    train = HFImageDataset(_load_split(meta, meta["train_split"]), meta["image_key"], meta["label_key"],
+                           train_tf, meta["in_chans"])
+    evaluate = HFImageDataset(_load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
+                              eval_tf, meta["in_chans"])
+    return Splits(train=LoaderSplit(train, workers, pin_memory), eval=LoaderSplit(evaluate, workers, pin_memory),
+                  meta=meta)

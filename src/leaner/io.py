@@ -1,0 +1,80 @@
+"""Atomic file output: every file is written to a temporary sibling, then renamed into place.
+
+A reader (Snakemake, a resumed run, the aggregation) therefore sees either the old file or the
+complete new one, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it onto `path`, else remove it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def _json_safe(obj: Any) -> Any:
+    """JSON has no NaN/inf: write them as null so every reader can parse the file."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    write_text(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def write_csv(path: str | os.PathLike, frame) -> None:
+    """Write a pandas DataFrame as CSV, atomically."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

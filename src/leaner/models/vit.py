@@ -1,0 +1,60 @@
+"""A timm VisionTransformer built from an explicit spec: depth, heads, width D, head dim, MLP width.
+
+timm derives the head dim (D/h) and the MLP width (ratio x D) itself; both protocols and an
+absolute MLP width need them set exactly, so the attention and MLP layers are small subclasses of
+timm's own that pin those two numbers and change nothing else.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from timm.layers import Mlp
+from timm.models.vision_transformer import Attention, VisionTransformer
+
+
+@lru_cache(maxsize=None)
+def attention_with_head_dim(head_dim: int) -> type:
+    """timm `Attention` with the per-head dimension fixed (so h*head_dim may differ from D)."""
+
+    class HeadDimAttention(Attention):
+        def __init__(self, dim, num_heads=8, **kwargs):
+            kwargs.pop("attn_head_dim", None)
+            super().__init__(dim, num_heads=num_heads, attn_head_dim=head_dim, **kwargs)
+
+    HeadDimAttention.__name__ = HeadDimAttention.__qualname__ = f"Attention_hd{head_dim}"
+    return HeadDimAttention
+
+
+@lru_cache(maxsize=None)
+def mlp_with_hidden(hidden: int) -> type:
+    """timm `Mlp` with an absolute hidden width (instead of int(ratio * D))."""
+
+    class FixedHiddenMlp(Mlp):
+        def __init__(self, in_features, hidden_features=None, **kwargs):
+            super().__init__(in_features, hidden_features=hidden, **kwargs)
+
+    FixedHiddenMlp.__name__ = FixedHiddenMlp.__qualname__ = f"Mlp_{hidden}"
+    return FixedHiddenMlp
+
+
+def build_vit(spec: dict) -> VisionTransformer:
+    """spec: depth, heads, width, head_dim, mlp_hidden, patch_size, img_size, in_chans,
+    num_classes, and optionally qkv_bias, drop_path_rate, global_pool."""
+    model = VisionTransformer(
+        img_size=spec["img_size"], patch_size=spec["patch_size"], in_chans=spec["in_chans"],
+        num_classes=spec["num_classes"], embed_dim=spec["width"], depth=spec["depth"],
+        num_heads=spec["heads"], mlp_ratio=spec["mlp_hidden"] / spec["width"],
+        qkv_bias=spec.get("qkv_bias", True), drop_path_rate=spec.get("drop_path_rate", 0.0),
+        global_pool=spec.get("global_pool", "token"),
+        attn_layer=attention_with_head_dim(spec["head_dim"]), mlp_layer=mlp_with_hidden(spec["mlp_hidden"]),
+    )
+    block = model.blocks[0]
+    assert block.attn.head_dim == spec["head_dim"] and block.attn.num_heads == spec["heads"]
+    assert block.mlp.fc1.out_features == spec["mlp_hidden"]
+    return model
+
+
+def tokens(spec: dict) -> int:
+    """Sequence length N seen by attention: patches plus the class token."""
+    return (spec["img_size"] // spec["patch_size"]) ** 2 + (1 if spec.get("global_pool", "token") == "token" else 0)

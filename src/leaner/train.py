@@ -1,0 +1,299 @@
+"""THE training loop, shared by every task.
+
+AdamW with linear warm-up then cosine decay (per step), device picked automatically, bf16
+autocast and fused attention on CUDA, deterministic on CPU for a given seed. A rolling checkpoint
+in ``<out>/.resume/`` (not a declared Snakemake output, so a killed job keeps it) lets a re-run
+resume where the last one stopped, bit for bit on CPU. A NaN or inf loss ends the run with status
+``diverged``: a result, not a crash of the sweep.
+
+Outputs (each written atomically, metrics.json last):
+  init.safetensors    weights at initialisation
+  model.safetensors   final weights
+  history.csv         one row per evaluation
+  metrics.json        spec, parameter counts, status, final and best metrics, cost
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import random
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import __version__
+from .io import atomic_path, write_csv, write_json
+from .models import build_model, param_counts
+from .tasks import make_task
+
+RESUME_DIR = ".resume"
+RESUME_FILE = "state.pt"
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """`requested` ('cpu', 'cuda', 'cuda:1'), else $LEANER_DEVICE, else CUDA when present."""
+    requested = requested or os.environ.get("LEANER_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {requested!r} requested but CUDA is not available")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_deterministic(device: torch.device) -> None:
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA, nothing on CPU (fp32 keeps CPU runs exact and deterministic)."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def lr_at(step: int, total: int, recipe: dict) -> float:
+    """Linear warm-up from 0 over warmup_frac of the steps, then cosine to min_lr."""
+    warmup = int(round(recipe["warmup_frac"] * total))
+    base, floor = recipe["lr"], recipe.get("min_lr", 0.0)
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return floor + 0.5 * (base - floor) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def make_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases, norms, position embeddings and tokens (the timm/DeiT rule)."""
+    skip = set(getattr(model, "no_weight_decay", lambda: set())())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
+    groups = [{"params": decay, "weight_decay": recipe["weight_decay"]},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]))
+
+
+def save_weights(model, path: Path, spec: dict) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"variant": spec["variant"], "spec": json.dumps(spec, sort_keys=True)})
+
+
+def load_weights(model, path: str | Path) -> None:
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(path)))
+
+
+def _rng_state() -> dict:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+             "numpy_meta": [kind, int(pos), int(has_gauss), float(cached)], "python": repr(random.getstate())}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    import ast
+
+    torch.set_rng_state(state["torch"])
+    kind, pos, has_gauss, cached = state["numpy_meta"]
+    np.random.set_state((kind, state["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(ast.literal_eval(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save_resume(path: Path, payload: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def _load_resume(path: Path, log) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: start over rather than trust it
+        log(f"warning: resume checkpoint {path} is unreadable ({exc.__class__.__name__}: {exc}); starting fresh")
+        return None
+
+
+def _versions() -> dict:
+    import timm
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "timm": timm.__version__,
+            "numpy": np.__version__, "leaner": __version__}
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def check_expected_params(spec: dict, total: int) -> None:
+    exp = spec.get("expect_params")
+    if exp and abs(total - exp["params"]) > exp["tolerance"]:
+        raise ValueError(f"{spec['study']}/{spec['variant']}: built model has {total:,} parameters, the config "
+                         f"expects {exp['params']:,} +- {exp['tolerance']:,}")
+
+
+def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
+          threads: int | None = None, progress: bool = True) -> dict:
+    """Train one variant; returns the metrics written to metrics.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    resume_path = out / RESUME_DIR / RESUME_FILE
+
+    def log(msg: str) -> None:
+        print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
+
+    if threads:
+        torch.set_num_threads(threads)
+    dev = pick_device(device)
+    make_deterministic(dev)
+    recipe = spec["recipe"]
+    seed_everything(spec["seed"])
+    model = build_model(spec["model"])
+    counts = param_counts(model)
+    check_expected_params(spec, counts["total"])
+    save_weights(model, out / "init.safetensors", spec)
+    model.to(dev)
+    task = make_task(spec, data_path, dev)
+    optimizer = make_optimizer(model, recipe)
+    autocast = autocast_for(dev)
+
+    steps_per_epoch = task.train_split.steps_per_epoch(recipe["batch_size"])
+    total_steps = recipe["epochs"] * steps_per_epoch
+    if recipe.get("max_steps"):
+        total_steps = min(total_steps, recipe["max_steps"])
+    n_epochs = math.ceil(total_steps / steps_per_epoch)
+
+    step, history, status = 0, [], "ok"
+    epoch_loss, epoch_count, elapsed_before = 0.0, 0, 0.0
+    state = _load_resume(resume_path, log)
+    if state is not None and state.get("spec") != json.dumps(spec, sort_keys=True):
+        log("warning: resume checkpoint belongs to a different spec; starting fresh")
+        state = None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, history = state["step"], state["history"]
+        epoch_loss, epoch_count = state["epoch_loss"], state["epoch_count"]
+        elapsed_before = state["elapsed_s"]
+        _set_rng_state(state["rng"])
+        log(f"resumed from step {step} of {total_steps}")
+
+    def checkpoint() -> None:
+        _save_resume(resume_path, {
+            "spec": json.dumps(spec, sort_keys=True), "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "step": step, "history": history,
+            "epoch_loss": epoch_loss, "epoch_count": epoch_count,
+            "elapsed_s": elapsed_before + time.perf_counter() - t0, "rng": _rng_state()})
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total_steps, initial=step, disable=not progress, file=sys.stderr, dynamic_ncols=True,
+               mininterval=1.0 if sys.stderr.isatty() else 10.0, desc=spec["variant"])
+    t0 = time.perf_counter()
+    samples_seen, steps_here = 0, 0
+    best = {"value": None, "epoch": None, "step": None}
+    for row in history:
+        best = _update_best(best, row, task)
+    model.train()
+    epoch = step // steps_per_epoch
+    while step < total_steps and status == "ok":
+        skip = step - epoch * steps_per_epoch
+        for batch in task.train_split.train_batches(recipe["batch_size"], spec["seed"], epoch, skip):
+            lr = lr_at(step, total_steps, recipe)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with autocast():
+                loss, n = task.loss(model, batch)
+            if not torch.isfinite(loss):
+                status = "diverged"
+                log(f"loss is {loss.item()} at step {step}: stopping, status diverged")
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if recipe.get("grad_clip"):
+                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
+            optimizer.step()
+            step += 1
+            steps_here += 1
+            samples_seen += n
+            epoch_loss += loss.item() * n
+            epoch_count += n
+            bar.update(1)
+            if step % recipe["checkpoint_every"] == 0 and step < total_steps:
+                checkpoint()
+            if step >= total_steps:
+                break
+        epoch_done = step % steps_per_epoch == 0 or step >= total_steps or status != "ok"
+        if epoch_done:
+            last = step >= total_steps or status != "ok"
+            if (epoch + 1) % recipe["eval_every"] == 0 or last:
+                row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total_steps, recipe),
+                       "train_loss": epoch_loss / max(epoch_count, 1), **task.evaluate(model, autocast),
+                       "elapsed_s": elapsed_before + time.perf_counter() - t0}
+                history.append(row)
+                best = _update_best(best, row, task)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))})
+                log("epoch {epoch} step {step}: ".format(**row) +
+                    " ".join(f"{k}={v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))))
+            epoch_loss, epoch_count = 0.0, 0
+            epoch += 1
+    bar.close()
+    train_time = time.perf_counter() - t0
+
+    import pandas as pd
+
+    save_weights(model, out / "model.safetensors", spec)
+    write_csv(out / "history.csv", pd.DataFrame(history))
+    final = {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))}
+    metrics = {
+        "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
+        "params": counts, "status": status, "final": final,
+        "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
+        "primary_metric": task.primary_metric, "steps": step, "total_steps": total_steps, "epochs": n_epochs,
+        "wall_time_s": elapsed_before + train_time,
+        "throughput_samples_per_s": samples_seen / train_time if train_time > 0 else None,
+        "peak_memory_mb": _peak_memory_mb(dev), "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(), "versions": _versions(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_json(out / "metrics.json", metrics)
+    shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+    return metrics
+
+
+def _update_best(best: dict, row: dict, task) -> dict:
+    value = row.get(task.primary_metric)
+    if value is None or not math.isfinite(value):
+        return best
+    better = best["value"] is None or (value > best["value"] if task.primary_mode == "max" else value < best["value"])
+    return {"value": value, "epoch": row["epoch"], "step": row["step"]} if better else best

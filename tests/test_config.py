@@ -1,0 +1,136 @@
+"""Config validation and variant expansion."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO, TINY, run, BIN
+from leaner.config import ConfigError, build_plan, load_plan, load_yaml, variant_id
+
+
+def tiny() -> dict:
+    return load_yaml(TINY)
+
+
+def test_tiny_expands_to_readable_ids_and_dedups_shared_models():
+    plan = build_plan(tiny())
+    study = plan.studies["tiny"]
+    # fixed_width: 2 depths x 2 heads x 2 seeds; fixed_head_dim h=2, d=8 is D=16 again: shared
+    assert len(study.variants) == 8
+    shared = study.variants["L1-H2-D16-hd8-mlp32-s0"]
+    assert shared.protocols == ("fixed_width", "fixed_head_dim")
+    assert study.variants["L2-H1-D16-hd16-mlp32-s1"].protocols == ("fixed_width",)
+    spec = shared.spec()
+    assert spec["model"]["width"] == 16 and spec["model"]["head_dim"] == 8 and spec["model"]["mlp_hidden"] == 32
+    assert spec["model"]["num_classes"] == 10 and spec["model"]["img_size"] == 8 and spec["model"]["in_chans"] == 1
+    assert "protocols" not in spec  # adding a protocol must not retrain a model it shares
+
+
+def test_protocols_give_the_right_shapes():
+    cfg = tiny()
+    cfg["studies"]["tiny"]["grid"] = {"protocol": ["fixed_width", "fixed_head_dim"], "width": [32],
+                                      "head_dim": [4], "depth": [1], "heads": [1, 2, 8],
+                                      "mlp_hidden": [48], "seeds": [0]}
+    ids = set(build_plan(cfg).studies["tiny"].variants)
+    assert ids == {
+        "L1-H1-D32-hd32-mlp48-s0", "L1-H2-D32-hd16-mlp48-s0", "L1-H8-D32-hd4-mlp48-s0",  # fixed width
+        "L1-H1-D4-hd4-mlp48-s0", "L1-H2-D8-hd4-mlp48-s0",  # fixed head dim (h=8, d=4 is D=32: shared)
+    }
+
+
+def test_variant_id_format():
+    assert variant_id(8, 16, 1024, 64, 1536, 0) == "L8-H16-D1024-hd64-mlp1536-s0"
+
+
+def test_override_changes_only_matching_variant_specs():
+    base = build_plan(tiny()).studies["tiny"].variants
+    cfg = tiny()
+    cfg["studies"]["tiny"]["overrides"] = [{"where": {"depth": 2, "heads": 1, "seed": 0}, "recipe": {"lr": 0.02}}]
+    changed = build_plan(cfg).studies["tiny"].variants
+    diff = [vid for vid in base if base[vid].spec_json() != changed[vid].spec_json()]
+    assert diff == ["L2-H1-D16-hd16-mlp32-s0"]
+    assert changed[diff[0]].recipe["lr"] == 0.02
+
+
+def test_paper_config_dedups_the_baseline_and_has_every_axis():
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    study = plan.studies["vit_imagenet"]
+    base = study.variants["L12-H12-D768-hd64-mlp3072-s0"]
+    assert base.protocols == ("fixed_width", "fixed_head_dim")
+    assert base.expect_params == {"params": 86_570_000, "tolerance": 500_000}
+    depths = {v.model["depth"] for v in study.variants.values()}
+    heads = {v.model["heads"] for v in study.variants.values()}
+    mlps = {v.model["mlp_hidden"] / v.model["width"] for v in study.variants.values()}
+    assert depths == {12, 8} and heads == {12, 16, 24, 32} and mlps == {4, 2}
+    # 2 depths x 4 heads x 2 protocols x 2 MLP ratios, minus the 2x2 shared h=12 models
+    assert len(study.variants) == 2 * 4 * 2 * 2 - 2 * 2
+    assert study.resources["gpu"] >= 1
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _bad(mutate) -> list[str]:
+    cfg = copy.deepcopy(tiny())
+    mutate(cfg)
+    with pytest.raises(ConfigError) as exc:
+        build_plan(cfg)
+    return exc.value.problems
+
+
+def _set(path, value):
+    def mutate(cfg):
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return mutate
+
+
+BAD = [
+    ("unknown key", _set(["studies", "tiny", "recipe", "learning_rate"], 0.1),
+     "studies.tiny.recipe.learning_rate: unknown key (allowed:"),
+    ("wrong type", _set(["studies", "tiny", "recipe", "epochs"], "ten"),
+     'studies.tiny.recipe.epochs: "ten" is not allowed (allowed: an integer >= 1)'),
+    ("heads not dividing the width", _set(["studies", "tiny", "grid", 0, "heads"], [1, 3]),
+     "studies.tiny.grid[0].heads: 3 does not divide width 16 under fixed_width (allowed: divisors of 16: 1, 2, 4, 8, 16)"),
+    ("empty grid axis", _set(["studies", "tiny", "grid", 0, "depth"], []),
+     "studies.tiny.grid[0].depth: must not be empty"),
+    ("empty grid list", _set(["studies", "tiny", "grid"], []),
+     "studies.tiny.grid: must not be empty"),
+    ("missing dataset path", _set(["datasets", "imgs"], {"kind": "imagefolder", "path": "/nonexistent/imgs",
+                                                         "num_classes": 3}),
+     "datasets.imgs.path: '/nonexistent/imgs' does not exist"),
+    ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
+     "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits)"),
+    ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),
+     "studies.tiny.grid[0].width[0]: -16 is not allowed (allowed: an integer >= 1)"),
+    ("unknown protocol", _set(["studies", "tiny", "grid", 0, "protocol"], ["fixed_depth"]),
+     "studies.tiny.grid[0].protocol[0]: \"fixed_depth\" is not allowed (allowed: one of fixed_width, fixed_head_dim)"),
+    ("width missing for fixed_width", lambda c: c["studies"]["tiny"]["grid"][0].pop("width"),
+     "studies.tiny.grid[0].width: required by protocol fixed_width"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_config_is_one_clear_line(name, mutate, expected):
+    problems = _bad(mutate)
+    assert len(problems) == 1, problems
+    assert "\n" not in problems[0]
+    assert problems[0].startswith("config error: ")
+    assert expected in problems[0], problems[0]
+
+
+def test_cli_reports_bad_config_without_traceback(tmp_path):
+    cfg = tiny()
+    cfg["studies"]["tiny"]["grid"][0]["heads"] = [3]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run([str(BIN / "leaner"), "check-config", str(path)], cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "config error: studies.tiny.grid[0].heads: 3 does not divide width 16 under fixed_width "
+        "(allowed: divisors of 16: 1, 2, 4, 8, 16)"]

@@ -1,0 +1,125 @@
+"""The training loop: outputs, determinism, resume after a real kill, divergence."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+
+from conftest import BIN, small_spec
+from leaner.train import RESUME_DIR, RESUME_FILE, lr_at, train
+
+
+def _weights(path):
+    return load_file(str(path))
+
+
+def _same_weights(a, b) -> bool:
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+
+
+def test_outputs_and_metrics_schema(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"].update(epochs=8, lr=1e-2)
+    metrics = train(spec, str(digits_manifest), tmp_path, progress=False)
+    for name in ("model.safetensors", "init.safetensors", "history.csv", "metrics.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert not (tmp_path / RESUME_DIR).exists()  # removed once the outputs are final
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk == json.loads(json.dumps(metrics))
+    for key in ("study", "variant", "spec", "params", "status", "final", "best", "steps", "wall_time_s",
+                "throughput_samples_per_s", "peak_memory_mb", "device", "versions", "seed"):
+        assert key in on_disk, key
+    assert on_disk["status"] == "ok" and on_disk["device"] == "cpu"
+    assert on_disk["steps"] == 8 * math.ceil(1438 / 64)
+    assert set(on_disk["params"]) == {"attention", "mlp", "embedding", "head", "norm", "total"}
+    assert on_disk["params"]["attention"] == 16 * 48 + 48 + 16 * 16 + 16
+    history = pd.read_csv(tmp_path / "history.csv")
+    assert list(history["epoch"]) == list(range(1, 9))
+    assert history["eval_acc"].between(0, 1).all()
+    # eight epochs of a tiny ViT beat chance (0.1) clearly
+    assert on_disk["final"]["eval_acc"] > 0.3
+    assert not _same_weights(tmp_path / "init.safetensors", tmp_path / "model.safetensors")
+
+
+def test_same_seed_same_result(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 15
+    train(spec, str(digits_manifest), tmp_path / "a", progress=False)
+    train(spec, str(digits_manifest), tmp_path / "b", progress=False)
+    assert _same_weights(tmp_path / "a" / "model.safetensors", tmp_path / "b" / "model.safetensors")
+
+
+def test_warmup_then_cosine():
+    recipe = {"lr": 1.0, "min_lr": 0.0, "warmup_frac": 0.1}
+    lrs = [lr_at(s, 100, recipe) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[-1] < 0.01
+
+
+def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
+    """SIGKILL a real `leaner train` after its first checkpoint; the re-run resumes from the
+    checkpoint (its log says so) and ends bit-identical to an uninterrupted run."""
+    spec = small_spec()
+    spec["recipe"].update(epochs=6, checkpoint_every=10)
+    args = ["--spec", json.dumps(spec), "--data", str(digits_manifest), "--threads", "1", "--no-progress"]
+    subprocess.run([str(BIN / "leaner"), "train", *args, "--out", str(tmp_path / "ref")], check=True,
+                   capture_output=True)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([str(BIN / "leaner"), "train", *args, "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = out / RESUME_DIR / RESUME_FILE
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+
+    rerun = subprocess.run([str(BIN / "leaner"), "train", *args, "--out", str(out)], capture_output=True,
+                           text=True, check=True)
+    assert "resumed from step" in rerun.stderr
+    assert _same_weights(tmp_path / "ref" / "model.safetensors", out / "model.safetensors")
+    ref = json.loads((tmp_path / "ref" / "metrics.json").read_text())
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["final"] == ref["final"] and got["steps"] == ref["steps"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / "history.csv").drop(columns="elapsed_s"),
+                                  pd.read_csv(out / "history.csv").drop(columns="elapsed_s"))
+
+
+def test_corrupt_resume_checkpoint_starts_fresh(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 5
+    (tmp_path / RESUME_DIR).mkdir(parents=True)
+    (tmp_path / RESUME_DIR / RESUME_FILE).write_bytes(b"PK\x03\x04 truncated")
+    metrics = train(spec, str(digits_manifest), tmp_path, progress=False)
+    assert metrics["status"] == "ok" and metrics["steps"] == 5
+
+
+def test_divergence_is_a_status_not_a_crash(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"].update(lr=1e12, warmup_frac=0.0, epochs=3)
+    metrics = train(spec, str(digits_manifest), tmp_path, progress=False)
+    assert metrics["status"] == "diverged"
+    assert metrics["steps"] < 3 * math.ceil(1438 / 64)
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
+    assert (tmp_path / "model.safetensors").exists()
+
+
+def test_expected_parameter_count_is_enforced(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["expect_params"] = {"params": 10, "tolerance": 0}
+    with pytest.raises(ValueError, match="expects 10"):
+        train(spec, str(digits_manifest), tmp_path, progress=False)
