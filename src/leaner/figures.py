@@ -124,18 +124,24 @@ def _panel_axes(plt, n: int, width=5.2, height=4.0):
     return fig, flat[:n]
 
 
-def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
-    """P1 Fig. 2: kappa of the head-output concat vs heads, per protocol; init dashed, trained solid."""
+def _heads_figure(summary: pd.DataFrame):
+    """Figure, (axis, title, panel frame) triples and a colour per depth for a vs-heads figure."""
     plt, sns = _plt()
-    from matplotlib.lines import Line2D
-
     frame = _explode_protocols(summary)
     panels = _heads_panels(frame)
     depths = sorted(frame["depth"].unique())
     palette = dict(zip(depths, sns.color_palette("viridis", len(depths))))
     fig, axes = _panel_axes(plt, len(panels))
+    return fig, [(ax, title, sub) for ax, (title, sub) in zip(axes, panels)], depths, palette
+
+
+def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
+    """P1 Fig. 2: kappa of the head-output concat vs heads, per protocol; init dashed, trained solid."""
+    from matplotlib.lines import Line2D
+
+    fig, panels, depths, palette = _heads_figure(summary)
     styles = {"init": "--", "final": "-"}
-    for ax, (title, sub) in zip(axes, panels):
+    for ax, title, sub in panels:
         for depth in depths:
             for ckpt, ls in styles.items():
                 col = f"kappa_{ckpt}_gmean"
@@ -144,7 +150,7 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
                 agg = _agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa", log=True)
                 if len(agg):
                     _errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
-        ax.set_yscale("log")
+        _log_y(ax)
         _heads_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
         ax.set_ylabel("kappa (geometric mean over layers)")
@@ -162,13 +168,8 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
 
 def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
-    plt, sns = _plt()
-    frame = _explode_protocols(summary)
-    panels = _heads_panels(frame)
-    depths = sorted(frame["depth"].unique())
-    palette = dict(zip(depths, sns.color_palette("viridis", len(depths))))
-    fig, axes = _panel_axes(plt, len(panels))
-    for ax, (title, sub) in zip(axes, panels):
+    fig, panels, depths, palette = _heads_figure(summary)
+    for ax, title, sub in panels:
         for depth in depths:
             agg = _agg(sub[sub["depth"] == depth], ["heads"], metric)
             if not len(agg):
