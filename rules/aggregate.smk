@@ -19,32 +19,57 @@ rule summary:
         " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule figures:
+# Figures and tables depend on the study's task: one rule of each per task.
+for task in STUDY_FIGURES:
+
+    rule:
+        name:
+            f"figures_{task}"
+        input:
+            "results/{study}/summary.csv",
+        output:
+            expand("results/figures/{{study}}-{fig}.{ext}", fig=STUDY_FIGURES[task], ext=FIG_EXT),
+        wildcard_constraints:
+            study=studies_of(task),
+        localrule: True
+        log:
+            "logs/figures/{study}.log",
+        conda:
+            "../envs/leaner.yaml"
+        shell:
+            "leaner figures --summary {input:q} --study {wildcards.study:q} --outdir results/figures > {log:q} 2>&1"
+
+    rule:
+        name:
+            f"tables_{task}"
+        input:
+            "results/{study}/summary.csv",
+        output:
+            expand("results/tables/{{study}}-{table}.{ext}", table=STUDY_TABLES[task], ext=TABLE_EXT),
+        params:
+            baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
+            checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
+        wildcard_constraints:
+            study=studies_of(task),
+        localrule: True
+        log:
+            "logs/tables/{study}.log",
+        conda:
+            "../envs/leaner.yaml"
+        shell:
+            "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
+            " --checks {params.checks:q} --outdir results/tables > {log:q} 2>&1"
+
+
+rule combined_table:
     input:
-        "results/{study}/summary.csv",
+        expand("results/{study}/summary.csv", study=STUDIES),
     output:
-        expand("results/figures/{{study}}-{fig}.{ext}", fig=STUDY_FIGURES, ext=FIG_EXT),
+        expand("results/tables/all_studies-kappa_rank_error.{ext}", ext=TABLE_EXT),
     localrule: True
     log:
-        "logs/figures/{study}.log",
+        "logs/tables/all_studies.log",
     conda:
         "../envs/leaner.yaml"
     shell:
-        "leaner figures --summary {input:q} --study {wildcards.study:q} --outdir results/figures > {log:q} 2>&1"
-
-
-rule tables:
-    input:
-        "results/{study}/summary.csv",
-    output:
-        expand("results/tables/{{study}}-{table}.{ext}", table=STUDY_TABLES, ext=TABLE_EXT),
-    params:
-        baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
-    localrule: True
-    log:
-        "logs/tables/{study}.log",
-    conda:
-        "../envs/leaner.yaml"
-    shell:
-        "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
-        " --outdir results/tables > {log:q} 2>&1"
+        "leaner combined-table --summaries {input:q} --outdir results/tables > {log:q} 2>&1"

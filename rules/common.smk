@@ -33,7 +33,7 @@ TABLE_EXT = ["csv", "md", "tex"]
 
 wildcard_constraints:
     study="|".join(STUDIES),
-    variant=r"L\d+-H\d+-D\d+-hd\d+-mlp\d+-s\d+",
+    variant=r"L\d+-H\d+-[A-Za-z0-9.-]+-s\d+",
     dataset="|".join(PLAN.datasets),
 
 
@@ -65,12 +65,20 @@ def study_files(wildcards, name):
     return [f"{d}/{name}" for d in variant_dirs(wildcards.study)]
 
 
+def studies_of(task):
+    """Wildcard constraint: the studies of one task (a pattern matching nothing if none)."""
+    names = [s for s in STUDIES if PLAN.studies[s].task == task]
+    return "|".join(names) if names else "(?!x)x"
+
+
 def final_outputs():
     out = []
     for study in STUDIES:
+        task = PLAN.studies[study].task
         out.append(f"results/{study}/summary.csv")
-        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=STUDY_FIGURES, ext=FIG_EXT)
-        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=STUDY_TABLES, ext=TABLE_EXT)
+        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=STUDY_FIGURES[task], ext=FIG_EXT)
+        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=STUDY_TABLES[task], ext=TABLE_EXT)
+    out += expand("results/tables/all_studies-kappa_rank_error.{ext}", ext=TABLE_EXT)
     out += expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT)
     out += expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT)
     return out

@@ -18,11 +18,12 @@ def tiny() -> dict:
 def test_tiny_expands_to_readable_ids_and_dedups_shared_models():
     plan = build_plan(tiny())
     study = plan.studies["tiny"]
-    # fixed_width: 2 depths x 2 heads x 2 seeds; fixed_head_dim h=2, d=8 is D=16 again: shared
-    assert len(study.variants) == 8
+    # fixed_width: 2 depths x 2 heads (seed 0) + 1 depth x 2 heads (seed 1);
+    # fixed_head_dim h=2, d=8 is D=16 again: shared
+    assert len(study.variants) == 6
     shared = study.variants["L1-H2-D16-hd8-mlp32-s0"]
     assert shared.protocols == ("fixed_width", "fixed_head_dim")
-    assert study.variants["L2-H1-D16-hd16-mlp32-s1"].protocols == ("fixed_width",)
+    assert study.variants["L2-H1-D16-hd16-mlp32-s0"].protocols == ("fixed_width",)
     spec = shared.spec()
     assert spec["model"]["width"] == 16 and spec["model"]["head_dim"] == 8 and spec["model"]["mlp_hidden"] == 32
     assert spec["model"]["num_classes"] == 10 and spec["model"]["img_size"] == 8 and spec["model"]["in_chans"] == 1
@@ -104,7 +105,7 @@ BAD = [
                                                          "num_classes": 3}),
      "datasets.imgs.path: '/nonexistent/imgs' does not exist"),
     ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
-     "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits)"),
+     "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits, nearest_point)"),
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),
      "studies.tiny.grid[0].width[0]: -16 is not allowed (allowed: an integer >= 1)"),
     ("unknown protocol", _set(["studies", "tiny", "grid", 0, "protocol"], ["fixed_depth"]),

@@ -26,7 +26,7 @@ def test_tiny_study_end_to_end(tiny_run):
     work, proc = tiny_run
     assert "Finished" in proc.stderr + proc.stdout
     variants = [d.name for d in (work / "results" / "tiny").iterdir() if d.is_dir()]
-    assert len(variants) == 8
+    assert len(variants) == 6
     for v in variants:
         d = work / "results" / "tiny" / v
         for name in ("model.safetensors", "init.safetensors", "history.csv", "metrics.json", "conditioning.csv"):
@@ -36,7 +36,7 @@ def test_tiny_study_end_to_end(tiny_run):
         assert (work / "benchmarks" / "train" / "tiny" / f"{v}.tsv").exists()
 
     summary = pd.read_csv(work / "results" / "tiny" / "summary.csv")
-    assert len(summary) == 8 and set(summary["variant"]) == set(variants)
+    assert len(summary) == 6 and set(summary["variant"]) == set(variants)
     assert (summary["status"] == "ok").all()
     assert summary["eval_acc"].between(0.0, 1.0).all() and summary["eval_acc"].mean() > 0.15  # chance: 0.1
     assert (summary["kappa_init_gmean"] > 1).all() and (summary["kappa_final_gmean"] > 1).all()
@@ -44,7 +44,7 @@ def test_tiny_study_end_to_end(tiny_run):
     assert shared["protocols"] == "fixed_width;fixed_head_dim"
     assert (summary["params_total"] > 0).all()
 
-    cond = pd.read_csv(work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s1" / "conditioning.csv")
+    cond = pd.read_csv(work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s0" / "conditioning.csv")
     assert len(cond) == 2 * 2 * 2  # checkpoints x layers x matrices
     assert (cond["samples"] == 32).all() and (cond["tokens"] == 17).all()
 
@@ -58,6 +58,23 @@ def test_tiny_study_end_to_end(tiny_run):
     md = (work / "results" / "tables" / "tiny-by_config.md").read_text()
     assert "eval_acc_mean" in md and "|" in md
     assert "\\begin{tabular}" in (work / "results" / "tables" / "tiny-by_config.tex").read_text()
+
+    # P2's family ran through the same rules
+    near = pd.read_csv(work / "results" / "tiny_nearest" / "summary.csv")
+    assert len(near) == 2 and set(near["head_dim"]) == {8, 4} and (near["task"] == "nearest_point").all()
+    assert near["best_train_loss"].between(0, 4).all() and (near["kappa_final_gmean"] >= 1).all()
+    cond = pd.read_csv(work / "results" / "tiny_nearest" / "L1-H2-W1-r4-d8-N4-none-s0" / "conditioning.csv")
+    assert set(cond["cols"]) == {8} and set(cond["tokens"]) == {4}
+    checks = pd.read_csv(work / "results" / "tables" / "tiny_nearest-acceptance.csv")
+    assert list(checks.columns) == ["check", "expected", "observed", "pass"]
+    assert checks["check"].str.contains("MSE\\(rank d/2\\) / MSE\\(rank d\\)").sum() == 1
+    assert checks["check"].str.startswith("fig_perfect").sum() == 1
+    for fig in ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
+                "perfect_angle", "kappa_vs_rank"):
+        assert (work / "results" / "figures" / f"tiny_nearest-{fig}.png").stat().st_size > 5000
+    both = pd.read_csv(work / "results" / "tables" / "all_studies-kappa_rank_error.csv")
+    assert set(both["study"]) == {"tiny", "tiny_nearest"}
+    assert {"heads", "rank", "depth", "error_mean", "kappa_final"} <= set(both.columns)
 
     theory = pd.read_csv(work / "results" / "theory" / "gaussian_conditioning.csv")
     assert set(theory["protocol"]) == {"fixed_head_dim", "fixed_width"}
@@ -73,14 +90,14 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_changing_one_variant_reruns_only_it(tiny_run, tmp_path):
     work, _ = tiny_run
     cfg = yaml.safe_load(TINY.read_text())
-    cfg["studies"]["tiny"]["overrides"] = [{"where": {"depth": 2, "heads": 2, "seed": 1}, "recipe": {"lr": 3e-3}}]
+    cfg["studies"]["tiny"]["overrides"] = [{"where": {"depth": 2, "heads": 2, "seed": 0}, "recipe": {"lr": 3e-3}}]
     path = tmp_path / "changed.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake(work, "-n", "--cores", "2", configfile=path)
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
     assert counts.get("train") == "1" and counts.get("conditioning") == "1", out[-3000:]
-    assert "variant=L2-H2-D16-hd8-mlp32-s1" in out
+    assert "variant=L2-H2-D16-hd8-mlp32-s0" in out
 
 
 def test_lint_is_clean():
@@ -93,8 +110,10 @@ def test_paper_scale_dry_run_resolves_the_whole_dag(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "8", configfile=REPO / "configs" / "paper.yaml")
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    assert counts["train"] == "28" and counts["conditioning"] == "28", out[-3000:]
-    assert counts["prepare_data"] == "1"
+    # ViT-B: 28 variants; P2: fig1 315, figN 100, fig_d 100, posn 30 + 160 (papers.md 2.5)
+    assert counts["train"] == str(28 + 315 + 100 + 100 + 190), out[-3000:]
+    assert counts["conditioning"] == counts["train"]
+    assert counts["prepare_data"] == "2"
     assert "gpu=1" in out
 
 

@@ -9,10 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import STUDY_TABLES
+from .config import ACCEPTANCE_CHECKS, STUDY_TABLES
 from .io import atomic_path, read_json, write_csv
 
 ARCH = ["depth", "heads", "width", "head_dim", "mlp_hidden"]
+# The architecture axes of each task's variants: one configuration = one value of each.
+AXES = {"image_classification": ARCH,
+        "nearest_point": ["depth", "heads", "modules", "head_dim", "dim", "tokens", "posn"]}
+# Each task's headline metric in the summary (its per-run value) and which way is better.
+METRIC = {"image_classification": ("eval_acc", "max"), "nearest_point": ("best_train_loss", "min")}
 
 
 def ci95(values) -> tuple[float, float, float, int]:
@@ -57,37 +62,103 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
     rows = []
     for mpath in metrics_paths:
         m = read_json(mpath)
-        model = m["spec"]["model"]
-        row = {"study": study, "variant": m["variant"], **{k: model[k] for k in ARCH},
-               "mlp_ratio": model["mlp_hidden"] / model["width"], "seed": m["seed"],
-               "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
+        model, task = m["spec"]["model"], m["spec"]["task"]
+        row = {"study": study, "task": task, "variant": m["variant"], **{k: model[k] for k in AXES[task]},
+               "seed": m["seed"], "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
                **{f"params_{k}": v for k, v in m["params"].items()},
                **{k: v for k, v in m["final"].items()},
                f"best_{m['primary_metric']}": m["best"][m["primary_metric"]],
                "steps": m["steps"], "wall_time_s": m["wall_time_s"],
                "throughput_samples_per_s": m["throughput_samples_per_s"], "peak_memory_mb": m["peak_memory_mb"],
                "device": m["device"]}
+        if task == "image_classification":
+            row["mlp_ratio"] = model["mlp_hidden"] / model["width"]
+            row["error"] = 1.0 - row["eval_acc"] if row.get("eval_acc") is not None else math.nan
+        else:
+            row["total_heads"] = model["heads"] * model["modules"]
+            row["error"] = row["best_train_loss"]
+        for key, values in (m.get("diagnostics") or {}).items():
+            if values:
+                row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))
         cpath = cond_by_dir.get(str(Path(mpath).parent))
         if cpath:
             row.update(_kappa_columns(pd.read_csv(cpath)))
         rows.append(row)
     frame = pd.DataFrame(rows)
-    return frame.sort_values(ARCH + ["seed"]).reset_index(drop=True) if len(frame) else frame
+    return frame.sort_values(AXES[frame["task"].iloc[0]] + ["seed"]).reset_index(drop=True) if len(frame) else frame
 
 
-def by_config(summary: pd.DataFrame, metric: str = "eval_acc") -> pd.DataFrame:
-    """Mean, 95% interval and n over seeds for each architecture; kappa as geometric means."""
+def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Per architecture: mean with its 95% interval, min, max and n over seeds (P2 reports the
+    min over seeds and the range); kappa as geometric means."""
+    task = summary["task"].iloc[0]
+    axes, metric = AXES[task], metric or METRIC[task][0]
     rows = []
-    for key, g in summary.groupby(ARCH, sort=True):
+    for key, g in summary.groupby(axes, sort=True):
         mean, lo, hi, n = ci95(g[metric])
-        row = dict(zip(ARCH, key))
-        row.update({"protocols": g["protocols"].iloc[0], "params": int(g["params_total"].iloc[0]),
-                    f"{metric}_mean": mean, f"{metric}_lo": lo, f"{metric}_hi": hi, "n": n,
-                    "diverged": int((g["status"] != "ok").sum())})
+        row = dict(zip(axes, key))
+        if task == "image_classification":
+            row["protocols"] = g["protocols"].iloc[0]
+        row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
+                    f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
+                    "n": n, "diverged": int((g["status"] != "ok").sum())})
         for col in ("kappa_init_gmean", "kappa_final_gmean"):
             if col in g:
                 row[col] = _gmean(g[col])
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.DataFrame:
+    """P2's acceptance checks (papers.md 2.7) named in `checks`, wherever the study's grid holds
+    the points a check needs; per configuration the min over seeds, as in P2's plots."""
+    configs = by_config(summary)
+    metric = "best_train_loss_min"
+    rows = []
+    one_layer = configs[configs["depth"] == 1] if "full_rank_gap" in checks else configs.iloc[:0]
+    for (w, d, n, posn), g in one_layer.groupby(["modules", "dim", "tokens", "posn"]):
+        full = g[g["head_dim"] == g["head_dim"].max()]
+        half = g[g["head_dim"] == full["head_dim"].iloc[0] // 2]
+        if len(full) and len(half) and full["heads"].iloc[0] == 1:
+            ratio = float(half[metric].iloc[0] / full[metric].iloc[0])
+            rows.append({"check": f"1 layer, W={w}, d={d}, N={n}, posn={posn}: MSE(rank d/2) / MSE(rank d)",
+                         "expected": ">= 10", "observed": ratio, "pass": ratio >= 10})
+    for (depth, w, d, posn), g in configs.groupby(["depth", "modules", "dim", "posn"]):
+        low = g[g["head_dim"] == g["head_dim"].min()]
+        short, long_ = low[low["tokens"] == 4], low[low["tokens"] >= 64]
+        if len(short) and len(long_) and g["head_dim"].nunique() > 1 and "short_sequences" in checks:
+            r = int(low["head_dim"].iloc[0])
+            s_mse, l_mse = float(short[metric].iloc[0]), float(long_[metric].min())
+            rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N=4",
+                         "expected": "<= 0.05", "observed": s_mse, "pass": s_mse <= 0.05})
+            rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N >= 64",
+                         "expected": "> 0.5", "observed": l_mse, "pass": l_mse > 0.5})
+    if "qk_angle_deg_min" in summary and "perfect_angle" in checks:
+        single = summary[(summary["depth"] == 1) & (summary["heads"] == 1)]
+        for (w, d, n), g in single.groupby(["modules", "dim", "tokens"]):
+            angle = float(g["qk_angle_deg_min"].min())
+            rows.append({"check": f"fig_perfect: 1 layer, 1 head, W={w}, d={d}, N={n}: angle(QK^T, I), every head",
+                         "expected": "> 165 deg", "observed": angle, "pass": angle > 165})
+    return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass"])
+
+
+def combined(summaries: list[pd.DataFrame]) -> pd.DataFrame:
+    """Both papers in one table: per configuration of every study, heads, rank, depth, width,
+    error (1 - accuracy, or P2's MSE) and kappa at init and after training."""
+    rows = []
+    for summary in summaries:
+        if not len(summary):
+            continue
+        task = summary["task"].iloc[0]
+        for key, g in summary.groupby(AXES[task], sort=True):
+            spec = dict(zip(AXES[task], key))
+            mean, lo, hi, n = ci95(g["error"])
+            rows.append({"study": g["study"].iloc[0], "task": task, "depth": spec["depth"],
+                         "heads": int(g["total_heads"].iloc[0]) if "total_heads" in g else spec["heads"],
+                         "rank": spec["head_dim"], "width": spec.get("width", spec.get("dim")),
+                         "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo,
+                         "error_hi": hi, "n": n, "kappa_init": _gmean(g.get("kappa_init_gmean", [])),
+                         "kappa_final": _gmean(g.get("kappa_final_gmean", []))})
     return pd.DataFrame(rows)
 
 
@@ -168,18 +239,32 @@ def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
-                       metric: str = "eval_acc") -> list[Path]:
-    """results/tables/{study}-{by_config,lean_vs_baseline}.{csv,md,tex}"""
+                       checks=ACCEPTANCE_CHECKS) -> list[Path]:
+    """results/tables/{study}-{name}.{csv,md,tex} for each of the task's STUDY_TABLES."""
     summary = pd.read_csv(summary_csv)
-    tables = {
-        "by_config": (by_config(summary, metric),
-                      f"{study}: mean and 95% interval of {metric} over seeds per configuration"),
-        "lean_vs_baseline": (lean_vs_baseline(summary, baseline, metric),
-                             f"{study}: shallower variants against the deepest baseline "
-                             f"(difference with Welch 95% interval; parameter reduction)"),
+    task = summary["task"].iloc[0]
+    metric = METRIC[task][0]
+    checks = ACCEPTANCE_CHECKS if checks is None else checks
+    makers = {
+        "by_config": lambda: (by_config(summary), f"{study}: {metric} per configuration over seeds "
+                                                  f"(mean, 95% interval, min, max, n)"),
+        "lean_vs_baseline": lambda: (lean_vs_baseline(summary, baseline, metric),
+                                     f"{study}: shallower variants against the deepest baseline "
+                                     f"(difference with Welch 95% interval; parameter reduction)"),
+        "acceptance": lambda: (acceptance_checks(summary, checks),
+                               f"{study}: P2's acceptance checks (min over seeds)"),
     }
-    return [p for name in STUDY_TABLES for p in write_table(*tables[name][:1], Path(table_dir) / f"{study}-{name}",
-                                                            tables[name][1])]
+    paths = []
+    for name in STUDY_TABLES[task]:
+        frame, caption = makers[name]()
+        paths += write_table(frame, Path(table_dir) / f"{study}-{name}", caption)
+    return paths
+
+
+def write_combined_table(summary_csvs: list[str], table_dir: str) -> list[Path]:
+    frame = combined([pd.read_csv(p) for p in summary_csvs])
+    return write_table(frame, Path(table_dir) / "all_studies-kappa_rank_error",
+                       "Every study: heads, rank, depth, error and kappa per configuration")
 
 
 def write_theory_table(theory_csv: str, table_dir: str) -> list[Path]:

@@ -49,7 +49,13 @@ def cmd_summary(a):
 def cmd_tables(a):
     from .aggregate import write_study_tables
 
-    write_study_tables(a.summary, a.study, a.baseline, a.outdir)
+    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks)
+
+
+def cmd_combined_table(a):
+    from .aggregate import write_combined_table
+
+    write_combined_table(a.summaries, a.outdir)
 
 
 def cmd_figures(a):
@@ -131,8 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--summary", required=True)
     s.add_argument("--study", required=True)
     s.add_argument("--baseline", type=_json_arg, default={})
+    s.add_argument("--checks", type=_json_arg, default=None, help="acceptance checks to run (JSON list)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_tables)
+
+    s = sub.add_parser("combined-table", help="kappa, rank, heads, depth and error of every study in one table")
+    s.add_argument("--summaries", nargs="+", required=True)
+    s.add_argument("--outdir", required=True)
+    s.set_defaults(func=cmd_combined_table)
 
     s = sub.add_parser("figures", help="the papers' figures for a study")
     s.add_argument("--summary", required=True)

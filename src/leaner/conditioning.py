@@ -61,15 +61,21 @@ def capture_attention(model):
 @torch.no_grad()
 def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64) -> dict[int, dict[str, torch.Tensor]]:
     """Per-sample kappa for every layer and matrix: {layer: {matrix: tensor (samples,)}}."""
+    return {layer: {name: ks for name, (ks, _) in mats.items()}
+            for layer, mats in _layer_kappas_and_shapes(model, inputs, batch_size).items()}
+
+
+def _layer_kappas_and_shapes(model, inputs: torch.Tensor, batch_size: int = 64):
     model.eval()
-    out: dict[int, dict[str, list[torch.Tensor]]] = {}
+    out: dict[int, dict[str, list]] = {}
     for i in range(0, len(inputs), batch_size):
         with capture_attention(model) as captured:
             model(inputs[i:i + batch_size])
         for layer, mats in captured.items():
             for name, tensors in mats.items():
-                out.setdefault(layer, {}).setdefault(name, []).append(kappa(torch.cat(tensors)).cpu())
-    return {layer: {name: torch.cat(ks) for name, ks in mats.items()} for layer, mats in out.items()}
+                slot = out.setdefault(layer, {}).setdefault(name, [[], tuple(tensors[0].shape[-2:])])
+                slot[0].append(kappa(torch.cat(tensors)).cpu())
+    return {layer: {name: (torch.cat(ks), shape) for name, (ks, shape) in mats.items()} for layer, mats in out.items()}
 
 
 def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
@@ -77,7 +83,6 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats) for each named checkpoint
     {name: (step, safetensors path)}, over the fixed evaluation batch of the study."""
     from .models import build_model
-    from .models.vit import tokens
     from .tasks import make_task
     from .train import load_weights, pick_device
 
@@ -90,12 +95,13 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
         model = build_model(m)
         load_weights(model, path)
         model.to(dev)
-        for layer, mats in layer_kappas(model, inputs).items():
-            for matrix, ks in mats.items():
-                rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
-                             "heads": m["heads"], "head_dim": m["head_dim"], "width": m["width"],
-                             "cols": m["heads"] * m["head_dim"] if matrix == "heads_concat" else m["width"],
-                             "tokens": tokens(m), "samples": int(ks.numel()), **summarize(ks)})
+        with torch.no_grad():
+            for layer, mats in _layer_kappas_and_shapes(model, inputs).items():
+                for matrix, (ks, (tokens, cols)) in mats.items():
+                    rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
+                                 "heads": m["heads"] * m.get("modules", 1), "head_dim": m["head_dim"],
+                                 "width": m.get("width", m.get("d_model")), "cols": cols, "tokens": tokens,
+                                 "samples": int(ks.numel()), **summarize(ks)})
     return rows
 
 

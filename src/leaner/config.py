@@ -27,8 +27,14 @@ PROTOCOLS = ("fixed_width", "fixed_head_dim")
 
 # What each study produces besides its summary: results/figures/{study}-{name}.{png,pdf} and
 # results/tables/{study}-{name}.{csv,md,tex}.
-STUDY_FIGURES = ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp")
-STUDY_TABLES = ("by_config", "lean_vs_baseline")
+STUDY_FIGURES = {
+    "image_classification": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"),
+    "nearest_point": ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
+                      "perfect_angle", "kappa_vs_rank"),
+}
+ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
+STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline"),
+                "nearest_point": ("by_config", "acceptance")}
 
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
@@ -39,15 +45,28 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                     "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
 }
+DATASET_DEFAULTS["nearest_point"] = {"streams": 7, "eval_samples": 4096, "eval_seed": 12345}
 DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
 
 MODEL_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
+NEAREST_MODEL_DEFAULTS = {"ff": 2048, "posn_dim": 64}
+MODEL_KEYS = {"image_classification": ("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"),
+              "nearest_point": ("ff", "posn_dim")}
 
 RECIPE_DEFAULTS = {
     "epochs": 30, "batch_size": 64, "lr": 1e-3, "min_lr": 0.0, "weight_decay": 0.05,
     "betas": [0.9, 0.999], "warmup_frac": 0.05, "grad_clip": None, "label_smoothing": 0.0,
     "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
-    "eval_batch_size": 256, "num_workers": 0, "max_steps": None,
+    "eval_batch_size": 256, "num_workers": 0, "max_steps": None, "schedule": "cosine",
+    "steps_per_epoch": None, "init_seed": None,
+}
+# P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100 steps,
+# warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed.
+TASK_RECIPE_DEFAULTS = {
+    "image_classification": {},
+    "nearest_point": {"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
+                      "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
+                      "eval_batch_size": 1024},
 }
 CONDITIONING_DEFAULTS = {"samples": 256}
 RESOURCE_DEFAULTS = {"gpu": 0, "runtime": 30, "mem_mb": 4000, "threads": 1}
@@ -189,6 +208,7 @@ class Study:
     baseline: dict
     resources: dict
     description: str = ""
+    acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
 
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
@@ -221,24 +241,31 @@ def _deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def _expand_grid(name: str, idx: int | None, grid: dict, problems: list[str]) -> list[dict]:
-    """Expand one grid block into architecture points (dicts), reporting problems by key."""
-    key = f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
-    protocols = grid["protocol"]
+IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "seeds")
+NEAREST_GRID_KEYS = ("depth", "heads", "modules", "dim", "tokens", "posn", "seeds")
+
+
+def _grid_key(name: str, idx: int | None) -> str:
+    return f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
+
+
+def _expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
+    """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
+    protocols = grid.get("protocol")
+    if not protocols:
+        problems.append(f"config error: {key}.protocol: required by task image_classification "
+                        f"(allowed: fixed_width, fixed_head_dim)")
+        return []
     if "fixed_width" in protocols and "width" not in grid:
         problems.append(f"config error: {key}.width: required by protocol fixed_width (the fixed model width D)")
     if "fixed_head_dim" in protocols and "head_dim" not in grid:
         problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (the fixed head dimension d)")
-    has_ratio, has_hidden = "mlp_ratio" in grid, "mlp_hidden" in grid
-    if has_ratio and has_hidden:
+    if "mlp_ratio" in grid and "mlp_hidden" in grid:
         problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both")
     mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
-    if not mlps:
-        mlps = [("ratio", 4.0)]
-
     points = []
     for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
-            grid["depth"], grid["heads"], protocols, mlps):
+            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)]):
         if protocol == "fixed_width":
             shapes = []
             for width in grid.get("width", []):
@@ -252,19 +279,58 @@ def _expand_grid(name: str, idx: int | None, grid: dict, problems: list[str]) ->
         else:
             shapes = [(heads * d, d) for d in grid.get("head_dim", [])]
         for width, head_dim in shapes:
-            if mlp_kind == "ratio":
-                hidden = mlp_value * width
-                if not math.isclose(hidden, round(hidden)):
-                    problems.append(f"config error: {key}.mlp_ratio: {mlp_value} x width {width} is not a whole "
-                                    f"number of MLP units (allowed: ratios giving an integer, or mlp_hidden)")
-                    continue
-                hidden = int(round(hidden))
-            else:
-                hidden = int(mlp_value)
+            hidden = mlp_value * width if mlp_kind == "ratio" else mlp_value
+            if not math.isclose(hidden, round(hidden)):
+                problems.append(f"config error: {key}.mlp_ratio: {mlp_value} x width {width} is not a whole "
+                                f"number of MLP units (allowed: ratios giving an integer, or mlp_hidden)")
+                continue
             for seed in grid["seeds"]:
                 points.append({"depth": depth, "heads": heads, "width": width, "head_dim": head_dim,
-                               "mlp_hidden": hidden, "seed": seed, "protocol": protocol})
+                               "mlp_hidden": int(round(hidden)), "seed": seed, "protocol": protocol})
     return points
+
+
+def _expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) -> list[dict]:
+    """P2 grid: depth x heads per module x modules W x dimension d x tokens N x positions x seeds.
+    Rank (head dim) = d_model / heads, d_model = d (+ posn_dim for concatenated positions)."""
+    for req in ("dim", "tokens"):
+        if req not in grid:
+            problems.append(f"config error: {key}.{req}: required by task nearest_point")
+    points = []
+    for depth, heads, modules, dim, tokens, posn, seed in itertools.product(
+            grid["depth"], grid["heads"], grid.get("modules", [1]), grid.get("dim", []), grid.get("tokens", []),
+            grid.get("posn", ["none"]), grid["seeds"]):
+        d_model = dim + (model["posn_dim"] if posn == "concatenated" else 0)
+        if d_model % heads:
+            problems.append(f"config error: {key}.heads: {heads} does not divide the model width {d_model} "
+                            f"(allowed: divisors of {d_model})")
+            continue
+        points.append({"depth": depth, "heads": heads, "modules": modules, "dim": dim, "tokens": tokens,
+                       "posn": posn, "rank": d_model // heads, "d_model": d_model, "seed": seed})
+    return points
+
+
+def _image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+    p = point
+    model = {"arch": "vit", **model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
+             "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
+    return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
+
+
+def _nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+    p = point
+    model = {"arch": "nearest_point_encoder", **model_base, "depth": p["depth"], "heads": p["heads"],
+             "modules": p["modules"], "dim": p["dim"], "tokens": p["tokens"], "posn": p["posn"],
+             "d_model": p["d_model"], "head_dim": p["rank"]}
+    vid = (f"L{p['depth']}-H{p['heads']}-W{p['modules']}-r{p['rank']}-d{p['dim']}-N{p['tokens']}"
+           f"-{p['posn']}-s{p['seed']}")
+    return vid, model
+
+
+TASKS = {
+    "image_classification": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("digits", "hub", "imagefolder")},
+    "nearest_point": {"grid_keys": NEAREST_GRID_KEYS, "dataset_kinds": ("nearest_point",)},
+}
 
 
 def _matches(where: dict, point: dict) -> bool:
@@ -295,71 +361,105 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     base_dir = Path(base_dir)
 
     datasets = {n: _check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
-    if "digits" not in datasets:
-        datasets["digits"] = {"kind": "digits", **DATASET_DEFAULTS["digits"]}
+    for implicit in ("digits", "nearest_point"):  # need no settings: always available by kind name
+        datasets.setdefault(implicit, {"kind": implicit, **DATASET_DEFAULTS[implicit]})
 
     studies: dict[str, Study] = {}
     for name, st in config["studies"].items():
-        if st["dataset"] not in datasets:
-            problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
-                            f"(allowed: {', '.join(sorted(datasets))})")
-            continue
-        ds = datasets[st["dataset"]]
-        model_base = {**MODEL_DEFAULTS, **(st.get("model") or {})}
-        model_base.setdefault("img_size", ds["img_size"])
-        model_base["in_chans"] = ds["in_chans"]
-        model_base["num_classes"] = ds["num_classes"]
-        recipe_base = {**RECIPE_DEFAULTS, **(st.get("recipe") or {})}
-        conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
-        if model_base["img_size"] % model_base["patch_size"]:
-            problems.append(f"config error: studies.{name}.model.patch_size: {model_base['patch_size']} does not "
-                            f"divide img_size {model_base['img_size']} (allowed: divisors of the image size)")
-
-        grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
-        points: list[dict] = []
-        for i, g in enumerate(grids):
-            points += _expand_grid(name, i if isinstance(st["grid"], list) else None, g, problems)
-
-        variants: dict[str, Variant] = {}
-        protocols: dict[str, list[str]] = {}
-        overrides = st.get("overrides") or []
-        expect = {e["variant"]: {"params": e["params"], "tolerance": e["tolerance"]}
-                  for e in st.get("expect_params") or []}
-        for p in points:
-            vid = variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"])
-            protocols.setdefault(vid, [])
-            if p["protocol"] not in protocols[vid]:
-                protocols[vid].append(p["protocol"])
-            if vid in variants:
-                continue
-            recipe = dict(recipe_base)
-            for ov in overrides:
-                if _matches(ov["where"], p):
-                    recipe = {**recipe, **ov["recipe"]}
-            model = {"arch": "vit", **model_base, "depth": p["depth"], "heads": p["heads"],
-                     "width": p["width"], "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
-            variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
-                                    model=model, recipe=recipe, conditioning=conditioning,
-                                    expect_params=expect.get(vid))
-        for i, ov in enumerate(overrides):
-            if not any(_matches(ov["where"], p) for p in points):
-                problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid")
-        for vid in expect:
-            if vid not in variants:
-                problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid")
-        variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
-        if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
-            problems.append(f"config error: studies.{name}.grid: expands to no variants")
-
-        studies[name] = Study(name=name, task=st["task"], dataset=st["dataset"], variants=variants,
-                              baseline=dict(st.get("baseline") or {}),
-                              resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
-                              description=st.get("description", ""))
+        study = _build_study(name, st, datasets, problems)
+        if study is not None:
+            studies[name] = study
 
     theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     return Plan(datasets=datasets, studies=studies, theory=theory, raw=config)
+
+
+def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
+    task = st["task"]
+    given = st.get("model") or {}
+    allowed = MODEL_KEYS[task]
+    for key in given:
+        if key not in allowed:
+            problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
+                            f"(allowed: {', '.join(allowed)})")
+    if task == "nearest_point":
+        return {**NEAREST_MODEL_DEFAULTS, **given}
+    model = {**MODEL_DEFAULTS, **given}
+    model.setdefault("img_size", ds["img_size"])
+    model["in_chans"] = ds["in_chans"]
+    model["num_classes"] = ds["num_classes"]
+    if model["img_size"] % model["patch_size"]:
+        problems.append(f"config error: studies.{name}.model.patch_size: {model['patch_size']} does not "
+                        f"divide img_size {model['img_size']} (allowed: divisors of the image size)")
+    return model
+
+
+def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
+    task = st["task"]
+    if st["dataset"] not in datasets:
+        problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
+                        f"(allowed: {', '.join(sorted(datasets))})")
+        return None
+    ds = datasets[st["dataset"]]
+    if ds["kind"] not in TASKS[task]["dataset_kinds"]:
+        problems.append(f"config error: studies.{name}.dataset: {st['dataset']!r} is a {ds['kind']} dataset, "
+                        f"task {task} needs one of kind {', '.join(TASKS[task]['dataset_kinds'])}")
+        return None
+    model_base = _task_model_base(name, st, ds, problems)
+    recipe_base = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS[task], **(st.get("recipe") or {})}
+    conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
+
+    grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
+    points: list[dict] = []
+    for i, g in enumerate(grids):
+        key = _grid_key(name, i if isinstance(st["grid"], list) else None)
+        unused = [k for k in g if k not in TASKS[task]["grid_keys"]]
+        for k in unused:
+            problems.append(f"config error: {key}.{k}: not used by task {task} "
+                            f"(allowed: {', '.join(TASKS[task]['grid_keys'])})")
+        if unused:
+            continue
+        if task == "nearest_point":
+            points += _expand_nearest_grid(key, g, problems, model_base)
+        else:
+            points += _expand_image_grid(key, g, problems)
+
+    make_variant = _nearest_variant if task == "nearest_point" else _image_variant
+    variants: dict[str, Variant] = {}
+    protocols: dict[str, list[str]] = {}
+    overrides = st.get("overrides") or []
+    expect = {e["variant"]: {"params": e["params"], "tolerance": e["tolerance"]}
+              for e in st.get("expect_params") or []}
+    for p in points:
+        vid, model = make_variant(p, model_base)
+        protocols.setdefault(vid, [])
+        if "protocol" in p and p["protocol"] not in protocols[vid]:
+            protocols[vid].append(p["protocol"])
+        if vid in variants:
+            continue
+        recipe = dict(recipe_base)
+        for ov in overrides:
+            if _matches(ov["where"], p):
+                recipe = {**recipe, **ov["recipe"]}
+        variants[vid] = Variant(study=name, id=vid, task=task, dataset=st["dataset"], seed=p["seed"],
+                                model=model, recipe=recipe, conditioning=conditioning,
+                                expect_params=expect.get(vid))
+    for i, ov in enumerate(overrides):
+        if not any(_matches(ov["where"], p) for p in points):
+            problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid")
+    for vid in expect:
+        if vid not in variants:
+            problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid")
+    variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
+    if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
+        problems.append(f"config error: studies.{name}.grid: expands to no variants")
+    return Study(name=name, task=task, dataset=st["dataset"], variants=variants,
+                 baseline=dict(st.get("baseline") or {}),
+                 resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
+                 description=st.get("description", ""),
+                 acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))
 
 
 def load_yaml(path: str | Path) -> dict:

@@ -1,15 +1,16 @@
 """Tasks: what a study trains on and how it is scored. The training loop is shared; a task
-contributes its data, its loss and its metric.
+contributes its data (train batches as a function of epoch, a fixed evaluation set, a fixed probe
+batch for condition numbers), its loss and its metric.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from .data import load_splits
+from .io import read_json
 
 
 class ImageClassification:
@@ -20,10 +21,12 @@ class ImageClassification:
     primary_mode = "max"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
+        from .data import load_splits
+
         recipe = spec["recipe"]
         self.splits = load_splits(data_path, recipe, device.type)
-        self.train_split, self.eval_split = self.splits.train, self.splits.eval
-        self.device = device
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
+        self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.get("label_smoothing", 0.0)
         self.eval_batch_size = recipe.get("eval_batch_size", 256)
         self.mixup = None
@@ -32,6 +35,9 @@ class ImageClassification:
 
             self.mixup = Mixup(mixup_alpha=recipe.get("mixup", 0.0), cutmix_alpha=recipe.get("cutmix", 0.0),
                                label_smoothing=self.label_smoothing, num_classes=spec["model"]["num_classes"])
+
+    def train_batches(self, epoch: int, skip: int = 0) -> Iterator[Any]:
+        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip)
 
     def _to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = batch
@@ -52,7 +58,7 @@ class ImageClassification:
     def evaluate(self, model, autocast) -> dict[str, float]:
         model.eval()
         total, correct, loss_sum = 0, 0, 0.0
-        for batch in self.eval_split.eval_batches(self.eval_batch_size):
+        for batch in self.splits.eval.eval_batches(self.eval_batch_size):
             x, y = self._to_device(batch)
             with autocast():
                 logits = model(x).float()
@@ -64,11 +70,71 @@ class ImageClassification:
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         """The fixed evaluation batch for condition numbers: the first n eval examples."""
-        xs = [x for x, _ in self.eval_split.eval_batches(self.eval_batch_size, limit=n)]
+        xs = [x for x, _ in self.splits.eval.eval_batches(self.eval_batch_size, limit=n)]
         return torch.cat(xs)[:n]
 
+    def diagnostics(self, model) -> dict:
+        return {}
 
-TASKS: dict[str, Any] = {"image_classification": ImageClassification}
+
+def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """P2's loss: squared error summed over coordinates, averaged over tokens and batch (so the
+    zero predictor scores 1 on unit vectors)."""
+    return (pred.float() - target).pow(2).sum(-1).mean()
+
+
+class NearestPoint:
+    """P2's farthest-point task: a stream of point sets, MSE to each point's farthest neighbour.
+    The run's metric is the minimum over epochs of the epoch-mean training MSE (fresh samples
+    every step, so training MSE is the population risk); eval MSE on a fixed set is logged too."""
+
+    name = "nearest_point"
+    primary_metric = "train_loss"
+    primary_mode = "min"
+
+    def __init__(self, spec: dict, data_path: str, device: torch.device):
+        from .data.nearest_point import PointStream
+
+        meta, recipe, model = read_json(data_path), spec["recipe"], spec["model"]
+        self.device = device
+        self.steps_per_epoch = recipe["steps_per_epoch"]
+        self.stream = PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"],
+                                  streams=meta["streams"], eval_samples=meta["eval_samples"],
+                                  eval_seed=meta["eval_seed"])
+
+    def train_batches(self, epoch: int, skip: int = 0) -> Iterator[Any]:
+        first = epoch * self.steps_per_epoch + skip
+        return self.stream.batches(first, (epoch + 1) * self.steps_per_epoch)
+
+    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        return nearest_point_mse(model(x), y), len(x)
+
+    @torch.no_grad()
+    def evaluate(self, model, autocast) -> dict[str, float]:
+        model.eval()
+        total, err = 0, 0.0
+        for x, y in self.stream.eval_batches():
+            x, y = x.to(self.device), y.to(self.device)
+            with autocast():
+                err += nearest_point_mse(model(x), y).item() * len(x)
+            total += len(x)
+        model.train()
+        return {"eval_mse": err / max(total, 1)}
+
+    def probe_inputs(self, n: int) -> torch.Tensor:
+        return torch.cat([x for x, _ in self.stream.eval_batches(limit=n)])
+
+    def diagnostics(self, model) -> dict:
+        """fig_perfect's statistic for every head of the first layer."""
+        from .models.nearest import qk_identity_angle
+
+        qk = model.blocks[0].attn.qk().detach()
+        return {"qk_angle_deg": qk_identity_angle(model),
+                "qk_fro": qk.flatten(-2).norm(dim=-1).flatten().tolist()}
+
+
+TASKS: dict[str, Any] = {"image_classification": ImageClassification, "nearest_point": NearestPoint}
 
 
 def make_task(spec: dict, data_path: str, device: torch.device):
@@ -77,3 +143,4 @@ def make_task(spec: dict, data_path: str, device: torch.device):
     except KeyError:
         raise ValueError(f"unknown task {spec['task']!r} (allowed: {', '.join(TASKS)})") from None
     return cls(spec, data_path, device)
+

@@ -9,7 +9,7 @@ resume where the last one stopped, bit for bit on CPU. A NaN or inf loss ends th
 Outputs (each written atomically, metrics.json last):
   init.safetensors    weights at initialisation
   model.safetensors   final weights
-  history.csv         one row per evaluation
+  history.csv         one row per epoch (evaluation columns every eval_every epochs)
   metrics.json        spec, parameter counts, status, final and best metrics, cost
 """
 
@@ -69,10 +69,20 @@ def autocast_for(device: torch.device):
     return contextlib.nullcontext
 
 
-def lr_at(step: int, total: int, recipe: dict) -> float:
-    """Linear warm-up from 0 over warmup_frac of the steps, then cosine to min_lr."""
-    warmup = int(round(recipe["warmup_frac"] * total))
+def lr_at(step: int, total: int, recipe: dict, steps_per_epoch: int = 1) -> float:
+    """The learning rate of optimiser step `step` of `total`.
+
+    cosine: linear warm-up over warmup_frac of the steps, then cosine to min_lr, per step.
+    epoch_cosine: P2's LinearWarmupCosineAnnealingLR stepped once per epoch: epoch 0 at lr 0,
+    linear to lr at the end of warm-up (warmup_frac of the epochs, rounded down), then cosine."""
     base, floor = recipe["lr"], recipe.get("min_lr", 0.0)
+    if recipe.get("schedule", "cosine") == "epoch_cosine":
+        epochs = max(1, math.ceil(total / steps_per_epoch))
+        epoch, warmup = step // steps_per_epoch, int(recipe["warmup_frac"] * epochs)
+        if epoch < warmup:
+            return epoch * base / max(1, warmup - 1)
+        return floor + 0.5 * (base - floor) * (1 + math.cos(math.pi * (epoch - warmup) / max(1, epochs - warmup)))
+    warmup = int(round(recipe["warmup_frac"] * total))
     if step < warmup:
         return base * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
@@ -89,7 +99,8 @@ def make_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
         (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
     groups = [{"params": decay, "weight_decay": recipe["weight_decay"]},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]))
+    # fused: one kernel for all parameters (on CPU too), ~25% faster steps for small models
+    return torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]), fused=True)
 
 
 def save_weights(model, path: Path, spec: dict) -> None:
@@ -142,9 +153,9 @@ def _load_resume(path: Path, log) -> dict | None:
 
 
 def _versions() -> dict:
-    import timm
+    from importlib.metadata import version
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "timm": timm.__version__,
+    return {"python": platform.python_version(), "torch": torch.__version__, "timm": version("timm"),
             "numpy": np.__version__, "leaner": __version__}
 
 
@@ -176,7 +187,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     dev = pick_device(device)
     make_deterministic(dev)
     recipe = spec["recipe"]
-    seed_everything(spec["seed"])
+    init_seed = recipe.get("init_seed")
+    seed_everything(spec["seed"] if init_seed is None else init_seed)
     model = build_model(spec["model"])
     counts = param_counts(model)
     check_expected_params(spec, counts["total"])
@@ -186,7 +198,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     optimizer = make_optimizer(model, recipe)
     autocast = autocast_for(dev)
 
-    steps_per_epoch = task.train_split.steps_per_epoch(recipe["batch_size"])
+    steps_per_epoch = task.steps_per_epoch
     total_steps = recipe["epochs"] * steps_per_epoch
     if recipe.get("max_steps"):
         total_steps = min(total_steps, recipe["max_steps"])
@@ -227,8 +239,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     epoch = step // steps_per_epoch
     while step < total_steps and status == "ok":
         skip = step - epoch * steps_per_epoch
-        for batch in task.train_split.train_batches(recipe["batch_size"], spec["seed"], epoch, skip):
-            lr = lr_at(step, total_steps, recipe)
+        for batch in task.train_batches(epoch, skip):
+            lr = lr_at(step, total_steps, recipe, steps_per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with autocast():
@@ -253,14 +265,17 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             if step >= total_steps:
                 break
         epoch_done = step % steps_per_epoch == 0 or step >= total_steps or status != "ok"
-        if epoch_done:
+        if epoch_done:  # a history row every epoch; evaluation every eval_every epochs and at the end
             last = step >= total_steps or status != "ok"
-            if (epoch + 1) % recipe["eval_every"] == 0 or last:
-                row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total_steps, recipe),
-                       "train_loss": epoch_loss / max(epoch_count, 1), **task.evaluate(model, autocast),
-                       "elapsed_s": elapsed_before + time.perf_counter() - t0}
-                history.append(row)
-                best = _update_best(best, row, task)
+            evaluate = (epoch + 1) % recipe["eval_every"] == 0 or last
+            row = {"epoch": epoch + 1, "step": step,
+                   "lr": lr_at(max(step - 1, 0), total_steps, recipe, steps_per_epoch),
+                   "train_loss": epoch_loss / epoch_count if epoch_count else math.nan,
+                   **(task.evaluate(model, autocast) if evaluate else {}),
+                   "elapsed_s": elapsed_before + time.perf_counter() - t0}
+            history.append(row)
+            best = _update_best(best, row, task)
+            if evaluate:
                 bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))})
                 log("epoch {epoch} step {step}: ".format(**row) +
                     " ".join(f"{k}={v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))))
@@ -272,13 +287,13 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     import pandas as pd
 
     save_weights(model, out / "model.safetensors", spec)
-    write_csv(out / "history.csv", pd.DataFrame(history))
     final = {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))}
+    write_csv(out / "history.csv", pd.DataFrame(history))
     metrics = {
         "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
         "params": counts, "status": status, "final": final,
         "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
-        "primary_metric": task.primary_metric, "steps": step, "total_steps": total_steps, "epochs": n_epochs,
+        "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "steps": step, "total_steps": total_steps, "epochs": n_epochs,
         "wall_time_s": elapsed_before + train_time,
         "throughput_samples_per_s": samples_seen / train_time if train_time > 0 else None,
         "peak_memory_mb": _peak_memory_mb(dev), "device": str(dev),

@@ -95,7 +95,11 @@ def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
         from .images import prepare_images
 
         return prepare_images(dataset_name, spec, out_manifest)
-    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder)")
+    if kind == "nearest_point":
+        from .nearest_point import prepare_nearest_point
+
+        return prepare_nearest_point(dataset_name, spec, out_manifest)
+    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, nearest_point)")
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:

@@ -11,7 +11,11 @@ def build_model(spec: dict):
         from .vit import build_vit
 
         return build_vit(spec)
-    raise ValueError(f"unknown model arch {arch!r} (allowed: vit)")
+    if arch == "nearest_point_encoder":
+        from .nearest import build_nearest
+
+        return build_nearest(spec)
+    raise ValueError(f"unknown model arch {arch!r} (allowed: vit, nearest_point_encoder)")
 
 
 def attention_modules(model):

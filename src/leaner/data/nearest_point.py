@@ -1,0 +1,75 @@
+"""P2's nearest-point task (papers.md 2.1): an infinite stream, fresh points every batch.
+
+Each sequence holds N points i.i.d. uniform on the unit sphere in R^d (Gaussian, normalised). The
+target for point i is the point farthest from it, x_j with j = argmin_j <x_j, x_i> (the nearest
+neighbour of -x_i; the nearest point to x_i in its own set is x_i itself).
+
+Batch k is a pure function of (data seed, k), so a resumed run sees the batches an uninterrupted
+run would have seen. P2 drew batches from 7 loader workers seeded data_seed + worker, so data seeds
+s and s+1 share 6 of 7 streams; `streams: 7` keeps that structure (batch k comes from stream
+data_seed + k mod 7), `streams: 1` makes every data seed independent.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ..io import write_json
+
+EVAL_CHUNK = 512
+
+
+def sample_sphere(batch: int, tokens: int, dim: int, generator: torch.Generator) -> torch.Tensor:
+    x = torch.randn(batch, tokens, dim, generator=generator)
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def farthest_targets(x: torch.Tensor) -> torch.Tensor:
+    """y_i = x_j with j = argmin_j <x_j, x_i>, for x of shape (B, N, d)."""
+    j = torch.einsum("bid,bjd->bij", x, x).argmin(dim=-1)
+    return torch.gather(x, 1, j[..., None].expand_as(x))
+
+
+def _generator(*keys: int) -> torch.Generator:
+    seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0])
+    return torch.Generator().manual_seed(seed)
+
+
+class PointStream:
+    """The training stream of one run and its fixed evaluation set."""
+
+    def __init__(self, dim: int, tokens: int, batch_size: int, data_seed: int, streams: int = 7,
+                 eval_samples: int = 4096, eval_seed: int = 12345):
+        self.dim, self.tokens, self.batch_size = dim, tokens, batch_size
+        self.data_seed, self.streams = data_seed, streams
+        self.eval_samples, self.eval_seed = eval_samples, eval_seed
+
+    def batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        stream, position = self.data_seed + k % self.streams, k // self.streams
+        x = sample_sphere(self.batch_size, self.tokens, self.dim, _generator(stream, position))
+        return x, farthest_targets(x)
+
+    def batches(self, first: int, last: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for k in range(first, last):
+            yield self.batch(k)
+
+    def eval_batches(self, limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The same evaluation points for every run with this (d, N), whatever its data seed or
+        batch size: fixed chunks of EVAL_CHUNK sequences, each from its own seed."""
+        n = self.eval_samples if limit is None else min(limit, self.eval_samples)
+        for c, start in enumerate(range(0, n, EVAL_CHUNK)):
+            x = sample_sphere(EVAL_CHUNK, self.tokens, self.dim, _generator(self.eval_seed, self.dim, self.tokens, c))
+            x = x[:n - start]
+            yield x, farthest_targets(x)
+
+
+def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
+    """Nothing to download: record the generator's settings, which every run of the study reads."""
+    manifest = {"dataset": name, "kind": "nearest_point",
+                "source": "i.i.d. uniform points on the unit sphere (normalised Gaussians), farthest-point targets",
+                "streams": spec["streams"], "eval_samples": spec["eval_samples"], "eval_seed": spec["eval_seed"]}
+    write_json(out_manifest, manifest)
+    return manifest

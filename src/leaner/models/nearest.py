@@ -1,0 +1,160 @@
+"""P2's encoder for the nearest-point task (Amsel et al., papers.md 2.2), in the style of its code.
+
+- Post-norm layers acting directly in R^d: no token embedding, no output head.
+- Normalisation x -> s * x / ||x|| with one learnable scalar s (init 1, eps 0).
+- ReLU feed-forward, no dropout.
+- Attention = the average of W independent multi-head attention modules, each with `heads`
+  heads of rank d_model / heads. They are computed batched here (one in-projection for all W
+  modules, then a block-averaging out-projection), which is the same function as W separate
+  `nn.MultiheadAttention` modules averaged: `AveragedMultiheadAttention.from_modules` and the tests
+  check that.
+- Every layer starts as a copy of the first (as `nn.TransformerEncoder` does).
+- Optional positions: additive (d x N table, init N(-1, 1) as in P2's code) or concatenated
+  (posn_dim x N table, init U(-1, 1); d_model = d + posn_dim).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ScalarUnitNorm(nn.Module):
+    """x -> s * x / ||x||_2 with a single learnable scalar s."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x / x.norm(dim=-1, keepdim=True)
+
+
+class AveragedProjection(nn.Module):
+    """The W out-projections, applied to each module's block of the concatenated head outputs
+    and averaged. Input (B, N, W * d_model): exactly the heads' outputs before any projection."""
+
+    def __init__(self, modules: int, d_model: int):
+        super().__init__()
+        self.modules_, self.d_model = modules, d_model
+        self.weight = nn.Parameter(torch.empty(modules, d_model, d_model))
+        self.bias = nn.Parameter(torch.zeros(modules, d_model))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        b, n, _ = z.shape
+        z = z.view(b, n, self.modules_, self.d_model)
+        return (torch.einsum("bnwd,wed->bnwe", z, self.weight) + self.bias).mean(dim=2)
+
+
+class AveragedMultiheadAttention(nn.Module):
+    """Mean over W modules of nn.MultiheadAttention(d_model, heads), batched."""
+
+    def __init__(self, d_model: int, heads: int, modules: int):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"heads ({heads}) must divide d_model ({d_model})")
+        self.d_model, self.heads, self.modules_ = d_model, heads, modules
+        self.head_dim = d_model // heads
+        self.in_proj_weight = nn.Parameter(torch.empty(modules, 3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(modules, 3 * d_model))
+        self.proj = AveragedProjection(modules, d_model)
+        with torch.no_grad():  # each module initialised as nn.MultiheadAttention initialises itself
+            self.copy_from([nn.MultiheadAttention(d_model, heads, batch_first=True) for _ in range(modules)])
+
+    @torch.no_grad()
+    def copy_from(self, mhas: list[nn.MultiheadAttention]) -> "AveragedMultiheadAttention":
+        for w, mha in enumerate(mhas):
+            self.in_proj_weight[w].copy_(mha.in_proj_weight)
+            self.in_proj_bias[w].copy_(mha.in_proj_bias)
+            self.proj.weight[w].copy_(mha.out_proj.weight)
+            self.proj.bias[w].copy_(mha.out_proj.bias)
+        return self
+
+    @classmethod
+    def from_modules(cls, mhas: list[nn.MultiheadAttention]) -> "AveragedMultiheadAttention":
+        first = mhas[0]
+        return cls(first.embed_dim, first.num_heads, len(mhas)).copy_from(mhas)
+
+    def qk(self) -> torch.Tensor:
+        """Per module and head, the bilinear form of the attention scores: W_Q^T W_K, (W, H, d, d)."""
+        w = self.in_proj_weight.view(self.modules_, 3, self.heads, self.head_dim, self.d_model)
+        return torch.einsum("whrd,whre->whde", w[:, 0], w[:, 1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        qkv = torch.einsum("bnd,wed->bnwe", x, self.in_proj_weight) + self.in_proj_bias
+        qkv = qkv.view(b, n, self.modules_, 3, self.heads, self.head_dim).permute(3, 0, 2, 4, 1, 5)
+        q, k, v = qkv.unbind(0)  # (B, W, H, N, r) each
+        out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(r)) v
+        out = out.permute(0, 3, 1, 2, 4).reshape(b, n, self.modules_ * self.d_model)
+        return self.proj(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, hidden), nn.Linear(hidden, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class PostNormBlock(nn.Module):
+    """x <- N1(x + SA(x)); x <- N2(x + FF(x))."""
+
+    def __init__(self, d_model: int, heads: int, modules: int, ff: int):
+        super().__init__()
+        self.attn = AveragedMultiheadAttention(d_model, heads, modules)
+        self.mlp = FeedForward(d_model, ff)
+        self.norm1, self.norm2 = ScalarUnitNorm(), ScalarUnitNorm()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.mlp(x))
+
+
+class NearestPointEncoder(nn.Module):
+    """Maps a sequence of points (B, N, d) to predictions (B, N, d) of each point's farthest neighbour."""
+
+    def __init__(self, dim: int, tokens: int, depth: int, heads: int, modules: int = 1, ff: int = 2048,
+                 posn: str = "none", posn_dim: int = 64):
+        super().__init__()
+        self.dim, self.posn = dim, posn
+        d_model = dim + (posn_dim if posn == "concatenated" else 0)
+        first = PostNormBlock(d_model, heads, modules, ff)
+        self.blocks = nn.ModuleList([first] + [copy.deepcopy(first) for _ in range(depth - 1)])  # start identical
+        if posn == "additive":
+            self.pos_embed = nn.Parameter(torch.empty(tokens, dim).normal_(-1.0, 1.0))
+        elif posn == "concatenated":
+            self.pos_embed = nn.Parameter(torch.empty(tokens, posn_dim).uniform_(-1.0, 1.0))
+        elif posn != "none":
+            raise ValueError(f"unknown posn {posn!r} (allowed: none, additive, concatenated)")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if self.posn == "additive":
+            x = x + self.pos_embed[:n]
+        elif self.posn == "concatenated":
+            x = torch.cat([x, self.pos_embed[:n].expand(x.shape[0], -1, -1)], dim=-1)
+        for blk in self.blocks:
+            x = blk(x)
+        return x[..., :self.dim]
+
+
+def build_nearest(spec: dict) -> NearestPointEncoder:
+    return NearestPointEncoder(dim=spec["dim"], tokens=spec["tokens"], depth=spec["depth"], heads=spec["heads"],
+                               modules=spec["modules"], ff=spec["ff"], posn=spec["posn"],
+                               posn_dim=spec["posn_dim"])
+
+
+def qk_identity_angle(model: NearestPointEncoder) -> list[float]:
+    """fig_perfect: for every head of the first layer, the angle (degrees) between W_Q^T W_K and the
+    identity, acos(tr(M) / (||M||_F sqrt(d))). The trained construction Q K^T = -c I gives 180."""
+    m = model.blocks[0].attn.qk().detach().double()
+    d = m.shape[-1]
+    cos = torch.diagonal(m, dim1=-2, dim2=-1).sum(-1) / (m.flatten(-2).norm(dim=-1) * math.sqrt(d))
+    return torch.rad2deg(torch.acos(cos.clamp(-1, 1))).flatten().tolist()
