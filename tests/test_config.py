@@ -110,6 +110,12 @@ BAD = [
      "studies.tiny.grid[0].width[0]: -16 is not allowed (allowed: an integer >= 1)"),
     ("unknown protocol", _set(["studies", "tiny", "grid", 0, "protocol"], ["fixed_depth"]),
      "studies.tiny.grid[0].protocol[0]: \"fixed_depth\" is not allowed (allowed: one of fixed_width, fixed_head_dim)"),
+    ("reserved study name", lambda c: c["studies"].update(figures=c["studies"].pop("tiny_nearest")),
+     "studies.figures: reserved name"),
+    ("grid key of another task", _set(["studies", "tiny", "grid", 0, "modules"], [2]),
+     "studies.tiny.grid[0].modules: not used by task image_classification"),
+    ("dataset of another kind", _set(["studies", "tiny_nearest", "dataset"], "digits"),
+     "studies.tiny_nearest.dataset: 'digits' is a digits dataset, task nearest_point needs one of kind nearest_point"),
     ("width missing for fixed_width", lambda c: c["studies"]["tiny"]["grid"][0].pop("width"),
      "studies.tiny.grid[0].width: required by protocol fixed_width"),
 ]

@@ -140,3 +140,38 @@ def test_short_training_run_learns_and_keeps_init_seed(tmp_path):
     a, b = load_file(str(tmp_path / "a" / "init.safetensors")), load_file(str(tmp_path / "b" / "init.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert build_model(model)(torch.randn(2, 4, 8)).shape == (2, 4, 8)
+
+
+def _summary(rows):
+    import pandas as pd
+
+    base = {"task": "nearest_point", "modules": 1, "dim": 16, "posn": "none", "status": "ok", "params_total": 1,
+            "protocols": ""}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_acceptance_checks_pass_and_fail_on_the_numbers():
+    from leaner.aggregate import acceptance_checks
+
+    rows = []
+    for seed, (full, half) in enumerate([(0.04, 0.57), (0.05, 0.58)]):
+        rows += [{"depth": 1, "heads": 1, "head_dim": 16, "tokens": 8, "seed": seed, "best_train_loss": full,
+                  "qk_angle_deg_min": 179.0 - seed * 20},
+                 {"depth": 1, "heads": 2, "head_dim": 8, "tokens": 8, "seed": seed, "best_train_loss": half,
+                  "qk_angle_deg_min": 100.0}]
+    # figN-like points at 2 layers: rank 1 at N=4 and N=64
+    rows += [{"depth": 2, "heads": 16, "head_dim": 1, "tokens": n, "seed": 0, "best_train_loss": mse,
+              "qk_angle_deg_min": 90.0} for n, mse in ((4, 0.02), (64, 0.81))]
+    rows += [{"depth": 2, "heads": 1, "head_dim": 16, "tokens": n, "seed": 0, "best_train_loss": 0.01,
+              "qk_angle_deg_min": 90.0} for n in (4, 64)]
+    checks = acceptance_checks(_summary(rows)).set_index("check")
+    gap = checks.loc["1 layer, W=1, d=16, N=8, posn=none: MSE(rank d/2) / MSE(rank d)"]
+    assert gap["observed"] == pytest.approx(0.57 / 0.04) and gap["pass"]  # min over seeds
+    assert checks.loc["2 layers, W=1, d=16, posn=none, rank 1: MSE at N=4", "pass"]
+    assert checks.loc["2 layers, W=1, d=16, posn=none, rank 1: MSE at N >= 64", "pass"]
+    angle = checks.loc["fig_perfect: 1 layer, 1 head, W=1, d=16, N=8: angle(QK^T, I), every head"]
+    assert angle["observed"] == pytest.approx(159.0) and not angle["pass"]  # seed 1's head is off
+    only = acceptance_checks(_summary(rows), checks=["full_rank_gap"])
+    assert len(only) == 1
+    rows[1]["best_train_loss"] = rows[3]["best_train_loss"] = 0.3  # gap of 7.5x: fails
+    assert not acceptance_checks(_summary(rows), checks=["full_rank_gap"])["pass"].iloc[0]

@@ -396,8 +396,15 @@ def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict
     return model
 
 
+RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory")  # folders of results/ itself
+
+
 def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
     task = st["task"]
+    if name in RESERVED_STUDY_NAMES:
+        problems.append(f"config error: studies.{name}: reserved name (results/{name}/ holds other outputs; "
+                        f"allowed: any other name)")
+        return None
     if st["dataset"] not in datasets:
         problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
                         f"(allowed: {', '.join(sorted(datasets))})")
