@@ -26,10 +26,10 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: int = 600) -> su
 def snakemake(workdir: Path, *args: str, configfile: Path | None = TINY, check: bool = True,
               timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the project's Snakefile in `workdir` (results land there, not in the repository)."""
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
-    if configfile is not None:
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    if configfile is not None:  # last: --configfile takes every value that follows it
         cmd += ["--configfile", str(configfile)]
-    return run(cmd + list(args), cwd=workdir, check=check, timeout=timeout)
+    return run(cmd, cwd=workdir, check=check, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

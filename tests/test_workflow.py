@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pandas as pd
 import pytest
@@ -129,3 +130,102 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert lines == ['config error: studies.tiny.recipe.epochs: "many" is not allowed (allowed: an integer >= 1)']
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+# ----------------------------------------------------------------------------- incremental re-runs
+
+RERUN_TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]  # the documented setting
+
+
+def _job_counts(out: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M)}
+
+
+def test_adding_a_head_count_schedules_only_the_new_variants(tiny_run, tmp_path):
+    work, _ = tiny_run
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg["studies"]["tiny"]["grid"][0]["heads"] = [1, 2, 4]
+    path = tmp_path / "more_heads.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = "\n".join(snakemake(work, "-n", "--cores", "2", configfile=path).stdout.splitlines())
+    counts = _job_counts(out)
+    new = {"L1-H4-D16-hd4-mlp32-s0", "L2-H4-D16-hd4-mlp32-s0"}
+    assert counts["train"] == 2 and counts["conditioning"] == 2, out[-3000:]
+    assert set(re.findall(r"variant=(\S+)", out)) == new
+    # and the aggregates of that study downstream, nothing of the other study
+    assert counts["summary"] == 1 and counts["figures_image_classification"] == 1
+    assert counts["tables_image_classification"] == 1 and "figures_nearest_point" not in counts
+
+
+def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tmp_path):
+    """A docstring in the package and a comment in a rule file: with the documented re-run
+    settings (profiles/local), nothing is scheduled."""
+    import shutil
+
+    work, _ = tiny_run
+    copy = tmp_path / "workflow"
+    copy.mkdir()
+    for name in ("Snakefile", "rules", "schemas", "src", "config.yaml"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(src, copy / name)
+    train_py = copy / "src" / "leaner" / "train.py"
+    train_py.write_text(train_py.read_text().replace('"""THE training loop', '"""THE (one) training loop', 1))
+    smk = copy / "rules" / "train.smk"
+    smk.write_text("# an edited comment\n" + smk.read_text())
+    from conftest import BIN, run
+
+    proc = run([str(BIN / "snakemake"), "-s", str(copy / "Snakefile"), "-d", str(work), "--configfile", str(TINY),
+                "-n", "--cores", "2", *RERUN_TRIGGERS], cwd=work)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_requesting_one_variant_runs_only_its_chain(tmp_path):
+    target = "results/tiny/L2-H1-D16-hd16-mlp32-s0/conditioning.csv"
+    proc = snakemake(tmp_path, target, "--cores", "2")
+    counts = _job_counts(proc.stdout + proc.stderr)
+    assert counts == {"prepare_data": 1, "train": 1, "conditioning": 1, "total": 3}, proc.stderr[-2000:]
+    assert [d.name for d in (tmp_path / "results" / "tiny").iterdir()] == ["L2-H1-D16-hd16-mlp32-s0"]
+    assert (tmp_path / target).stat().st_size > 0
+
+
+def test_killed_run_resumes_instead_of_restarting(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from conftest import BIN
+
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=60, checkpoint_every=100)
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    variant = "L1-H1-D16-hd16-mlp32-s0"
+    target = f"results/tiny/{variant}/metrics.json"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), target, "--cores", "1",
+           "--configfile", str(path)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "results" / "tiny" / variant / ".resume" / "state.pt"
+    deadline = time.time() + 240
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its training job, mid-training
+    proc.wait()
+    assert ckpt.exists() and not (tmp_path / target).exists(), "the kill came too late to test resume"
+
+    snakemake(tmp_path, "--unlock", configfile=path)
+    snakemake(tmp_path, target, "--cores", "1", "--rerun-incomplete", configfile=path)
+    log = (tmp_path / "logs" / "train" / "tiny" / f"{variant}.log").read_text()
+    resumed = re.search(r"resumed from step (\d+) of (\d+)", log)
+    assert resumed and int(resumed.group(1)) >= 100, log[-2000:]
+    metrics = json.loads((tmp_path / target).read_text())
+    assert metrics["steps"] == int(resumed.group(2)) == 60 * 23
+    assert not ckpt.exists()

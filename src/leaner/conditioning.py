@@ -84,7 +84,8 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     {name: (step, safetensors path)}, over the fixed evaluation batch of the study."""
     from .models import build_model
     from .tasks import make_task
-    from .train import load_weights, pick_device
+    from .devices import pick_device
+    from .train import load_weights
 
     dev = pick_device(device)
     task = make_task(spec, data_path, dev)

@@ -31,21 +31,13 @@ import numpy as np
 import torch
 
 from . import __version__
+from .devices import pick_device
 from .io import atomic_path, write_csv, write_json
 from .models import build_model, param_counts
 from .tasks import make_task
 
 RESUME_DIR = ".resume"
 RESUME_FILE = "state.pt"
-
-
-def pick_device(requested: str | None = None) -> torch.device:
-    """`requested` ('cpu', 'cuda', 'cuda:1'), else $LEANER_DEVICE, else CUDA when present."""
-    requested = requested or os.environ.get("LEANER_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {requested!r} requested but CUDA is not available")
-    return device
 
 
 def seed_everything(seed: int) -> None:
