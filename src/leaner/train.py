@@ -291,6 +291,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         "peak_memory_mb": _peak_memory_mb(dev), "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
         "threads": torch.get_num_threads(), "versions": _versions(),
+        "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(out / "metrics.json", metrics)

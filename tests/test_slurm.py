@@ -1,0 +1,102 @@
+"""The SLURM profile against a real single-node Slurm (tests/slurm_cluster.py): every training job
+goes through sbatch with a GPU request, results equal a local run of the same config, and a failing
+job is reported with its log while the others finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, TINY, run
+from slurm_cluster import SlurmCluster
+
+pytestmark = [pytest.mark.workflow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="starting slurmctld/slurmd/munged needs root")]
+
+FAILING = "L1-H2-D16-hd8-mlp32-s1"
+# what a cluster without accounting (no slurmdbd) needs on top of profiles/slurm
+NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-no-account",
+                 "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
+                 "--latency-wait", "5"]
+
+
+def _config(tmp_path):
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
+                     "seeds": [0, 1]}
+    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    # one variant fails on purpose: its parameter count cannot match
+    study["expect_params"] = [{"variant": FAILING, "params": 1, "tolerance": 0}]
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _snakemake(workdir, config, *args, env=None):
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args, "--configfile", str(config)]
+    env = dict(env or os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+def test_study_on_a_real_slurm(cluster, tmp_path):
+    config = _config(tmp_path)
+    local, remote = tmp_path / "local", tmp_path / "slurm"
+    local.mkdir()
+    remote.mkdir()
+    ok = ["L1-H1-D16-hd16-mlp32-s0", "L1-H1-D16-hd16-mlp32-s1", "L1-H2-D16-hd8-mlp32-s0"]
+
+    on_slurm = _snakemake(remote, config, "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING,
+                          "--verbose", env=cluster.env)
+    out = on_slurm.stdout + on_slurm.stderr
+    assert on_slurm.returncode != 0, "the failing variant must fail the run"
+
+    # every training job went through sbatch, with a GPU request
+    calls = [line.split("--wrap")[0] for line in out.splitlines() if "sbatch call:" in line]
+    train_calls = [c for c in calls if "rule_train_" in c]
+    submitted = {re.search(r"rule_train_wildcards_tiny_(\S+)", c).group(1) for c in train_calls}
+    assert submitted == set(ok) | {FAILING}, calls
+    assert all("--gpus=1" in c for c in train_calls), train_calls
+    assert sum(FAILING in c for c in train_calls) == 2  # the profile's retry, then reported
+    # aggregation and figures stay on the submitting host
+    assert not any(re.search(r"rule_(summary|figures|tables|combined|theory_report)", c) for c in calls)
+    jobs = subprocess.run(["squeue", "-t", "all", "-h", "-O", "Comment:|,TresPerJob:|,State"], env=cluster.env,
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    jobs = ["|".join(part.strip() for part in j.split("|")) for j in jobs]
+    train_jobs = [j for j in jobs if j.startswith("rule_train_")]
+    assert len(train_jobs) == 5 and sum(j.endswith("|FAILED") for j in train_jobs) == 2, jobs
+    for v in ok:  # each training ran inside its own Slurm job, on the (fake) GPU Slurm gave it
+        meta = json.loads((remote / "results" / "tiny" / v / "metrics.json").read_text())["run"]
+        assert meta["slurm_job_id"] and meta["cuda_visible_devices"] in ("0", "1"), meta
+
+    # the failure is reported with its log; the other variants finished
+    assert f"logs/train/tiny/{FAILING}.log" in out
+    assert "expects 1" in (remote / "logs" / "train" / "tiny" / f"{FAILING}.log").read_text()
+    for v in ok:
+        assert (remote / "results" / "tiny" / v / "conditioning.csv").exists(), v
+    assert not (remote / "results" / "tiny" / FAILING / "metrics.json").exists()
+
+    # the same config run locally gives the same results
+    local_run = _snakemake(local, config, "--cores", "2", "--keep-going")
+    assert local_run.returncode != 0
+    for v in ok:
+        a = json.loads((remote / "results" / "tiny" / v / "metrics.json").read_text())
+        b = json.loads((local / "results" / "tiny" / v / "metrics.json").read_text())
+        assert a["final"] == b["final"] and a["params"] == b["params"] and a["steps"] == b["steps"], v
+        assert (remote / "results" / "tiny" / v / "model.safetensors").read_bytes() == \
+            (local / "results" / "tiny" / v / "model.safetensors").read_bytes()
+        assert (remote / "results" / "tiny" / v / "conditioning.csv").read_text() == \
+            (local / "results" / "tiny" / v / "conditioning.csv").read_text()
