@@ -15,7 +15,7 @@ import copy
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -221,7 +221,6 @@ class Plan:
     datasets: dict[str, dict]
     studies: dict[str, Study]
     theory: dict
-    raw: dict = field(repr=False, default_factory=dict)
 
     def variant(self, study: str, variant: str) -> Variant:
         return self.studies[study].variants[variant]
@@ -373,7 +372,7 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    return Plan(datasets=datasets, studies=studies, theory=theory, raw=config)
+    return Plan(datasets=datasets, studies=studies, theory=theory)
 
 
 def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
