@@ -70,3 +70,53 @@ def test_pick_device_falls_back_to_cpu(monkeypatch):
     monkeypatch.setenv("LEANER_DEVICE", "cuda")
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         pick_device()
+
+
+MULTI = """
+import sys, time
+from leaner.devices import claim_slots
+print(claim_slots(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], timeout_s=float(sys.argv[4])), flush=True)
+time.sleep(30)
+"""
+
+
+def _claimer(count, n, directory, timeout):
+    return subprocess.Popen([sys.executable, "-c", MULTI, str(count), str(n), str(directory), str(timeout)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_multi_gpu_claims_are_all_or_nothing(tmp_path):
+    """A job needing all three GPUs waits while one is taken, holding none of the others meanwhile,
+    so a 1-GPU job still gets one; it starts once all three are free."""
+    one = _claimer(1, 3, tmp_path, 5)
+    assert one.stdout.readline().strip() == "[0]"
+    big = _claimer(3, 3, tmp_path, 60)
+    time.sleep(1.0)
+    assert big.poll() is None
+    small = _claimer(1, 3, tmp_path, 10)
+    assert small.stdout.readline().strip() in ("[1]", "[2]")
+    for p in (one, small):
+        p.kill()
+        p.wait()
+    assert big.stdout.readline().strip() == "[0, 1, 2]"
+    big.kill()
+    big.wait()
+
+
+def test_locks_are_named_after_the_physical_gpus(tmp_path, monkeypatch):
+    """Two Slurm jobs on one node, each shown its own GPU as device 0, do not wait on each other."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert claim_slot(1, tmp_path) == 0
+    assert (tmp_path / "gpu-3.lock").exists()
+    other = subprocess.run([sys.executable, "-c", HOLDER, "1", str(tmp_path), "2", "0"], capture_output=True,
+                           text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-5e1f:0a"})
+    assert other.returncode == 0 and other.stdout.strip() == "0"
+    assert (tmp_path / "gpu-GPU-5e1f_0a.lock").exists()
+    release(0)
+
+
+def test_claiming_more_gpus_than_the_machine_has_is_refused(tmp_path):
+    from leaner.devices import claim_slots
+
+    with pytest.raises(ValueError, match="cannot claim 3 GPU slots: this machine shows 2"):
+        claim_slots(3, 2, tmp_path)
