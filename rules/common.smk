@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.config import STUDY_FIGURES, STUDY_TABLES
 from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
+from leaner.preflight import resource_problems, unknown_study_message
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
 envvars:
@@ -61,6 +62,11 @@ def study_resource(key):
     return lambda wildcards: study_of(wildcards).resources[key]
 
 
+def processes_per_variant(wildcards):
+    """One training process per requested GPU (at least one)."""
+    return max(1, study_of(wildcards).resources["gpu"])
+
+
 def study_files(wildcards, name):
     return [f"{d}/{name}" for d in variant_dirs(wildcards.study)]
 
@@ -82,3 +88,26 @@ def final_outputs():
     out += expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT)
     out += expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT)
     return out
+
+
+def check_resource_settings():
+    """Unknown resource names in --resources / --default-resources / --set-resources (a profile's
+    typo) stop the run before any job; called once every rule is defined."""
+    rs = workflow.resource_settings
+    overrides = {rule: list(res.keys()) for rule, res in dict(rs.overwrite_resources or {}).items()}
+    problems = resource_problems(list(dict(rs.resources or {}).keys()), list(dict(rs.default_resources or {}).keys()),
+                                 overrides, [r.name for r in workflow.rules])
+    if problems:
+        sys.stderr.write("\n".join(problems) + "\n")
+        raise SystemExit(2)
+
+
+# Names a target under results/ may start with (rules/unknown.smk refuses any other).
+KNOWN_FOLDERS = "|".join(STUDIES + ["data", "figures", "tables", "theory"])
+KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
+
+
+def refuse_unknown_study(study, path):
+    """Stop the run before any job: target `path` names a study the config does not define."""
+    sys.stderr.write(unknown_study_message(path, study, STUDIES) + "\n")
+    raise SystemExit(2)

@@ -1,4 +1,6 @@
 # Train one variant. Its full spec is a param, so changing one variant re-runs only that variant.
+# A study asking for more than one GPU per variant trains it on that many processes (DDP under
+# torchrun, launched by `leaner train --nproc`).
 # The rolling checkpoint lives in results/{study}/{variant}/.resume/ (not an output: it survives
 # a killed job, and a re-run resumes from it).
 
@@ -14,9 +16,11 @@ rule train:
     params:
         spec=variant_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
+        nproc=processes_per_variant,
     threads: study_resource("threads")
     resources:
         gpu=study_resource("gpu"),
+        gpu_model=study_resource("gpu_model"),
         runtime=study_resource("runtime"),
         mem_mb=study_resource("mem_mb"),
     log:
@@ -27,4 +31,4 @@ rule train:
         "../envs/leaner.yaml"
     shell:
         "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
-        " --threads {threads} > {log:q} 2>&1"
+        " --threads {threads} --nproc {params.nproc} > {log:q} 2>&1"

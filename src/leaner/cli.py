@@ -23,6 +23,10 @@ def cmd_prepare_data(a):
 
 
 def cmd_train(a):
+    from . import distributed
+
+    if a.nproc > 1 and not distributed.launched_by_torchrun():
+        return distributed.launch(a.argv, a.nproc, a.device)
     from .train import train
 
     train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress)
@@ -106,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", required=True, help="the prepared dataset's manifest.json")
     s.add_argument("--out", required=True, help="the variant's output directory")
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: CUDA when present)")
-    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--threads", type=int, default=None, help="CPU threads in all (split over --nproc processes)")
+    s.add_argument("--nproc", type=int, default=1,
+                   help="processes (GPUs) for this one variant: >1 runs DistributedDataParallel under torchrun")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_train)
 
@@ -172,9 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # a launcher runs the same command again on each of its processes
     try:
-        args.func(args)
+        code = args.func(args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"leaner {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return code or 0
 
 
 def entry() -> None:

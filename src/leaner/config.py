@@ -69,7 +69,7 @@ TASK_RECIPE_DEFAULTS = {
                       "eval_batch_size": 1024},
 }
 CONDITIONING_DEFAULTS = {"samples": 256}
-RESOURCE_DEFAULTS = {"gpu": 0, "runtime": 30, "mem_mb": 4000, "threads": 1}
+RESOURCE_DEFAULTS = {"gpu": 0, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
 THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
                    "heads": [1, 2, 4, 8, 12, 16, 24, 32]}
 
@@ -116,6 +116,8 @@ def _allowed(schema: dict, root: dict) -> str:
         bits.append(f"<= {schema['maximum']}")
     if "exclusiveMaximum" in schema:
         bits.append(f"< {schema['exclusiveMaximum']}")
+    if "pattern" in schema:
+        bits.append(f"matching {schema['pattern']}")
     if kind == "array":
         item = _allowed(schema.get("items", {}), root)
         return f"a non-empty list of {item}" if schema.get("minItems") else f"a list of {item}"

@@ -36,8 +36,13 @@ class ImageClassification:
             self.mixup = Mixup(mixup_alpha=recipe.get("mixup", 0.0), cutmix_alpha=recipe.get("cutmix", 0.0),
                                label_smoothing=self.label_smoothing, num_classes=spec["model"]["num_classes"])
 
-    def train_batches(self, epoch: int, skip: int = 0) -> Iterator[Any]:
-        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip)
+    def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
+        """This process's share of each global batch of `epoch`, from batch `skip` on (only the
+        share is loaded and augmented)."""
+        from .distributed import check_split
+
+        check_split(len(self.splits.train), self.batch_size, world)
+        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world)
 
     def _to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = batch
@@ -102,9 +107,15 @@ class NearestPoint:
                                   streams=meta["streams"], eval_samples=meta["eval_samples"],
                                   eval_seed=meta["eval_seed"])
 
-    def train_batches(self, epoch: int, skip: int = 0) -> Iterator[Any]:
+    def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
+        """This process's share of each global batch of `epoch` (every rank draws the global batch
+        from the stream's seed and keeps its rows: cheap next to the model)."""
+        from .distributed import check_split, shard
+
+        check_split(self.stream.batch_size, self.stream.batch_size, world)
         first = epoch * self.steps_per_epoch + skip
-        return self.stream.batches(first, (epoch + 1) * self.steps_per_epoch)
+        for batch in self.stream.batches(first, (epoch + 1) * self.steps_per_epoch):
+            yield shard(batch, rank, world)
 
     def loss(self, model, batch) -> tuple[torch.Tensor, int]:
         x, y = (t.to(self.device, non_blocking=True) for t in batch)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from . import distributed
 from .devices import pick_device
 from .io import atomic_path, write_csv, write_json
 from .models import build_model, param_counts
@@ -129,6 +130,11 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _rank_seed(seed: int, rank: int) -> int:
+    """Each rank's own RNG stream after the shared initialisation (dropout, augmentation)."""
+    return int(np.random.SeedSequence([seed, rank, 0xDD9]).generate_state(1)[0])
+
+
 def _save_resume(path: Path, payload: dict) -> None:
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
@@ -166,17 +172,22 @@ def check_expected_params(spec: dict, total: int) -> None:
 
 def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
           threads: int | None = None, progress: bool = True) -> dict:
-    """Train one variant; returns the metrics written to metrics.json."""
+    """Train one variant; returns the metrics written to metrics.json.
+
+    Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
+    returns the metrics, the other ranks return an empty dict."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     resume_path = out / RESUME_DIR / RESUME_FILE
+    local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
+    dev = pick_device(device, local_rank)
+    ctx = distributed.init(dev.type)
 
     def log(msg: str) -> None:
-        print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
+        if ctx.main:
+            print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
 
     if threads:
-        torch.set_num_threads(threads)
-    dev = pick_device(device)
+        torch.set_num_threads(max(1, threads // ctx.world))
     make_deterministic(dev)
     recipe = spec["recipe"]
     init_seed = recipe.get("init_seed")
@@ -184,8 +195,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     model = build_model(spec["model"])
     counts = param_counts(model)
     check_expected_params(spec, counts["total"])
-    save_weights(model, out / "init.safetensors", spec)
+    if ctx.main:
+        out.mkdir(parents=True, exist_ok=True)
+        save_weights(model, out / "init.safetensors", spec)
+    if ctx.active:
+        seed_everything(_rank_seed(spec["seed"], ctx.rank))
+        log(f"{ctx.world} processes ({ctx.backend}), each {recipe['batch_size'] // ctx.world}-"
+            f"{-(-recipe['batch_size'] // ctx.world)} of a global batch of {recipe['batch_size']}")
     model.to(dev)
+    net = ctx.wrap(model, dev)  # what the training step calls; `model` stays the plain module
     task = make_task(spec, data_path, dev)
     optimizer = make_optimizer(model, recipe)
     autocast = autocast_for(dev)
@@ -208,19 +226,26 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         step, history = state["step"], state["history"]
         epoch_loss, epoch_count = state["epoch_loss"], state["epoch_count"]
         elapsed_before = state["elapsed_s"]
-        _set_rng_state(state["rng"])
+        rngs = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]
+        if len(rngs) == ctx.world:
+            _set_rng_state(rngs[ctx.rank])
+        else:
+            log(f"warning: checkpoint has RNG states of {len(rngs)} process(es), this run has {ctx.world}; "
+                "data order is unaffected, dropout/augmentation draws are not continued")
         log(f"resumed from step {step} of {total_steps}")
 
     def checkpoint() -> None:
-        _save_resume(resume_path, {
-            "spec": json.dumps(spec, sort_keys=True), "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "step": step, "history": history,
-            "epoch_loss": epoch_loss, "epoch_count": epoch_count,
-            "elapsed_s": elapsed_before + time.perf_counter() - t0, "rng": _rng_state()})
+        rngs = ctx.gather(_rng_state())  # every rank takes part; rank 0 writes
+        if ctx.main:
+            _save_resume(resume_path, {
+                "spec": json.dumps(spec, sort_keys=True), "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "step": step, "history": history,
+                "epoch_loss": epoch_loss, "epoch_count": epoch_count,
+                "elapsed_s": elapsed_before + time.perf_counter() - t0, "rng": rngs})
 
     from tqdm import tqdm
 
-    bar = tqdm(total=total_steps, initial=step, disable=not progress, file=sys.stderr, dynamic_ncols=True,
+    bar = tqdm(total=total_steps, initial=step, disable=not (progress and ctx.main), file=sys.stderr, dynamic_ncols=True,
                mininterval=1.0 if sys.stderr.isatty() else 10.0, desc=spec["variant"])
     t0 = time.perf_counter()
     samples_seen, steps_here = 0, 0
@@ -231,25 +256,28 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     epoch = step // steps_per_epoch
     while step < total_steps and status == "ok":
         skip = step - epoch * steps_per_epoch
-        for batch in task.train_batches(epoch, skip):
+        for batch in task.train_batches(epoch, skip, ctx.rank, ctx.world):
             lr = lr_at(step, total_steps, recipe, steps_per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with autocast():
-                loss, n = task.loss(model, batch)
-            if not torch.isfinite(loss):
+                loss, n_local = task.loss(net, batch)
+            loss_sum, n = ctx.all_sum([loss.item() * n_local, n_local], dev)
+            n = int(n)
+            if not math.isfinite(loss_sum):
                 status = "diverged"
-                log(f"loss is {loss.item()} at step {step}: stopping, status diverged")
+                log(f"loss is {loss_sum / n} at step {step}: stopping, status diverged")
                 break
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            # weight each rank's mean by its share, so DDP's average is the global-batch mean
+            (loss * (n_local * ctx.world / n) if ctx.active else loss).backward()
             if recipe.get("grad_clip"):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
             optimizer.step()
             step += 1
             steps_here += 1
             samples_seen += n
-            epoch_loss += loss.item() * n
+            epoch_loss += loss_sum
             epoch_count += n
             bar.update(1)
             if step % recipe["checkpoint_every"] == 0 and step < total_steps:
@@ -260,11 +288,14 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         if epoch_done:  # a history row every epoch; evaluation every eval_every epochs and at the end
             last = step >= total_steps or status != "ok"
             evaluate = (epoch + 1) % recipe["eval_every"] == 0 or last
-            row = {"epoch": epoch + 1, "step": step,
-                   "lr": lr_at(max(step - 1, 0), total_steps, recipe, steps_per_epoch),
-                   "train_loss": epoch_loss / epoch_count if epoch_count else math.nan,
-                   **(task.evaluate(model, autocast) if evaluate else {}),
-                   "elapsed_s": elapsed_before + time.perf_counter() - t0}
+            row = None
+            if ctx.main:  # rank 0 evaluates (the others wait), every rank keeps the same history
+                row = {"epoch": epoch + 1, "step": step,
+                       "lr": lr_at(max(step - 1, 0), total_steps, recipe, steps_per_epoch),
+                       "train_loss": epoch_loss / epoch_count if epoch_count else math.nan,
+                       **(task.evaluate(model, autocast) if evaluate else {}),
+                       "elapsed_s": elapsed_before + time.perf_counter() - t0}
+            row = ctx.from_main(row)
             history.append(row)
             best = _update_best(best, row, task)
             if evaluate:
@@ -275,6 +306,9 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             epoch += 1
     bar.close()
     train_time = time.perf_counter() - t0
+    if not ctx.main:
+        ctx.close()
+        return {}
 
     import pandas as pd
 
@@ -290,13 +324,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         "throughput_samples_per_s": samples_seen / train_time if train_time > 0 else None,
         "peak_memory_mb": _peak_memory_mb(dev), "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu",
-        "threads": torch.get_num_threads(), "versions": _versions(),
+        "threads": torch.get_num_threads(), "processes": ctx.world, "backend": ctx.backend,
+        "versions": _versions(),
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(out / "metrics.json", metrics)
     shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+    ctx.close()
     return metrics
 
 

@@ -18,9 +18,13 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
 
 
-def batch_indices(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """The sample indices of each batch of `epoch`; with `world` processes, rank `rank`'s share
+    of each global batch (see distributed.shard)."""
+    from ..distributed import shard
+
     order = epoch_order(n, seed, epoch)
-    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    return [shard(order[i:i + batch_size], rank, world) for i in range(0, n, batch_size)]
 
 
 class InMemorySplit:
@@ -35,10 +39,11 @@ class InMemorySplit:
     def steps_per_epoch(self, batch_size: int) -> int:
         return math.ceil(len(self) / batch_size)
 
-    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0) -> Iterator[tuple]:
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
+                      world: int = 1) -> Iterator[tuple]:
         import torch
 
-        for idx in batch_indices(len(self), batch_size, seed, epoch)[skip:]:
+        for idx in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]:
             idx_t = torch.from_numpy(idx)
             yield self.x[idx_t], self.y[idx_t]
 
@@ -66,8 +71,9 @@ class LoaderSplit:
         return DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
                           pin_memory=self.pin_memory, persistent_workers=False)
 
-    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0) -> Iterator[tuple]:
-        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch)[skip:]]
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
+                      world: int = 1) -> Iterator[tuple]:
+        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]]
         yield from self._loader(batches)
 
     def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:

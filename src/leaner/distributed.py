@@ -1,0 +1,172 @@
+"""One variant on several processes: torch DistributedDataParallel, launched by `torchrun`.
+
+A study whose `resources.gpu` is N > 1 trains each variant on N processes of one machine (one per
+GPU, NCCL; or N CPU processes with gloo where there is no GPU). `leaner train --nproc N` is the
+launcher: it claims N GPU slots (see devices.py), narrows CUDA_VISIBLE_DEVICES to them and runs
+`torchrun --standalone` on itself; each worker then sees WORLD_SIZE/RANK/LOCAL_RANK.
+
+What makes N processes equal to one process with the same global batch:
+  - every rank builds the model from the same seed (and DDP broadcasts rank 0's weights);
+  - every rank draws the same global batch (a function of seed and epoch) and keeps its own
+    contiguous share of it (`shard`), so the union over ranks is the one-process batch;
+  - each rank's mean loss is weighted by its share of the global batch before backward, so DDP's
+    gradient average is the global-batch mean even when the shares differ by one;
+  - the loss that is logged is the all-reduced global mean; evaluation, checkpoints and outputs
+    are rank 0's, and the checkpoint holds every rank's RNG state.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """[start, stop) of rank `rank`'s contiguous share of n items (shares differ by at most one)."""
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def shard(batch, rank: int, world: int):
+    """Rank `rank`'s share of a batch: a tensor/array, or a tuple/list of them sliced alike."""
+    if world == 1:
+        return batch
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(shard(b, rank, world) for b in batch)
+    start, stop = shard_bounds(len(batch), rank, world)
+    return batch[start:stop]
+
+
+def check_split(n: int, batch_size: int, world: int) -> None:
+    """Every batch of an epoch over n samples must give each of `world` ranks at least one sample."""
+    last = n % batch_size or batch_size
+    if world > 1 and min(batch_size, last) < world:
+        raise ValueError(f"batch_size {batch_size} over {n} samples leaves a batch of {min(batch_size, last)}, "
+                         f"fewer than the {world} processes: choose a batch size whose last batch holds at "
+                         f"least {world} samples")
+
+
+@dataclass
+class Context:
+    """Where this process stands in a (possibly one-process) run."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def all_sum(self, values: Sequence[float], device) -> list[float]:
+        """Sum a few numbers over ranks (one small collective)."""
+        import torch
+
+        if not self.active:
+            return [float(v) for v in values]
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def from_main(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if not self.active:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        if not self.active:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def wrap(self, model, device):
+        """The module the training step calls: DDP-wrapped when there are several ranks."""
+        if not self.active:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def close(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init(device_type: str, timeout_min: float = 120.0) -> Context:
+    """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); a no-op context in a
+    plain one-process run. The long timeout covers rank 0 evaluating while the others wait."""
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return Context()
+    import torch.distributed as dist
+
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_min))
+    return Context(rank=dist.get_rank(), world=dist.get_world_size(),
+                   local_rank=int(os.environ["LOCAL_RANK"]), backend=backend)
+
+
+def launch(argv: Sequence[str], nproc: int, device: str | None) -> int:
+    """Run `python -m leaner <argv>` on `nproc` local processes under torchrun; returns its exit code.
+
+    With CUDA present and no explicit device, first claim `nproc` GPU slots (held by this process
+    until training ends) and show the workers only those GPUs."""
+    env = dict(os.environ)
+    if device is None and not env.get("LEANER_DEVICE"):
+        import torch
+
+        if torch.cuda.is_available():
+            from .devices import claim_slots, visible_ids
+
+            slots = claim_slots(nproc, torch.cuda.device_count())
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_ids()[s] for s in slots)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+           f"--nproc-per-node={nproc}", "-m", "leaner", "--", *argv]
+    print("launching: " + " ".join(cmd), file=sys.stderr, flush=True)
+    child = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+    forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731  (torchrun stops its workers)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _die_with_parent() -> None:
+    """In the torchrun child: get SIGTERM if the launcher dies, even by SIGKILL (Linux), so no
+    orphaned workers go on writing into a folder a re-run is about to use."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

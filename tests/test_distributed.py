@@ -1,0 +1,171 @@
+"""One variant on several processes: DDP under torchrun, on the CPU with gloo.
+
+Tolerance. Two processes compute the same global-batch gradient as one, summed in another order
+(each rank's weighted mean, then gloo's sum), so the two runs agree to float32 rounding: measured
+after 69 steps of the digits ViT, every weight tensor within ~1e-6 relative (Frobenius) of the
+one-process run, except the key bias, whose true gradient is exactly zero (softmax ignores it):
+Adam turns its rounding noise into steps of up to lr, so it differs by up to 5e-5 (8e-4 relative;
+1e-3 on P2's encoder at lr 0.02). The tests ask: logged training losses within 1e-5 relative,
+evaluation within one sample (accuracy) or 1e-4 relative (MSE), most tensors within 1e-5
+relative, the whole weight vector within 1e-3 relative, no weight off by more than lr / 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import BIN, small_spec
+from leaner.config import RECIPE_DEFAULTS, TASK_RECIPE_DEFAULTS
+from leaner.data import batch_indices, prepare
+from leaner.distributed import check_split, shard, shard_bounds
+from leaner.train import RESUME_DIR, RESUME_FILE
+
+
+def _train(spec, manifest, out, nproc, threads=2, **popen):
+    cmd = [str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data", str(manifest), "--out", str(out),
+           "--threads", str(threads), "--nproc", str(nproc), "--no-progress", "--device", "cpu"]
+    if popen:
+        return subprocess.Popen(cmd, **popen)
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+
+
+def _weights(path):
+    return load_file(str(path))
+
+
+def _nearest_setup(tmp_path):
+    manifest = tmp_path / "np" / "manifest.json"
+    prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
+            str(manifest))
+    model = {"arch": "nearest_point_encoder", "depth": 1, "heads": 2, "modules": 1, "dim": 8, "tokens": 4,
+             "posn": "none", "d_model": 8, "head_dim": 4, "ff": 16, "posn_dim": 64}
+    recipe = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS["nearest_point"], "epochs": 4, "steps_per_epoch": 15,
+              "batch_size": 63, "lr": 0.02, "checkpoint_every": 10}
+    spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": 3,
+            "model": model, "recipe": recipe, "conditioning": {"samples": 16}}
+    return spec, manifest
+
+
+def test_shards_partition_every_batch():
+    for n in (1, 2, 7, 64, 65):
+        for world in (1, 2, 3, 4):
+            bounds = [shard_bounds(n, r, world) for r in range(world)]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            sizes = [b - a for a, b in bounds]
+            assert max(sizes) - min(sizes) <= 1
+    x, y = torch.arange(10), torch.arange(10) * 2
+    parts = [shard((x, y), r, 3) for r in range(3)]
+    assert torch.equal(torch.cat([p[0] for p in parts]), x) and torch.equal(torch.cat([p[1] for p in parts]), y)
+    # sharded epoch order: the union of the ranks' shares is the one-process batch, in order
+    whole = batch_indices(100, 32, seed=0, epoch=2)
+    ranks = [batch_indices(100, 32, seed=0, epoch=2, rank=r, world=3) for r in range(3)]
+    for b, batch in enumerate(whole):
+        assert (np.concatenate([r[b] for r in ranks]) == batch).all()
+
+
+def test_a_batch_too_small_to_split_is_refused_clearly():
+    check_split(1438, 64, 2)  # last batch 30: fine
+    with pytest.raises(ValueError, match="leaves a batch of 1, fewer than the 2 processes"):
+        check_split(1438, 1437, 2)
+    with pytest.raises(ValueError, match="batch_size 2 over 2 samples leaves a batch of 2, fewer than the 4"):
+        check_split(2, 2, 4)
+
+
+@pytest.mark.parametrize("task", ["image_classification", "nearest_point"])
+def test_two_gloo_processes_match_one_with_the_same_global_batch(tmp_path, digits_manifest, task):
+    if task == "image_classification":
+        spec, manifest = small_spec(), digits_manifest
+        spec["recipe"].update(epochs=3, checkpoint_every=10)  # 1438 samples: 22 batches of 64, one of 30
+    else:
+        spec, manifest = _nearest_setup(tmp_path)  # 63 = 32 + 31: unequal shares, weighted
+    _train(spec, manifest, tmp_path / "one", nproc=1)
+    two = _train(spec, manifest, tmp_path / "two", nproc=2)
+    assert "2 processes (gloo)" in two.stderr
+
+    one_m = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    two_m = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert (one_m["processes"], two_m["processes"], two_m["backend"]) == (1, 2, "gloo")
+    assert two_m["steps"] == one_m["steps"] and two_m["status"] == "ok"
+    h1, h2 = pd.read_csv(tmp_path / "one" / "history.csv"), pd.read_csv(tmp_path / "two" / "history.csv")
+    assert list(h1["step"]) == list(h2["step"])
+    np.testing.assert_allclose(h2["train_loss"], h1["train_loss"], rtol=1e-5)
+    if task == "image_classification":
+        assert (h2["eval_acc"] - h1["eval_acc"]).abs().max() <= 1 / 360 + 1e-12
+    else:
+        np.testing.assert_allclose(h2["eval_mse"], h1["eval_mse"], rtol=1e-4)
+
+    w1, w2 = _weights(tmp_path / "one" / "model.safetensors"), _weights(tmp_path / "two" / "model.safetensors")
+    assert w1.keys() == w2.keys()
+    i1 = _weights(tmp_path / "one" / "init.safetensors")
+    moved = sum((w1[k] - i1[k]).abs().sum().item() for k in w1)
+    assert moved > 0  # training changed the weights, so agreeing below is not trivial
+    v1, v2 = torch.cat([w1[k].flatten() for k in w1]), torch.cat([w2[k].flatten() for k in w1])
+    assert ((v1 - v2).norm() / v1.norm()).item() < 1e-3
+    assert (v1 - v2).abs().max().item() < spec["recipe"]["lr"] / 2
+    rel = sorted(((w1[k] - w2[k]).norm() / w1[k].norm().clamp_min(1e-12)).item() for k in w1)
+    assert rel[len(rel) // 2] < 1e-5, rel
+
+
+def test_killed_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_manifest):
+    """SIGKILL the launcher after the first checkpoint: its workers stop with it (none is left
+    writing), and the re-run on two processes resumes and ends as an uninterrupted one did."""
+    spec = small_spec()
+    spec["recipe"].update(epochs=6, checkpoint_every=10)
+    _train(spec, digits_manifest, tmp_path / "ref", nproc=2)
+
+    out = tmp_path / "killed"
+    proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = out / RESUME_DIR / RESUME_FILE
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+    state = torch.load(ckpt, weights_only=True)
+    assert len(state["rng"]) == 2  # every rank's RNG state, written by rank 0
+    time.sleep(2.0)
+    leftover = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"workers outlived their launcher: {leftover}"
+    assert not (out / "metrics.json").exists()
+
+    rerun = _train(spec, digits_manifest, out, nproc=2)
+    assert "resumed from step" in rerun.stderr
+    ref, got = _weights(tmp_path / "ref" / "model.safetensors"), _weights(out / "model.safetensors")
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / "history.csv").drop(columns="elapsed_s"),
+                                  pd.read_csv(out / "history.csv").drop(columns="elapsed_s"))
+
+
+def test_a_study_asking_two_gpus_per_variant_trains_each_on_two_processes(tmp_path):
+    """Through Snakemake: the train rule asks for 2 GPUs and launches 2 processes (gloo here,
+    with no GPU), and the conditioning stage reads what rank 0 wrote."""
+    import yaml
+
+    from conftest import TINY, snakemake
+
+    config = yaml.safe_load(TINY.read_text())
+    config["studies"]["tiny"]["resources"].update(gpu=2, threads=2)
+    path = tmp_path / "two_gpus.yaml"
+    path.write_text(yaml.safe_dump(config))
+    target = "results/tiny/L2-H1-D16-hd16-mlp32-s0/conditioning.csv"
+    dry = snakemake(tmp_path, target, "-n", "-p", "--cores", "2", configfile=path)
+    assert "--nproc 2" in dry.stdout
+    snakemake(tmp_path, target, "--cores", "2", configfile=path)
+    metrics = json.loads((tmp_path / "results/tiny/L2-H1-D16-hd16-mlp32-s0/metrics.json").read_text())
+    assert (metrics["processes"], metrics["backend"], metrics["status"]) == (2, "gloo", "ok")
+    log = (tmp_path / "logs/train/tiny/L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "2 processes (gloo)" in log and "torch.distributed.run" in log
+    assert (tmp_path / target).stat().st_size > 0
