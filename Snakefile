@@ -12,9 +12,13 @@ include: "rules/train.smk"
 include: "rules/conditioning.smk"
 include: "rules/theory.smk"
 include: "rules/aggregate.smk"
+include: "rules/unknown.smk"
 
 
 rule all:
     default_target: True
     input:
         final_outputs(),
+
+
+check_resource_settings()

@@ -132,6 +132,35 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_profile_resource_typos_stop_before_any_job(tmp_path):
+    """Snakemake passes unknown resource names through and the SLURM plugin ignores them, so a
+    typo would silently send jobs to the default partition: the workflow refuses them instead."""
+    proc = snakemake(tmp_path, "--cores", "1", "--default-resources", "slurm_partiton=gpu", "--set-resources",
+                     "trian:runtime=5", "train:mem_gb=3", "--resources", "gpus=2", check=False)
+    assert proc.returncode == 2
+    lines = [l.split(" (allowed")[0] for l in proc.stderr.splitlines() if l.startswith("resource error:")]
+    assert lines == ["resource error: --resources gpus: unknown resource",
+                     "resource error: --default-resources slurm_partiton: unknown resource",
+                     "resource error: --set-resources train:mem_gb: unknown resource",
+                     "resource error: --set-resources trian: no such rule"]
+    assert "slurm_partition" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+    # the shipped profiles themselves pass the check
+    for profile in ("local", "slurm"):
+        snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / profile))
+
+
+@pytest.mark.parametrize("target", ["results/vit_digit/summary.csv", "results/figures/vit_digit-accuracy_vs_heads.png",
+                                    "results/tables/tiny_x-by_config.md"])
+def test_a_target_naming_an_unknown_study_gets_one_clear_line(tmp_path, target):
+    proc = snakemake(tmp_path, target, "--cores", "1", check=False)
+    assert proc.returncode == 2
+    study = target.split("/")[2].split("-")[0] if "/figures/" in target or "/tables/" in target else target.split("/")[1]
+    assert f"{target}: no study named '{study}' in the config (allowed: tiny, tiny_nearest;" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 # ----------------------------------------------------------------------------- incremental re-runs
 
 RERUN_TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]  # the documented setting

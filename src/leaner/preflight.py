@@ -1,0 +1,49 @@
+"""Checks made while Snakemake parses the workflow, before any job is run or submitted.
+
+Snakemake passes resource names it does not know straight through, and the SLURM plugin ignores
+the ones it does not read: a typo such as `slurm_partiton=gpu` in a profile would silently send
+every job to the default partition. These checks turn such slips into one-line errors.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+# Resources Snakemake itself understands.
+SNAKEMAKE_RESOURCES = frozenset({
+    "_cores", "_nodes", "threads", "runtime", "mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib",
+    "tmpdir", "gpu", "gpu_model", "gpu_manufacturer"})
+# Resources snakemake-executor-plugin-slurm reads (2.x).
+SLURM_RESOURCES = frozenset({
+    "slurm_partition", "slurm_account", "slurm_extra", "slurm_cluster", "cluster", "clusters", "constraint",
+    "qos", "nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "cpus_per_task", "cpus_per_gpu",
+    "mem_mb_per_cpu", "gres", "mpi"})
+KNOWN_RESOURCES = SNAKEMAKE_RESOURCES | SLURM_RESOURCES
+
+
+def _unknown(keys: Iterable[str]) -> list[str]:
+    return sorted(k for k in keys if k not in KNOWN_RESOURCES)
+
+
+def resource_problems(limits: Iterable[str], defaults: Iterable[str], overrides: Mapping[str, Iterable[str]],
+                      rules: Iterable[str]) -> list[str]:
+    """One line per unknown resource name in --resources (`limits`), --default-resources
+    (`defaults`) or --set-resources (`overrides`, by rule), and per override of a rule that does
+    not exist."""
+    allowed = ", ".join(sorted(KNOWN_RESOURCES - {"_cores", "_nodes"}))
+    rules = set(rules)
+    problems = [f"resource error: --resources {k}: unknown resource (allowed: {allowed})" for k in _unknown(limits)]
+    problems += [f"resource error: --default-resources {k}: unknown resource (allowed: {allowed})"
+                 for k in _unknown(defaults)]
+    for rule, keys in sorted(overrides.items()):
+        if rule not in rules:
+            problems.append(f"resource error: --set-resources {rule}: no such rule "
+                            f"(allowed: {', '.join(sorted(rules))})")
+        problems += [f"resource error: --set-resources {rule}:{k}: unknown resource (allowed: {allowed})"
+                     for k in _unknown(keys)]
+    return problems
+
+
+def unknown_study_message(path: str, study: str, studies: Iterable[str]) -> str:
+    return (f"{path}: no study named {study!r} in the config (allowed: {', '.join(studies)}; "
+            "see `leaner variants <config>`)")
