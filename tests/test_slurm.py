@@ -33,7 +33,7 @@ def _config(tmp_path):
     study = cfg["studies"]["tiny"]
     study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
                      "seeds": [0, 1]}
-    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    study["resources"] = {"gpu": 1, "gpu_model": "fake", "threads": 1, "runtime": 5, "mem_mb": 1000}
     # one variant fails on purpose: its parameter count cannot match
     study["expect_params"] = [{"variant": FAILING, "params": 1, "tolerance": 0}]
     path = tmp_path / "slurm.yaml"
@@ -71,7 +71,7 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     train_calls = [c for c in calls if "rule_train_" in c]
     submitted = {re.search(r"rule_train_wildcards_tiny_(\S+)", c).group(1) for c in train_calls}
     assert submitted == set(ok) | {FAILING}, calls
-    assert all("--gpus=1" in c for c in train_calls), train_calls
+    assert all("--gpus=fake:1" in c for c in train_calls), train_calls  # gpu and gpu_model
     assert sum(FAILING in c for c in train_calls) == 2  # the profile's retry, then reported
     # aggregation and figures stay on the submitting host
     assert not any(re.search(r"rule_(summary|figures|tables|combined|theory_report)", c) for c in calls)
