@@ -11,7 +11,7 @@ rule conditioning:
         "results/{study}/{variant}/conditioning.csv",
     threads: 1
     resources:
-        gpu=study_resource("gpu"),
+        gpu=lambda wildcards: min(1, study_of(wildcards).resources["gpu"]),
     log:
         "logs/conditioning/{study}/{variant}.log",
     benchmark:
