@@ -59,3 +59,33 @@ def small_spec(**model_overrides) -> dict:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", str(Path(os.environ.get("PYTEST_HF_HOME", "/tmp/leaner-test-hf"))))
+
+
+def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float = 120.0) -> None:
+    """SIGKILL a training process shortly after its first resume checkpoint appears."""
+    import signal
+    import time
+
+    deadline = time.time() + timeout_s
+    while not ckpt.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = None, seed: int = 3):
+    """P2's task at toy size: (spec, manifest) with the generator's manifest written under root."""
+    from leaner.config import RECIPE_DEFAULTS, TASK_RECIPE_DEFAULTS
+    from leaner.data import prepare
+
+    manifest = root / "np" / "manifest.json"
+    prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
+            str(manifest))
+    m = {"arch": "nearest_point_encoder", "depth": 1, "heads": 1, "modules": 1, "dim": 8, "tokens": 4,
+         "posn": "none", "d_model": 8, "head_dim": 8, "ff": 16, "posn_dim": 64, **(model or {})}
+    r = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS["nearest_point"], "epochs": 8, "steps_per_epoch": 25,
+         "batch_size": 64, "lr": 0.02, **(recipe or {})}
+    spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": seed,
+            "model": m, "recipe": r, "conditioning": {"samples": 16}}
+    return spec, manifest

@@ -13,8 +13,6 @@ relative, the whole weight vector within 1e-3 relative, no weight off by more th
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 
@@ -24,9 +22,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import BIN, small_spec
-from leaner.config import RECIPE_DEFAULTS, TASK_RECIPE_DEFAULTS
-from leaner.data import batch_indices, prepare
+from conftest import BIN, kill_after_checkpoint, nearest_setup, small_spec
+from leaner.data import batch_indices
 from leaner.distributed import check_split, shard, shard_bounds
 from leaner.train import RESUME_DIR, RESUME_FILE
 
@@ -41,19 +38,6 @@ def _train(spec, manifest, out, nproc, threads=2, **popen):
 
 def _weights(path):
     return load_file(str(path))
-
-
-def _nearest_setup(tmp_path):
-    manifest = tmp_path / "np" / "manifest.json"
-    prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
-            str(manifest))
-    model = {"arch": "nearest_point_encoder", "depth": 1, "heads": 2, "modules": 1, "dim": 8, "tokens": 4,
-             "posn": "none", "d_model": 8, "head_dim": 4, "ff": 16, "posn_dim": 64}
-    recipe = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS["nearest_point"], "epochs": 4, "steps_per_epoch": 15,
-              "batch_size": 63, "lr": 0.02, "checkpoint_every": 10}
-    spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": 3,
-            "model": model, "recipe": recipe, "conditioning": {"samples": 16}}
-    return spec, manifest
 
 
 def test_shards_partition_every_batch():
@@ -88,7 +72,10 @@ def test_two_gloo_processes_match_one_with_the_same_global_batch(tmp_path, digit
         spec, manifest = small_spec(), digits_manifest
         spec["recipe"].update(epochs=3, checkpoint_every=10)  # 1438 samples: 22 batches of 64, one of 30
     else:
-        spec, manifest = _nearest_setup(tmp_path)  # 63 = 32 + 31: unequal shares, weighted
+        # 63 = 32 + 31: unequal shares, weighted
+        spec, manifest = nearest_setup(tmp_path, model={"heads": 2, "head_dim": 4},
+                                       recipe={"epochs": 4, "steps_per_epoch": 15, "batch_size": 63,
+                                               "checkpoint_every": 10})
     _train(spec, manifest, tmp_path / "one", nproc=1)
     two = _train(spec, manifest, tmp_path / "two", nproc=2)
     assert "2 processes (gloo)" in two.stderr
@@ -127,12 +114,7 @@ def test_killed_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_m
     out = tmp_path / "killed"
     proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / RESUME_DIR / RESUME_FILE
-    deadline = time.time() + 120
-    while not ckpt.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(proc, ckpt)
     assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
     state = torch.load(ckpt, weights_only=True)
     assert len(state["rng"]) == 2  # every rank's RNG state, written by rank 0

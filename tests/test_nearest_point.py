@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from leaner.config import TASK_RECIPE_DEFAULTS, RECIPE_DEFAULTS
-from leaner.data import prepare
+from conftest import nearest_setup
 from leaner.data.nearest_point import PointStream, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
@@ -119,15 +118,8 @@ def test_p2_epoch_schedule():
 
 
 def test_short_training_run_learns_and_keeps_init_seed(tmp_path):
-    manifest = tmp_path / "data" / "manifest.json"
-    prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
-            str(manifest))
-    model = {"arch": "nearest_point_encoder", "depth": 1, "heads": 1, "modules": 1, "dim": 8, "tokens": 4,
-             "posn": "none", "d_model": 8, "head_dim": 8, "ff": 16, "posn_dim": 64}
-    recipe = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS["nearest_point"], "epochs": 8, "steps_per_epoch": 25,
-              "batch_size": 64, "lr": 0.02}
-    spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": 3,
-            "model": model, "recipe": recipe, "conditioning": {"samples": 16}}
+    spec, manifest = nearest_setup(tmp_path)
+    model = spec["model"]
     m = train(spec, str(manifest), tmp_path / "a", progress=False)
     assert m["status"] == "ok" and m["steps"] == 200
     assert m["best"]["train_loss"] < 0.8 * m["final"]["eval_mse"] + 0.5  # learned from the start (~2)

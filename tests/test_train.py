@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from conftest import BIN, small_spec
+from conftest import BIN, kill_after_checkpoint, small_spec
 from leaner.train import RESUME_DIR, RESUME_FILE, lr_at, train
 
 
@@ -80,12 +77,7 @@ def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
     proc = subprocess.Popen([str(BIN / "leaner"), "train", *args, "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / RESUME_DIR / RESUME_FILE
-    deadline = time.time() + 120
-    while not ckpt.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(proc, ckpt)
     assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
 
     rerun = subprocess.run([str(BIN / "leaner"), "train", *args, "--out", str(out)], capture_output=True,
