@@ -9,6 +9,7 @@ min_version("9.0")
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
+include: "rules/finetune.smk"
 include: "rules/conditioning.smk"
 include: "rules/theory.smk"
 include: "rules/aggregate.smk"

@@ -5,6 +5,7 @@ rule summary:
     input:
         metrics=lambda wildcards: study_files(wildcards, "metrics.json"),
         conditioning=lambda wildcards: study_files(wildcards, "conditioning.csv"),
+        glue=glue_files,
     output:
         "results/{study}/summary.csv",
     params:
@@ -16,7 +17,8 @@ rule summary:
         "../envs/leaner.yaml"
     shell:
         "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
-        " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --out {output:q} > {log:q} 2>&1"
+        " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --glue {input.glue:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 # Figures and tables depend on the study's task: one rule of each per task.

@@ -36,6 +36,7 @@ wildcard_constraints:
     study="|".join(STUDIES),
     variant=r"L\d+-H\d+-[A-Za-z0-9.-]+-s\d+",
     dataset="|".join(PLAN.datasets),
+    glue_task="cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli",
 
 
 def study_of(wildcards):
@@ -60,6 +61,25 @@ def variant_spec(wildcards):
 
 def study_resource(key):
     return lambda wildcards: study_of(wildcards).resources[key]
+
+
+def finetune_manifest(wildcards):
+    return f"results/data/{study_of(wildcards).finetune['dataset']}/manifest.json"
+
+
+def finetune_spec(wildcards):
+    spec = study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def glue_task_metrics(wildcards):
+    tasks = study_of(wildcards).finetune["tasks"]
+    return [f"results/{wildcards.study}/{wildcards.variant}/glue/{t}/metrics.json" for t in tasks]
+
+
+def glue_files(wildcards):
+    """The GLUE scores of every variant of a glue study (nothing for other tasks)."""
+    return study_files(wildcards, "glue.json") if study_of(wildcards).task == "glue" else []
 
 
 def processes_per_variant(wildcards):

@@ -14,10 +14,12 @@ from .io import atomic_path, read_json, write_csv
 
 ARCH = ["depth", "heads", "width", "head_dim", "mlp_hidden"]
 # The architecture axes of each task's variants: one configuration = one value of each.
-AXES = {"image_classification": ARCH,
+AXES = {"image_classification": ARCH, "listops": ARCH, "language_model": ARCH, "glue": ARCH,
         "nearest_point": ["depth", "heads", "modules", "head_dim", "dim", "tokens", "posn"]}
 # Each task's headline metric in the summary (its per-run value) and which way is better.
-METRIC = {"image_classification": ("eval_acc", "max"), "nearest_point": ("best_train_loss", "min")}
+METRIC = {"image_classification": ("eval_acc", "max"), "listops": ("eval_acc", "max"),
+          "language_model": ("eval_loss", "min"), "glue": ("glue_avg", "max"),
+          "nearest_point": ("best_train_loss", "min")}
 
 
 def ci95(values) -> tuple[float, float, float, int]:
@@ -55,10 +57,32 @@ def _kappa_columns(cond: pd.DataFrame) -> dict:
     return out
 
 
+def glue_scores(metrics_paths: list[str]) -> dict:
+    """One pretrained variant's fine-tuning runs -> each task's score (its GLUE metric at the end
+    of fine-tuning, on the evaluation split) and their unweighted mean, the GLUE average."""
+    tasks = {}
+    for path in metrics_paths:
+        m = read_json(path)
+        task = m["spec"]["glue_task"]
+        tasks[task] = {"score": m["final"].get("eval_score"), "status": m["status"],
+                       **{k[len("eval_"):]: v for k, v in m["final"].items() if k.startswith("eval_")}}
+    scores = [t["score"] for t in tasks.values() if t["score"] is not None]
+    return {"tasks": tasks, "glue_avg": float(np.mean(scores)) if scores else math.nan, "n_tasks": len(scores)}
+
+
+def write_glue_scores(metrics_paths: list[str], out_json: str) -> dict:
+    from .io import write_json
+
+    scores = glue_scores(metrics_paths)
+    write_json(out_json, scores)
+    return scores
+
+
 def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: list[str],
-                    protocols: dict[str, list[str]]) -> pd.DataFrame:
+                    protocols: dict[str, list[str]], glue_paths: list[str] = ()) -> pd.DataFrame:
     """One tidy row per variant."""
     cond_by_dir = {str(Path(p).parent): p for p in conditioning_paths}
+    glue_by_dir = {str(Path(p).parent): p for p in glue_paths}
     rows = []
     for mpath in metrics_paths:
         m = read_json(mpath)
@@ -71,9 +95,17 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                "steps": m["steps"], "wall_time_s": m["wall_time_s"],
                "throughput_samples_per_s": m["throughput_samples_per_s"], "peak_memory_mb": m["peak_memory_mb"],
                "device": m["device"]}
-        if task == "image_classification":
+        gpath = glue_by_dir.get(str(Path(mpath).parent))
+        if gpath:
+            glue = read_json(gpath)
+            row.update({f"glue_{t}": v["score"] for t, v in glue["tasks"].items()})
+            row["glue_avg"] = glue["glue_avg"]
+        if AXES[task] is ARCH:
             row["mlp_ratio"] = model["mlp_hidden"] / model["width"]
-            row["error"] = 1.0 - row["eval_acc"] if row.get("eval_acc") is not None else math.nan
+            metric, mode = METRIC[task]
+            value = row.get(metric)
+            # error: lower is better for every task (1 - accuracy, or the loss itself)
+            row["error"] = math.nan if value is None else (1.0 - value if mode == "max" else value)
         else:
             row["total_heads"] = model["heads"] * model["modules"]
             row["error"] = row["best_train_loss"]
@@ -97,7 +129,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     for key, g in summary.groupby(axes, sort=True):
         mean, lo, hi, n = ci95(g[metric])
         row = dict(zip(axes, key))
-        if task == "image_classification":
+        if "protocols" in g and AXES[task] is ARCH:
             row["protocols"] = g["protocols"].iloc[0]
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
@@ -173,9 +205,11 @@ def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
     return cand.iloc[0]
 
 
-def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_acc") -> pd.DataFrame:
-    """Each shallower configuration against the baseline: accuracy, its difference with a Welch
-    95% interval, and the parameter reduction."""
+def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_acc",
+                     mode: str = "max") -> pd.DataFrame:
+    """Each shallower configuration against the baseline: the metric, its difference with a Welch
+    95% interval, and the parameter reduction. `mode` says which way is better (max: accuracy,
+    min: a loss); a difference is called one only when its interval excludes 0."""
     from scipy import stats
 
     configs = by_config(summary, metric)
@@ -192,7 +226,10 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
             dof = (va + vb) ** 2 / (va**2 / (len(vals) - 1) + vb**2 / (len(base_vals) - 1)) if se > 0 else 1
             half = stats.t.ppf(0.975, dof) * se
             lo, hi = diff - half, diff + half
-        verdict = "n/a" if math.isnan(lo) else ("better" if lo > 0 else "worse" if hi < 0 else "no difference")
+        sign = 1 if mode == "max" else -1
+        verdict = "n/a" if math.isnan(lo) else (
+            "better" if sign * lo > 0 and sign * hi > 0 else "worse" if sign * lo < 0 and sign * hi < 0
+            else "no difference")
         rows.append({**{k: cfg[k] for k in ARCH}, "protocols": cfg["protocols"], "params": cfg["params"],
                      "param_reduction_pct": 100.0 * (1 - cfg["params"] / base["params"]),
                      f"{metric}_mean": cfg[f"{metric}_mean"], "n": cfg["n"],
@@ -231,9 +268,19 @@ def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> l
     return [prefix.with_suffix(s) for s in (".csv", ".md", ".tex")]
 
 
+def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """P1's GLUE table: per configuration, each task's score and the GLUE average (means over seeds)."""
+    cols = [c for c in summary.columns if c.startswith("glue_") and c != "glue_avg"] + ["glue_avg"]
+    rows = []
+    for key, g in summary.groupby(ARCH, sort=True):
+        rows.append({**dict(zip(ARCH, key)), "params": int(g["params_total"].iloc[0]), "n": len(g),
+                     **{c: float(g[c].mean()) for c in cols if c in g}})
+    return pd.DataFrame(rows)
+
+
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
-                  protocols: dict[str, list[str]], out_csv: str) -> pd.DataFrame:
-    frame = summarize_study(study, metrics_paths, conditioning_paths, protocols)
+                  protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = ()) -> pd.DataFrame:
+    frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
     write_csv(out_csv, frame)
     return frame
 
@@ -243,14 +290,16 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     """results/tables/{study}-{name}.{csv,md,tex} for each of the task's STUDY_TABLES."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
-    metric = METRIC[task][0]
+    metric, mode = METRIC[task]
     checks = ACCEPTANCE_CHECKS if checks is None else checks
     makers = {
         "by_config": lambda: (by_config(summary), f"{study}: {metric} per configuration over seeds "
                                                   f"(mean, 95% interval, min, max, n)"),
-        "lean_vs_baseline": lambda: (lean_vs_baseline(summary, baseline, metric),
+        "lean_vs_baseline": lambda: (lean_vs_baseline(summary, baseline, metric, mode),
                                      f"{study}: shallower variants against the deepest baseline "
                                      f"(difference with Welch 95% interval; parameter reduction)"),
+        "glue_tasks": lambda: (glue_tasks_table(summary),
+                               f"{study}: GLUE score per task after fine-tuning, and the average (mean over seeds)"),
         "acceptance": lambda: (acceptance_checks(summary, checks),
                                f"{study}: P2's acceptance checks (min over seeds)"),
     }

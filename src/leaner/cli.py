@@ -47,7 +47,13 @@ def cmd_theory(a):
 def cmd_summary(a):
     from .aggregate import write_summary
 
-    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out)
+    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue)
+
+
+def cmd_glue_scores(a):
+    from .aggregate import write_glue_scores
+
+    write_glue_scores(a.metrics, a.out)
 
 
 def cmd_tables(a):
@@ -136,8 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--protocols", required=True, type=_json_arg, help="{variant: [protocols]}")
     s.add_argument("--metrics", nargs="+", required=True)
     s.add_argument("--conditioning", nargs="+", required=True)
+    s.add_argument("--glue", nargs="*", default=[], help="glue.json of each variant (glue studies)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("glue-scores", help="one pretrained variant's GLUE task scores and their average")
+    s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each fine-tuning run")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_glue_scores)
 
     s = sub.add_parser("tables", help="per-configuration and lean-vs-baseline tables of a study")
     s.add_argument("--summary", required=True)

@@ -58,23 +58,37 @@ def capture_attention(model):
             h.remove()
 
 
+def kappa_of_rows(mats: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """kappa of each (N, C) matrix, over its first lengths[i] rows only when lengths are given
+    (padded sequences: padding positions are not tokens of the input)."""
+    if lengths is None:
+        return kappa(mats)
+    out = torch.empty(len(mats), dtype=torch.float64)
+    for n in lengths.unique().tolist():
+        idx = (lengths == n).nonzero().flatten()
+        out[idx] = kappa(mats[idx.to(mats.device), :n]).cpu()
+    return out
+
+
 @torch.no_grad()
-def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64) -> dict[int, dict[str, torch.Tensor]]:
+def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64,
+                 lengths: torch.Tensor | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Per-sample kappa for every layer and matrix: {layer: {matrix: tensor (samples,)}}."""
     return {layer: {name: ks for name, (ks, _) in mats.items()}
-            for layer, mats in _layer_kappas_and_shapes(model, inputs, batch_size).items()}
+            for layer, mats in _layer_kappas_and_shapes(model, inputs, batch_size, lengths).items()}
 
 
-def _layer_kappas_and_shapes(model, inputs: torch.Tensor, batch_size: int = 64):
+def _layer_kappas_and_shapes(model, inputs: torch.Tensor, batch_size: int = 64, lengths: torch.Tensor | None = None):
     model.eval()
     out: dict[int, dict[str, list]] = {}
     for i in range(0, len(inputs), batch_size):
         with capture_attention(model) as captured:
             model(inputs[i:i + batch_size])
+        part = None if lengths is None else lengths[i:i + batch_size]
         for layer, mats in captured.items():
             for name, tensors in mats.items():
                 slot = out.setdefault(layer, {}).setdefault(name, [[], tuple(tensors[0].shape[-2:])])
-                slot[0].append(kappa(torch.cat(tensors)).cpu())
+                slot[0].append(kappa_of_rows(torch.cat(tensors), part).cpu())
     return {layer: {name: (torch.cat(ks), shape) for name, (ks, shape) in mats.items()} for layer, mats in out.items()}
 
 
@@ -89,7 +103,9 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
     dev = pick_device(device)
     task = make_task(spec, data_path, dev)
-    inputs = task.probe_inputs(spec["conditioning"]["samples"]).to(dev)
+    n = spec["conditioning"]["samples"]
+    inputs = task.probe_inputs(n).to(dev)
+    lengths = task.probe_lengths(n) if hasattr(task, "probe_lengths") else None
     m = spec["model"]
     rows = []
     for name, (step, path) in checkpoints.items():
@@ -97,7 +113,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
         load_weights(model, path)
         model.to(dev)
         with torch.no_grad():
-            for layer, mats in _layer_kappas_and_shapes(model, inputs).items():
+            for layer, mats in _layer_kappas_and_shapes(model, inputs, lengths=lengths).items():
                 for matrix, (ks, (tokens, cols)) in mats.items():
                     rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
                                  "heads": m["heads"] * m.get("modules", 1), "head_dim": m["head_dim"],

@@ -96,6 +96,11 @@ def _heads_axis(ax, heads):
     ax.minorticks_off()
 
 
+def _spread_note(summary: pd.DataFrame) -> str:
+    seeds = summary["seed"].nunique()
+    return f"mean and 95% CI over {seeds} seeds" if seeds > 1 else "one seed: no interval"
+
+
 def _fmt_params(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
@@ -184,7 +189,7 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
         ax.set_title(title)
         ax.legend(fontsize=8)
     fig.suptitle(f"{study}: {metric.replace('_', ' ')} vs heads per depth "
-                 f"(labels: parameters; mean and 95% CI over seeds)")
+                 f"(labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
 
@@ -221,7 +226,7 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
         ax.set_ylabel(metric.replace("_", " "))
         ax.set_title(proto)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{study}: {metric.replace('_', ' ')} vs MLP width (labels: parameters; mean and 95% CI over seeds)")
+    fig.suptitle(f"{study}: {metric.replace('_', ' ')} vs MLP width (labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
 
@@ -370,6 +375,10 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str) -> list[Path
     task = summary["task"].iloc[0]
     makers = {
         "kappa_vs_heads": kappa_vs_heads, "accuracy_vs_heads": metric_vs_heads, "accuracy_vs_mlp": metric_vs_mlp,
+        "loss_vs_heads": lambda s, p, n: metric_vs_heads(s, p, n, "eval_loss"),
+        "loss_vs_mlp": lambda s, p, n: metric_vs_mlp(s, p, n, "eval_loss"),
+        "glue_vs_heads": lambda s, p, n: metric_vs_heads(s, p, n, "glue_avg"),
+        "glue_vs_mlp": lambda s, p, n: metric_vs_mlp(s, p, n, "glue_avg"),
         "mse_vs_rank": lambda s, p, n: mse_vs_rank(s, p, n, "modules"),
         "mse_vs_rank_by_tokens": lambda s, p, n: mse_vs_rank(s, p, n, "tokens", log=False),
         "mse_vs_rank_by_dim": lambda s, p, n: mse_vs_rank(s, p, n, "dim"),

@@ -78,3 +78,9 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def verify_sha256(path: Path, expected: str, manifest_path) -> None:
+    """Refuse a data file whose contents are not the ones its manifest recorded."""
+    if sha256_file(path) != expected:
+        raise ValueError(f"{path}: contents do not match the sha256 in {manifest_path}; re-run its data rule")

@@ -97,17 +97,48 @@ def make_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
 
 
 def save_weights(model, path: Path, spec: dict) -> None:
+    """safetensors of the model; a tensor shared by two names (a tied LM head) is stored once."""
     from safetensors.torch import save_file
 
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    tensors, seen = {}, set()
+    for name, value in model.state_dict().items():
+        key = (value.data_ptr(), value.shape, value.stride())
+        if key in seen:
+            continue
+        seen.add(key)
+        tensors[name] = value.detach().to("cpu").contiguous()
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"variant": spec["variant"], "spec": json.dumps(spec, sort_keys=True)})
 
 
 def load_weights(model, path: str | Path) -> None:
+    """Load what save_weights wrote; names it skipped must be tied to a loaded tensor."""
     from safetensors.torch import load_file
 
-    model.load_state_dict(load_file(str(path)))
+    missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
+    state = model.state_dict()
+    shared = {(v.data_ptr(), v.shape) for k, v in state.items() if k not in missing}
+    untied = [k for k in missing if (state[k].data_ptr(), state[k].shape) not in shared]
+    if untied or unexpected:
+        raise ValueError(f"{path}: weights do not fit the model (missing {untied}, unexpected {unexpected})")
+
+
+def load_pretrained(model, path: str | Path) -> list[str]:
+    """Start from a pretrained body (fine-tuning): every weight of `path` whose name and shape fit,
+    the output head excepted; returns the names left at their fresh initialisation."""
+    from safetensors.torch import load_file
+
+    state = model.state_dict()
+    given = {k: v for k, v in load_file(str(path)).items()
+             if not k.startswith("head.") and k in state and state[k].shape == v.shape}
+    if not given:
+        raise ValueError(f"{path}: no weight fits this model")
+    model.load_state_dict(given, strict=False)
+    fresh = sorted(k for k in state if k not in given)
+    body = [k for k in fresh if not k.startswith("head.")]
+    if body:
+        raise ValueError(f"{path}: pretrained weights lack {', '.join(body[:5])} (the encoder must match)")
+    return fresh
 
 
 def _rng_state() -> dict:
@@ -193,6 +224,9 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     init_seed = recipe.get("init_seed")
     seed_everything(spec["seed"] if init_seed is None else init_seed)
     model = build_model(spec["model"])
+    if spec.get("init_from"):
+        fresh = load_pretrained(model, spec["init_from"])
+        log(f"started from {spec['init_from']} (new: {', '.join(fresh) or 'nothing'})")
     counts = param_counts(model)
     check_expected_params(spec, counts["total"])
     if ctx.main:

@@ -105,7 +105,20 @@ def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
         from .nearest_point import prepare_nearest_point
 
         return prepare_nearest_point(dataset_name, spec, out_manifest)
-    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, nearest_point)")
+    if kind == "listops":
+        from .listops import prepare_listops
+
+        return prepare_listops(dataset_name, spec, out_manifest)
+    if kind == "text":
+        from .text import prepare_text
+
+        return prepare_text(dataset_name, spec, out_manifest)
+    if kind == "glue":
+        from .glue import prepare_glue
+
+        return prepare_glue(dataset_name, spec, out_manifest)
+    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, nearest_point, listops, text, "
+                     "glue)")
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:

@@ -15,7 +15,12 @@ def build_model(spec: dict):
         from .nearest import build_nearest
 
         return build_nearest(spec)
-    raise ValueError(f"unknown model arch {arch!r} (allowed: vit, nearest_point_encoder)")
+    if arch in ("sequence_classifier", "causal_lm", "masked_lm"):
+        from .sequence import build_sequence_model
+
+        return build_sequence_model(spec)
+    raise ValueError(f"unknown model arch {arch!r} (allowed: vit, nearest_point_encoder, sequence_classifier, "
+                     "causal_lm, masked_lm)")
 
 
 def attention_modules(model):

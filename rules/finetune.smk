@@ -1,0 +1,47 @@
+# BERT-style studies (task glue): fine-tune each pretrained variant on every GLUE task of the
+# study's finetune dataset (the same `leaner train` loop, started from the pretrained encoder),
+# then collect the task scores and the GLUE average into glue.json.
+
+
+rule finetune:
+    input:
+        pretrained="results/{study}/{variant}/model.safetensors",
+        data=finetune_manifest,
+    output:
+        model="results/{study}/{variant}/glue/{glue_task}/model.safetensors",
+        init="results/{study}/{variant}/glue/{glue_task}/init.safetensors",
+        history="results/{study}/{variant}/glue/{glue_task}/history.csv",
+        metrics="results/{study}/{variant}/glue/{glue_task}/metrics.json",
+    params:
+        spec=finetune_spec,
+        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
+        nproc=processes_per_variant,
+    threads: study_resource("threads")
+    resources:
+        gpu=study_resource("gpu"),
+        gpu_model=study_resource("gpu_model"),
+        runtime=study_resource("runtime"),
+        mem_mb=study_resource("mem_mb"),
+    log:
+        "logs/finetune/{study}/{variant}/{glue_task}.log",
+    benchmark:
+        "benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        " --threads {threads} --nproc {params.nproc} > {log:q} 2>&1"
+
+
+rule glue_scores:
+    input:
+        glue_task_metrics,
+    output:
+        "results/{study}/{variant}/glue.json",
+    localrule: True
+    log:
+        "logs/glue_scores/{study}/{variant}.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner glue-scores --metrics {input:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,135 @@
+"""GLUE for fine-tuning a BERT-style encoder, through Hugging Face `datasets`.
+
+Each task comes from the hub (`nyu-mll/glue`, one configuration per task) or from local files in
+GLUE's layout, `<path>/<task>/<split>.tsv` with the hub's column names (tab-separated, a header
+row). Text is tokenized as bytes, the same tokenizer as pretraining:
+``[CLS] sentence1 [SEP] sentence2 [SEP]``, cut to max_length (the longer sentence gives way).
+
+The data rule writes one npz per task (train and evaluation tokens padded with PAD, labels) and a
+manifest with each file's sha256.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+
+PAD, CLS, SEP, MASK = 256, 257, 258, 259
+VOCAB_SIZE = 260
+
+# task: (text columns, number of labels (1 = regression), evaluation split, main metric)
+TASKS = {
+    "cola": (("sentence",), 2, "validation", "matthews"),
+    "sst2": (("sentence",), 2, "validation", "accuracy"),
+    "mrpc": (("sentence1", "sentence2"), 2, "validation", "f1"),
+    "stsb": (("sentence1", "sentence2"), 1, "validation", "spearman"),
+    "qqp": (("question1", "question2"), 2, "validation", "f1"),
+    "mnli": (("premise", "hypothesis"), 3, "validation_matched", "accuracy"),
+    "qnli": (("question", "sentence"), 2, "validation", "accuracy"),
+    "rte": (("sentence1", "sentence2"), 2, "validation", "accuracy"),
+    "wnli": (("sentence1", "sentence2"), 2, "validation", "accuracy"),
+}
+
+
+def encode_pair(texts: list[str], max_length: int) -> list[int]:
+    """[CLS] a [SEP] (b [SEP]) as byte ids, the longer part trimmed first to fit max_length."""
+    parts = [list(t.encode("utf-8")) for t in texts]
+    budget = max_length - 1 - len(parts)
+    while sum(len(p) for p in parts) > budget:
+        longest = max(range(len(parts)), key=lambda i: len(parts[i]))
+        parts[longest] = parts[longest][:len(parts[longest]) - (sum(len(p) for p in parts) - budget)]
+    ids = [CLS]
+    for p in parts:
+        ids += p + [SEP]
+    return ids
+
+
+def _load(spec: dict, task: str, split: str):
+    import datasets
+
+    if spec["source"] == "files":
+        path = Path(spec["path"]) / task / f"{split}.tsv"
+        if not path.is_file():
+            raise FileNotFoundError(f"GLUE task {task!r}: {path} not found (layout: <path>/<task>/<split>.tsv)")
+        return datasets.load_dataset("csv", data_files={split: str(path)}, delimiter="\t", split=split)
+    return datasets.load_dataset(spec["name"], task, split=split)
+
+
+
+
+def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:
+    out_dir = Path(out_manifest).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = {}
+    for task in spec["tasks"]:
+        columns, n_labels, eval_split, metric = TASKS[task]
+        arrays, counts = {}, {}
+        for role, split in (("train", "train"), ("eval", eval_split)):
+            ds = _load(spec, task, split)
+            missing = [c for c in (*columns, "label") if c not in ds.column_names]
+            if missing:
+                raise ValueError(f"GLUE task {task!r} split {split!r} has no column(s) {', '.join(missing)} "
+                                 f"(columns: {', '.join(ds.column_names)})")
+            if spec.get("max_train_examples") and role == "train":
+                ds = ds.select(range(min(len(ds), spec["max_train_examples"])))
+            tokens = np.full((len(ds), spec["max_length"]), PAD, dtype=np.int16)
+            for i, row in enumerate(ds):
+                ids = encode_pair([str(row[c]) for c in columns], spec["max_length"])
+                tokens[i, :len(ids)] = ids
+            labels = np.asarray(ds["label"], dtype=np.float32 if n_labels == 1 else np.int64)
+            arrays.update({f"{role}_tokens": tokens, f"{role}_labels": labels})
+            counts[role] = {"split": split, "rows": len(ds)}
+        path = out_dir / f"{task}.npz"
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+        tasks[task] = {"file": path.name, "sha256": sha256_file(path), "num_labels": n_labels, "metric": metric,
+                       **counts}
+    manifest = {"dataset": name, "kind": "glue", **spec, "tokenizer": "bytes", "vocab_size": VOCAB_SIZE,
+                "pad": PAD, "cls": CLS, "sep": SEP, "mask": MASK, "glue_tasks": tasks}
+    write_json(out_manifest, manifest)
+    return manifest
+
+
+def load_glue_task(manifest_path: str, task: str) -> dict:
+    """{train|eval: (tokens int64, labels)} of one task after checking its hash."""
+    import torch
+
+    manifest = read_json(manifest_path)
+    if task not in manifest["glue_tasks"]:
+        raise ValueError(f"GLUE task {task!r} was not prepared in {manifest_path} "
+                         f"(prepared: {', '.join(manifest['glue_tasks'])})")
+    info = manifest["glue_tasks"][task]
+    path = Path(manifest_path).parent / info["file"]
+    verify_sha256(path, info["sha256"], manifest_path)
+    with np.load(path) as z:
+        return {role: (torch.from_numpy(z[f"{role}_tokens"].astype(np.int64)), torch.from_numpy(z[f"{role}_labels"]))
+                for role in ("train", "eval")}
+
+
+def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """GLUE's metrics for one task: the main one as `score`, with the others GLUE reports."""
+    from scipy import stats
+
+    metric = TASKS[task][3]
+    out: dict[str, float] = {}
+    if metric == "spearman":
+        out["spearman"] = float(stats.spearmanr(pred, labels)[0])
+        out["pearson"] = float(stats.pearsonr(pred, labels)[0])
+    else:
+        out["accuracy"] = float((pred == labels).mean())
+        if metric == "f1":
+            tp = float(((pred == 1) & (labels == 1)).sum())
+            precision = tp / max(float((pred == 1).sum()), 1.0)
+            recall = tp / max(float((labels == 1).sum()), 1.0)
+            out["f1"] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        if metric == "matthews":
+            tp, tn = float(((pred == 1) & (labels == 1)).sum()), float(((pred == 0) & (labels == 0)).sum())
+            fp, fn = float(((pred == 1) & (labels == 0)).sum()), float(((pred == 0) & (labels == 1)).sum())
+            denom = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+            out["matthews"] = (tp * tn - fp * fn) / denom if denom else 0.0
+    out["score"] = out[metric]
+    return {k: (0.0 if v != v else v) for k, v in out.items()}  # constant predictions: correlation 0

@@ -1,0 +1,91 @@
+"""Token-sequence transformers built from timm `Block`s: an encoder classifier (LRA ListOps, GLUE
+fine-tuning), a BERT-style masked LM and a GPT-style causal LM.
+
+Same blocks as the ViT (pre-norm, GELU MLP, timm `Attention` with the head dim and the MLP width
+pinned, see vit.py), so the conditioning hook on `blocks[i].attn.proj` and the parameter groups
+work unchanged. Encoders mask padding keys; the classifier mean-pools the real tokens; the LMs
+predict a token at every position with the output layer tied to the token embedding (GPT-2,
+BERT); the causal LM runs causal attention (`is_causal`, fused SDPA where available).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+from timm.models.vision_transformer import Block
+
+from .vit import attention_with_head_dim, mlp_with_hidden
+
+
+class SequenceTransformer(nn.Module):
+    """tokens (B, N) -> pooled logits (B, C) when `num_classes` is given, else token logits (B, N, V)
+    from an output layer tied to the embedding."""
+
+    def __init__(self, vocab_size: int, max_len: int, width: int, depth: int, heads: int, head_dim: int,
+                 mlp_hidden: int, num_classes: int | None = None, causal: bool = False, pad_id: int | None = 0,
+                 qkv_bias: bool = True, drop_path_rate: float = 0.0):
+        super().__init__()
+        self.causal, self.pad_id, self.max_len = causal, pad_id, max_len
+        self.pooled = num_classes is not None
+        self.token_embed = nn.Embedding(vocab_size, width)
+        self.pos_embed = nn.Parameter(torch.zeros(1, max_len, width))
+        rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList([
+            Block(width, heads, mlp_ratio=mlp_hidden / width, qkv_bias=qkv_bias, drop_path=rates[i],
+                  attn_layer=attention_with_head_dim(head_dim), mlp_layer=mlp_with_hidden(mlp_hidden))
+            for i in range(depth)])
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, num_classes if self.pooled else vocab_size, bias=self.pooled)
+        self.apply(_init)
+        trunc_normal_(self.pos_embed, std=0.02)
+        if not self.pooled:  # GPT-2 / BERT: the output layer is the token embedding
+            self.head.weight = self.token_embed.weight
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed"}
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        if n > self.max_len:
+            raise ValueError(f"sequence of {n} tokens is longer than the model's {self.max_len}")
+        x = self.token_embed(tokens) + self.pos_embed[:, :n]
+        valid = None if self.causal or self.pad_id is None else tokens != self.pad_id
+        mask = None if valid is None else valid[:, None, None, :]  # keys: True = attend
+        for blk in self.blocks:
+            x = blk(x, attn_mask=mask, is_causal=self.causal)
+        x = self.norm(x)
+        if not self.pooled:
+            return self.head(x)
+        if valid is None:
+            return self.head(x.mean(1))
+        w = valid.unsqueeze(-1).to(x.dtype)
+        return self.head((x * w).sum(1) / w.sum(1).clamp_min(1.0))
+
+
+def _init(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+
+
+ARCHS = ("sequence_classifier", "causal_lm", "masked_lm")
+
+
+def build_sequence_model(spec: dict) -> SequenceTransformer:
+    """spec: arch (sequence_classifier | causal_lm | masked_lm), vocab_size, max_len, width, depth,
+    heads, head_dim, mlp_hidden, num_classes (classifier), pad_id (encoders, default 0),
+    optionally qkv_bias, drop_path_rate."""
+    causal = spec["arch"] == "causal_lm"
+    model = SequenceTransformer(
+        vocab_size=spec["vocab_size"], max_len=spec["max_len"], width=spec["width"], depth=spec["depth"],
+        heads=spec["heads"], head_dim=spec["head_dim"], mlp_hidden=spec["mlp_hidden"],
+        num_classes=spec["num_classes"] if spec["arch"] == "sequence_classifier" else None, causal=causal,
+        pad_id=None if causal else spec.get("pad_id", 0), qkv_bias=spec.get("qkv_bias", True),
+        drop_path_rate=spec.get("drop_path_rate", 0.0))
+    attn = model.blocks[0].attn
+    assert attn.head_dim == spec["head_dim"] and attn.num_heads == spec["heads"]
+    return model
