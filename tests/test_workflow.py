@@ -111,11 +111,13 @@ def test_paper_scale_dry_run_resolves_the_whole_dag(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "8", configfile=REPO / "configs" / "paper.yaml")
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    # ViT-B: 28 variants; P2: fig1 315, figN 100, fig_d 100, posn 30 + 160 (papers.md 2.5)
-    assert counts["train"] == str(28 + 315 + 100 + 100 + 190), out[-3000:]
+    # ViT-B: 28 variants; P2: fig1 315, figN 100, fig_d 100, posn 30 + 160 (papers.md 2.5);
+    # LRA ListOps 18, TinyStories LM 9, BERT 4 (each fine-tuned on the 8 GLUE tasks)
+    assert counts["train"] == str(28 + 315 + 100 + 100 + 190 + 18 + 9 + 4), out[-3000:]
     assert counts["conditioning"] == counts["train"]
-    assert counts["prepare_data"] == "2"
-    assert "gpu=1" in out
+    assert counts["finetune"] == str(4 * 8) and counts["glue_scores"] == "4"
+    assert counts["prepare_data"] == "6"
+    assert "gpu=1" in out and "gpu=8" in out  # ViT-B trains each variant over 8 GPUs
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
