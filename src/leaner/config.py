@@ -31,10 +31,16 @@ STUDY_FIGURES = {
     "image_classification": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"),
     "nearest_point": ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
                       "perfect_angle", "kappa_vs_rank"),
+    "listops": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"),
+    "language_model": ("kappa_vs_heads", "loss_vs_heads", "loss_vs_mlp"),
+    "glue": ("kappa_vs_heads", "glue_vs_heads", "glue_vs_mlp"),
 }
 ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
 STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline"),
-                "nearest_point": ("by_config", "acceptance")}
+                "nearest_point": ("by_config", "acceptance"),
+                "listops": ("by_config", "lean_vs_baseline"),
+                "language_model": ("by_config", "lean_vs_baseline"),
+                "glue": ("by_config", "lean_vs_baseline", "glue_tasks")}
 
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
@@ -46,12 +52,30 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
 }
 DATASET_DEFAULTS["nearest_point"] = {"streams": 7, "eval_samples": 4096, "eval_seed": 12345}
+# LRA ListOps as published: depth 10, up to 10 arguments, 500-2000 tokens, 96k/2k/2k examples.
+DATASET_DEFAULTS["listops"] = {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10,
+                               "max_args": 10, "min_length": 500, "max_length": 2000}
+DATASET_DEFAULTS["text"] = {"source": "hub", "subset": None, "text_key": "text", "train_split": "train",
+                            "eval_split": "validation", "train_file": "train.txt", "eval_file": "validation.txt",
+                            "stories": 4000, "seed": 0, "max_train_tokens": None, "eval_tokens": 262144}
+# GLUE as in P1's table: the eight tasks of the GLUE average (WNLI left out, as cramming does).
+DATASET_DEFAULTS["glue"] = {"source": "hub", "name": "nyu-mll/glue",
+                            "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
+                            "max_length": 128, "max_train_examples": None}
 DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
+TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
+LISTOPS_VOCAB_SIZE = 16  # padding, 4 operators, "]", digits 0-9 (data/listops.py)
+BYTE_VOCAB_SIZE = 257  # 256 bytes + end of document (data/text.py)
+BERT_VOCAB_SIZE, BERT_PAD = 260, 256  # 256 bytes + PAD, CLS, SEP, MASK (data/glue.py)
+GLUE_NUM_LABELS = {"cola": 2, "sst2": 2, "mrpc": 2, "stsb": 1, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2}
 
 MODEL_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
 NEAREST_MODEL_DEFAULTS = {"ff": 2048, "posn_dim": 64}
 MODEL_KEYS = {"image_classification": ("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"),
-              "nearest_point": ("ff", "posn_dim")}
+              "nearest_point": ("ff", "posn_dim"),
+              "listops": ("qkv_bias", "drop_path_rate"),
+              "language_model": ("qkv_bias", "drop_path_rate", "context"),
+              "glue": ("qkv_bias", "drop_path_rate", "context")}
 
 RECIPE_DEFAULTS = {
     "epochs": 30, "batch_size": 64, "lr": 1e-3, "min_lr": 0.0, "weight_decay": 0.05,
@@ -67,7 +91,15 @@ TASK_RECIPE_DEFAULTS = {
     "nearest_point": {"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                       "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                       "eval_batch_size": 1024},
+    "listops": {},
+    # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
+    "language_model": {"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0},
+    # cramming BERT: AdamW(0.9, 0.98), weight decay 0.01, clipping 0.5 [INF]; steps_per_epoch random windows
+    "glue": {"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
 }
+# Fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF]).
+FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
+                            "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}
 CONDITIONING_DEFAULTS = {"samples": 256}
 RESOURCE_DEFAULTS = {"gpu": 0, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
 THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
@@ -143,7 +175,9 @@ def _format_error(err, root: dict) -> str:
         return f"{where}: missing required key '{missing}'"
     if err.validator in ("minItems", "minProperties"):
         return f"{where}: must not be empty"
-    if err.validator == "propertyNames":
+    if err.validator == "uniqueItems":
+        return f"{where}: {json.dumps(err.instance)} repeats a value (allowed: distinct values)"
+    if err.validator == "propertyNames" or "propertyNames" in err.schema_path:
         return f"{where}: bad name {err.instance!r} (allowed: letters, digits and _, starting with a letter)"
     if err.validator == "oneOf" and isinstance(err.instance, (list, dict)):
         # Report the most specific sub-error: what the user most likely meant.
@@ -211,9 +245,19 @@ class Study:
     resources: dict
     description: str = ""
     acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
+    finetune: dict | None = None  # glue: {dataset, tasks, recipe}
 
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
+
+    def finetune_spec(self, variant: str, glue_task: str) -> dict:
+        """The spec of fine-tuning pretrained `variant` on one GLUE task (a `leaner train` job)."""
+        v = self.variants[variant]
+        model = {**v.model, "arch": "sequence_classifier", "num_classes": GLUE_NUM_LABELS[glue_task]}
+        return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": "glue_finetune",
+                "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed, "model": model,
+                "recipe": self.finetune["recipe"], "conditioning": v.conditioning,
+                "init_from": f"results/{self.name}/{variant}/model.safetensors"}
 
 
 @dataclass
@@ -254,7 +298,7 @@ def _expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
     """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
     protocols = grid.get("protocol")
     if not protocols:
-        problems.append(f"config error: {key}.protocol: required by task image_classification "
+        problems.append(f"config error: {key}.protocol: required by this study's task "
                         f"(allowed: fixed_width, fixed_head_dim)")
         return []
     if "fixed_width" in protocols and "width" not in grid:
@@ -312,8 +356,9 @@ def _expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict)
 
 
 def _image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+    """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
     p = point
-    model = {"arch": "vit", **model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
+    model = {**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
              "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
     return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
 
@@ -331,6 +376,9 @@ def _nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
 TASKS = {
     "image_classification": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("digits", "hub", "imagefolder")},
     "nearest_point": {"grid_keys": NEAREST_GRID_KEYS, "dataset_kinds": ("nearest_point",)},
+    "listops": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("listops",)},
+    "language_model": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("text",)},
+    "glue": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("text",)},  # the pretraining corpus
 }
 
 
@@ -344,6 +392,37 @@ def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -
     for req in DATASET_REQUIRED.get(kind, ()):
         if req not in spec:
             problems.append(f"config error: datasets.{name}.{req}: required for kind {kind}")
+    if kind == "text":
+        for req in TEXT_SOURCE_REQUIRED[out["source"]]:
+            if req not in spec:
+                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from {out['source']}")
+        if out["source"] == "files" and "path" in spec:
+            root = Path(spec["path"])
+            root = root if root.is_absolute() else base_dir / root
+            if not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                                f"(allowed: a folder holding train_file and eval_file)")
+            for key in ("train_file", "eval_file") if root.is_dir() else ():
+                if not (root / out[key]).is_file():
+                    problems.append(f"config error: datasets.{name}.{key}: {str(root / out[key])!r} does not exist "
+                                    f"(allowed: a text file, one document per line)")
+            out["path"] = str(root)
+    if kind == "glue":
+        if out["source"] == "generated":
+            problems.append(f"config error: datasets.{name}.source: 'generated' is not allowed for glue "
+                            f"(allowed: hub, files)")
+        elif out["source"] == "files":
+            root = Path(spec.get("path", ""))
+            root = root if root.is_absolute() else base_dir / root
+            if "path" not in spec or not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec.get('path')!r} is not a directory "
+                                f"(allowed: a folder with <task>/train.tsv and <task>/<eval split>.tsv)")
+            else:
+                out["path"] = str(root)
+    if kind == "listops":
+        if out["min_length"] > out["max_length"]:
+            problems.append(f"config error: datasets.{name}.min_length: {out['min_length']} is above max_length "
+                            f"{out['max_length']} (allowed: at most max_length)")
     if kind == "imagefolder" and "path" in spec:
         root = Path(spec["path"])
         root = root if root.is_absolute() else base_dir / root
@@ -387,7 +466,18 @@ def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict
                             f"(allowed: {', '.join(allowed)})")
     if task == "nearest_point":
         return {**NEAREST_MODEL_DEFAULTS, **given}
-    model = {**MODEL_DEFAULTS, **given}
+    if task == "listops":
+        return {"arch": "sequence_classifier", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+                "vocab_size": LISTOPS_VOCAB_SIZE, "max_len": ds["max_length"], "num_classes": 10}
+    if task in ("language_model", "glue"):
+        given = dict(given)
+        context = given.pop("context", 256 if task == "language_model" else 128)
+        if task == "glue":
+            return {"arch": "masked_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+                    "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
+        return {"arch": "causal_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+                "vocab_size": BYTE_VOCAB_SIZE, "max_len": context}
+    model = {"arch": "vit", **MODEL_DEFAULTS, **given}
     model.setdefault("img_size", ds["img_size"])
     model["in_chans"] = ds["in_chans"]
     model["num_classes"] = ds["num_classes"]
@@ -463,7 +553,26 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
     if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
         problems.append(f"config error: studies.{name}.grid: expands to no variants")
-    return Study(name=name, task=task, dataset=st["dataset"], variants=variants,
+    finetune = None
+    if task == "glue":
+        ft = st.get("finetune")
+        if not ft:
+            problems.append(f"config error: studies.{name}.finetune: required by task glue "
+                            f"(allowed: a mapping with keys dataset, recipe)")
+        elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != "glue":
+            glue_sets = sorted(n for n, d in datasets.items() if d["kind"] == "glue")
+            problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
+                            f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
+        elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
+            problems.append(f"config error: datasets.{ft['dataset']}.max_length: {datasets[ft['dataset']]['max_length']} "
+                            f"is longer than study {name}'s context {model_base['max_len']} (allowed: at most the "
+                            f"pretraining context, model.context)")
+        else:
+            finetune = {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
+                        "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
+    elif st.get("finetune"):
+        problems.append(f"config error: studies.{name}.finetune: only used by task glue")
+    return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
                  baseline=dict(st.get("baseline") or {}),
                  resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
                  description=st.get("description", ""),
