@@ -11,6 +11,7 @@ projection, recorded alongside.
 from __future__ import annotations
 
 import math
+import os
 from contextlib import contextmanager
 
 import torch
@@ -127,11 +128,15 @@ def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_
     """The conditioning stage of one variant: kappa at init and after training -> conditioning.csv."""
     import pandas as pd
 
-    from .io import read_json, write_csv
+    from .io import read_json, verify_sha256, write_csv
 
     if threads:
         torch.set_num_threads(threads)
     metrics = read_json(metrics_path)
+    for path in (init_path, final_path):
+        recorded = (metrics.get("sha256") or {}).get(os.path.basename(path))
+        if recorded:
+            verify_sha256(path, recorded, metrics_path)
     checkpoints = {"init": (0, init_path), "final": (metrics["steps"], final_path)}
     rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device)
     frame = pd.DataFrame(rows)

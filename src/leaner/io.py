@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,10 +36,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
+        _fault_pause(path)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _fault_pause(path: Path) -> None:
+    """Fault injection for the tests: LEANER_FAULT_SLOW_RENAME="<file name>:<seconds>" holds every
+    write of that file between its complete temporary copy and the rename, so a test can kill
+    the process in the middle of writing it."""
+    spec = os.environ.get("LEANER_FAULT_SLOW_RENAME")
+    if spec:
+        name, _, seconds = spec.rpartition(":")
+        if name == path.name:
+            time.sleep(float(seconds))
+
+
+def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary copies a killed writer left in `directory` (never read: they were
+    not renamed into place). Call only where no other writer can be at work."""
+    gone = []
+    for tmp in Path(directory).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+        gone.append(tmp)
+    return gone
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -81,6 +104,8 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def verify_sha256(path: Path, expected: str, manifest_path) -> None:
-    """Refuse a data file whose contents are not the ones its manifest recorded."""
+    """Refuse a file whose contents are not the ones recorded when it was written (truncated,
+    corrupted, replaced)."""
     if sha256_file(path) != expected:
-        raise ValueError(f"{path}: contents do not match the sha256 in {manifest_path}; re-run its data rule")
+        raise ValueError(f"{path}: contents do not match the sha256 in {manifest_path}; re-run the job that wrote it "
+                         f"(snakemake --forcerun {path})")

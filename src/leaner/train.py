@@ -33,12 +33,13 @@ import torch
 from . import __version__
 from . import distributed
 from .devices import pick_device
-from .io import atomic_path, write_csv, write_json
+from .io import atomic_path, remove_stale_temps, sha256_file, write_csv, write_json
 from .models import build_model, param_counts
 from .tasks import make_task
 
 RESUME_DIR = ".resume"
 RESUME_FILE = "state.pt"
+PREVIOUS_FILE = "state.prev.pt"  # the checkpoint before the last: the fallback if the last is damaged
 
 
 def seed_everything(seed: int) -> None:
@@ -167,18 +168,32 @@ def _rank_seed(seed: int, rank: int) -> int:
 
 
 def _save_resume(path: Path, payload: dict) -> None:
+    """Write the checkpoint atomically, keeping the one before it as state.prev.pt."""
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
+        if path.exists():
+            os.replace(path, path.with_name(PREVIOUS_FILE))
 
 
-def _load_resume(path: Path, log) -> dict | None:
-    if not path.exists():
-        return None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: start over rather than trust it
-        log(f"warning: resume checkpoint {path} is unreadable ({exc.__class__.__name__}: {exc}); starting fresh")
-        return None
+def _load_resume(path: Path, spec_json: str, log) -> dict | None:
+    """The newest readable checkpoint of this spec: state.pt, else state.prev.pt, else None.
+    Loaded as tensors only (weights_only); a damaged or foreign file is skipped with a warning."""
+    for candidate in (path, path.with_name(PREVIOUS_FILE)):
+        if not candidate.exists():
+            continue
+        try:
+            state = torch.load(candidate, map_location="cpu", weights_only=True)
+        except Exception as exc:  # truncated, corrupted, or carrying code
+            log(f"warning: resume checkpoint {candidate} is unreadable ({exc.__class__.__name__}: "
+                f"{str(exc).splitlines()[0][:200]}); trying the previous one")
+            continue
+        if state.get("spec") != spec_json:
+            log(f"warning: resume checkpoint {candidate} belongs to a different spec; ignoring it")
+            continue
+        return state
+    if path.parent.exists() and any(path.parent.iterdir()):
+        log("warning: no usable resume checkpoint; starting from step 0")
+    return None
 
 
 def _versions() -> dict:
@@ -231,6 +246,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     check_expected_params(spec, counts["total"])
     if ctx.main:
         out.mkdir(parents=True, exist_ok=True)
+        for stale in remove_stale_temps(out) + remove_stale_temps(out / RESUME_DIR):
+            log(f"removed {stale.name}, left by a killed run")
         save_weights(model, out / "init.safetensors", spec)
     if ctx.active:
         seed_everything(_rank_seed(spec["seed"], ctx.rank))
@@ -250,10 +267,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
     step, history, status = 0, [], "ok"
     epoch_loss, epoch_count, elapsed_before = 0.0, 0, 0.0
-    state = _load_resume(resume_path, log)
-    if state is not None and state.get("spec") != json.dumps(spec, sort_keys=True):
-        log("warning: resume checkpoint belongs to a different spec; starting fresh")
-        state = None
+    state = _load_resume(resume_path, json.dumps(spec, sort_keys=True), log)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -363,6 +377,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # what later stages check before they trust the weights (a truncated or replaced file)
+        "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
     }
     write_json(out / "metrics.json", metrics)
     shutil.rmtree(out / RESUME_DIR, ignore_errors=True)

@@ -1,0 +1,196 @@
+"""Fault injection: real kills at chosen moments, damaged files, and what the pipeline does.
+
+Every kill here is SIGKILL of Snakemake and everything it started (a node dying), at a moment
+made deterministic by LEANER_FAULT_SLOW_RENAME (io.py), which holds one file's write between its
+complete temporary copy and the rename. The re-run is the documented one (`--unlock`, then `--rerun-incomplete`),
+and on the CPU the result must be bit-identical to an uninterrupted run of the same seed: the
+checkpoint holds weights, optimiser moments, step, history and every RNG state, and the batch
+order is a function of (seed, epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+
+from conftest import BIN, REPO, TINY, kill_after_checkpoint, small_spec
+from leaner.train import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
+
+VARIANT = "results/tiny/L2-H1-D16-hd16-mlp32-s0"
+TARGET = f"{VARIANT}/metrics.json"
+
+
+def _snakemake_cmd(workdir: Path) -> list[str]:
+    return [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), TARGET, "--cores", "1",
+            "--rerun-incomplete", "--configfile", str(TINY)]
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra}
+
+
+def _wait_for(predicate, timeout_s: float = 120.0) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError("the moment to inject the fault never came")
+        time.sleep(0.02)
+
+
+def _kill_everything(proc: subprocess.Popen, workdir: Path) -> None:
+    """SIGKILL Snakemake's process group, then any process still working in this workdir."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(workdir)):
+                os.kill(int(pid), signal.SIGKILL)
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue
+    time.sleep(0.5)
+
+
+def _outputs(workdir: Path) -> tuple[dict, dict, pd.DataFrame]:
+    out = workdir / VARIANT
+    metrics = json.loads((out / "metrics.json").read_text())
+    kept = {k: metrics[k] for k in ("status", "final", "best", "steps", "params", "seed", "spec")}
+    history = pd.read_csv(out / "history.csv").drop(columns="elapsed_s")
+    return kept, load_file(str(out / "model.safetensors")), history
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    work = tmp_path_factory.mktemp("uninterrupted")
+    subprocess.run(_snakemake_cmd(work), cwd=work, env=_env(), check=True, capture_output=True)
+    return _outputs(work)
+
+
+def _resume_dir(work: Path) -> Path:
+    return work / VARIANT / RESUME_DIR
+
+
+# name -> (file to hold, moment to kill, what the re-run's log must say)
+KILL_POINTS = {
+    "before the first checkpoint": ("init.safetensors",
+                                    lambda w: any((w / VARIANT).glob(".init.safetensors.*.tmp")), None),
+    "between checkpoints": (None, lambda w: (_resume_dir(w) / RESUME_FILE).exists(), "resumed from step"),
+    # the second write: step 20's checkpoint is now state.prev.pt, step 40's is held before its rename
+    "during a checkpoint write": ("state.pt", lambda w: (_resume_dir(w) / PREVIOUS_FILE).exists(),
+                                  "resumed from step 20"),
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_killed_snakemake_run_resumes_and_ends_identical(tmp_path, reference, point):
+    held, moment, expect = KILL_POINTS[point]
+    env = _env(LEANER_FAULT_SLOW_RENAME=f"{held}:4") if held else _env()
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: moment(tmp_path))
+    _kill_everything(proc, tmp_path)
+    assert not (tmp_path / TARGET).exists(), "the kill came too late"
+    if point == "during a checkpoint write":  # the newest checkpoint was never renamed into place
+        assert not (_resume_dir(tmp_path) / RESUME_FILE).exists()
+        assert any(_resume_dir(tmp_path).glob(".state.pt.*.tmp"))
+
+    # the documented recovery: unlock (a killed Snakemake leaves its lock), then re-run
+    subprocess.run(_snakemake_cmd(tmp_path) + ["--unlock"], cwd=tmp_path, env=_env(), check=True, capture_output=True)
+    rerun = subprocess.run(_snakemake_cmd(tmp_path), cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    if expect:
+        assert expect in log, log[-2000:]
+    else:
+        assert "resumed" not in log
+    metrics, weights, history = _outputs(tmp_path)
+    ref_metrics, ref_weights, ref_history = reference
+    assert metrics == ref_metrics
+    assert weights.keys() == ref_weights.keys() and all((weights[k] == ref_weights[k]).all() for k in weights)
+    pd.testing.assert_frame_equal(history, ref_history)
+    assert not _resume_dir(tmp_path).exists()  # cleaned up once the outputs are final
+    assert not list((tmp_path / VARIANT).glob(".*.tmp"))
+
+
+def _cli_train(spec, manifest, out, **popen):
+    cmd = [str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data", str(manifest), "--out", str(out),
+           "--threads", "1", "--no-progress"]
+    if popen:
+        return subprocess.Popen(cmd, **popen)
+    return subprocess.run(cmd, capture_output=True, text=True, check=True)
+
+
+def test_a_truncated_checkpoint_falls_back_to_the_previous_good_one(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"].update(epochs=6, checkpoint_every=10)
+    _cli_train(spec, digits_manifest, tmp_path / "ref")
+    out = tmp_path / "run"
+    proc = _cli_train(spec, digits_manifest, out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_after_checkpoint(proc, out / RESUME_DIR / PREVIOUS_FILE)  # two checkpoints written
+    last = out / RESUME_DIR / RESUME_FILE
+    assert last.exists() and not (out / "metrics.json").exists()
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a torn write
+
+    rerun = _cli_train(spec, digits_manifest, out)
+    assert f"resume checkpoint {last} is unreadable" in rerun.stderr
+    assert "resumed from step" in rerun.stderr
+    ref, got = load_file(str(tmp_path / "ref" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all((ref[k] == got[k]).all() for k in ref)
+
+
+def test_a_damaged_weights_file_is_refused_downstream(tmp_path, digits_manifest):
+    """metrics.json records each safetensors file's sha256; the conditioning stage checks it."""
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 5
+    _cli_train(spec, digits_manifest, tmp_path)
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:-16])
+    proc = subprocess.run([str(BIN / "leaner"), "conditioning", "--metrics", str(tmp_path / "metrics.json"),
+                           "--init", str(tmp_path / "init.safetensors"), "--final", str(model),
+                           "--data", str(digits_manifest), "--out", str(tmp_path / "conditioning.csv")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{model}: contents do not match the sha256 in {tmp_path / 'metrics.json'}" in proc.stderr
+    assert not (tmp_path / "conditioning.csv").exists()
+
+
+def test_divergence_is_a_result_the_sweep_completes_and_the_figures_mark_it(tmp_path, monkeypatch):
+    """An absurd learning rate for one variant: it stops early with status diverged, and the
+    sweep, its tables and its figures complete around it."""
+    import yaml
+
+    from conftest import snakemake
+    from leaner import figures
+
+    config = yaml.safe_load(TINY.read_text())
+    del config["studies"]["tiny_nearest"]
+    study = config["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
+                     "seeds": [0, 1]}
+    study["overrides"] = [{"where": {"heads": 2, "seed": 1}, "recipe": {"lr": 1.0e12, "warmup_frac": 0.0}}]
+    path = tmp_path / "diverging.yaml"
+    path.write_text(yaml.safe_dump(config))
+    snakemake(tmp_path, "--cores", "2", configfile=path)
+
+    diverged = json.loads((tmp_path / "results/tiny/L1-H2-D16-hd8-mlp32-s1/metrics.json").read_text())
+    assert diverged["status"] == "diverged" and diverged["steps"] < diverged["total_steps"]
+    summary = pd.read_csv(tmp_path / "results/tiny/summary.csv")
+    assert sorted(summary["status"]) == ["diverged", "ok", "ok", "ok"]
+    by_config = pd.read_csv(tmp_path / "results/tables/tiny-by_config.csv")
+    assert by_config.set_index("heads")["diverged"].to_dict() == {1: 0, 2: 1}
+    for name in ("accuracy_vs_heads", "kappa_vs_heads"):
+        assert (tmp_path / "results" / "figures" / f"tiny-{name}.png").stat().st_size > 10_000
+
+    # the figure marks the diverged point: a red x with its own legend entry
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    figures.metric_vs_heads(summary, tmp_path / "x", "tiny")
+    labels = [t.get_text() for ax in shown[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "diverged run(s)" in labels
