@@ -202,6 +202,7 @@ def test_bad_config_is_one_clear_line(name, mutate, expected):
     assert "\n" not in problems[0]
     assert problems[0].startswith("config error: ")
     assert expected in problems[0], problems[0]
+    assert "(allowed: " in problems[0], problems[0]  # says what would be accepted
 
 
 def test_cli_reports_bad_config_without_traceback(tmp_path):

@@ -63,6 +63,8 @@ DATASET_DEFAULTS["glue"] = {"source": "hub", "name": "nyu-mll/glue",
                             "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
                             "max_length": 128, "max_train_examples": None}
 DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
+REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",
+                  "num_classes": "the number of classes, an integer >= 1"}
 TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
 LISTOPS_VOCAB_SIZE = 16  # padding, 4 operators, "]", digits 0-9 (data/listops.py)
 BYTE_VOCAB_SIZE = 257  # 256 bytes + end of document (data/text.py)
@@ -172,9 +174,10 @@ def _format_error(err, root: dict) -> str:
         return f"{target}: unknown key (allowed: {allowed_txt})"
     if err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
-        return f"{where}: missing required key '{missing}'"
+        return (f"{where}: missing required key '{missing}' (allowed: a mapping with keys "
+                f"{', '.join(err.schema.get('required', []))} and optionally {', '.join(sorted(set(err.schema.get('properties', {})) - set(err.schema.get('required', []))))})")
     if err.validator in ("minItems", "minProperties"):
-        return f"{where}: must not be empty"
+        return f"{where}: must not be empty (allowed: at least one entry)"
     if err.validator == "uniqueItems":
         return f"{where}: {json.dumps(err.instance)} repeats a value (allowed: distinct values)"
     if err.validator == "propertyNames" or "propertyNames" in err.schema_path:
@@ -302,11 +305,13 @@ def _expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                         f"(allowed: fixed_width, fixed_head_dim)")
         return []
     if "fixed_width" in protocols and "width" not in grid:
-        problems.append(f"config error: {key}.width: required by protocol fixed_width (the fixed model width D)")
+        problems.append(f"config error: {key}.width: required by protocol fixed_width (allowed: a list of fixed model "
+                        f"widths D, e.g. width: [64])")
     if "fixed_head_dim" in protocols and "head_dim" not in grid:
-        problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (the fixed head dimension d)")
+        problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (allowed: a list of fixed "
+                        f"head dimensions d, e.g. head_dim: [16])")
     if "mlp_ratio" in grid and "mlp_hidden" in grid:
-        problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both")
+        problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both (allowed: one of mlp_ratio, mlp_hidden)")
     mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
     points = []
     for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
@@ -391,7 +396,8 @@ def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -
     out = {**DATASET_DEFAULTS[kind], **spec}
     for req in DATASET_REQUIRED.get(kind, ()):
         if req not in spec:
-            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind}")
+            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind} "
+                            f"(allowed: {REQUIRED_HINTS.get(req, 'a value')})")
     if kind == "text":
         for req in TEXT_SOURCE_REQUIRED[out["source"]]:
             if req not in spec:
@@ -493,8 +499,8 @@ RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory")  # folders of res
 def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
     task = st["task"]
     if name in RESERVED_STUDY_NAMES:
-        problems.append(f"config error: studies.{name}: reserved name (results/{name}/ holds other outputs; "
-                        f"allowed: any other name)")
+        problems.append(f"config error: studies.{name}: reserved name, results/{name}/ holds other outputs "
+                        f"(allowed: any name but {', '.join(RESERVED_STUDY_NAMES)})")
         return None
     if st["dataset"] not in datasets:
         problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
@@ -502,8 +508,10 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         return None
     ds = datasets[st["dataset"]]
     if ds["kind"] not in TASKS[task]["dataset_kinds"]:
+        fitting = sorted(n for n, d in datasets.items() if d["kind"] in TASKS[task]["dataset_kinds"])
         problems.append(f"config error: studies.{name}.dataset: {st['dataset']!r} is a {ds['kind']} dataset, "
-                        f"task {task} needs one of kind {', '.join(TASKS[task]['dataset_kinds'])}")
+                        f"task {task} needs one of kind {', '.join(TASKS[task]['dataset_kinds'])} "
+                        f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
     model_base = _task_model_base(name, st, ds, problems)
     recipe_base = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS[task], **(st.get("recipe") or {})}
@@ -546,10 +554,12 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
                                 expect_params=expect.get(vid))
     for i, ov in enumerate(overrides):
         if not any(_matches(ov["where"], p) for p in points):
-            problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid")
+            problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid "
+                            f"(allowed: values on the study's grid axes)")
     for vid in expect:
         if vid not in variants:
-            problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid")
+            problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid "
+                            f"(allowed: ids listed by `leaner variants <config>`)")
     variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
     if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
         problems.append(f"config error: studies.{name}.grid: expands to no variants")
@@ -571,7 +581,7 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
             finetune = {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
                         "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
     elif st.get("finetune"):
-        problems.append(f"config error: studies.{name}.finetune: only used by task glue")
+        problems.append(f"config error: studies.{name}.finetune: only used by task glue (allowed: remove it, or task: glue)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
                  baseline=dict(st.get("baseline") or {}),
                  resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
