@@ -105,3 +105,44 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), v
         assert (remote / "results" / "tiny" / v / "conditioning.csv").read_text() == \
             (local / "results" / "tiny" / v / "conditioning.csv").read_text()
+
+
+def test_a_cancelled_job_is_resubmitted_and_resumes(cluster, tmp_path):
+    """scancel a training job mid-run (as preemption would): the profile's retry submits it again
+    and the new job resumes from the rolling checkpoint instead of step 0."""
+    import time
+
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=40, checkpoint_every=10)
+    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    config = tmp_path / "long.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    variant = work / "results" / "tiny" / "L1-H2-D16-hd8-mlp32-s0"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work),
+           "results/tiny/L1-H2-D16-hd8-mlp32-s0/metrics.json", "--profile", str(REPO / "profiles" / "slurm"),
+           *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
+    env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}"}
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not (variant / ".resume" / "state.pt").exists():
+        assert time.time() < deadline and proc.poll() is None, "training never wrote a checkpoint"
+        time.sleep(0.1)
+    jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%i|%k"], env=cluster.env, capture_output=True,
+                          text=True, check=True).stdout.split()
+    train_jobs = [j.split("|")[0] for j in jobs if "rule_train" in j]
+    assert len(train_jobs) == 1, jobs
+    subprocess.run(["scancel", train_jobs[0]], env=cluster.env, check=True)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    assert sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines()) == 2, out[-4000:]
+    log = (work / "logs" / "train" / "tiny" / "L1-H2-D16-hd8-mlp32-s0.log").read_text()
+    assert "resumed from step" in log, log[-2000:]
+    metrics = json.loads((variant / "metrics.json").read_text())
+    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"]
+    assert metrics["run"]["slurm_job_id"] != train_jobs[0]  # finished by the second job
