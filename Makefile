@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test setup clean-results
+.PHONY: study test bench setup clean-results
 
 setup: $(STAMP)
 
@@ -19,6 +19,9 @@ study: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
 
 clean-results:
 	rm -rf results logs benchmarks/*/ .snakemake

@@ -1,0 +1,47 @@
+"""The benchmark script runs and writes its tables (tiny sizes; no timing is asserted here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_benchmark_script_writes_its_tables(tmp_path):
+    out = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\nMachine: ")
+    for title in ("1. Training loop against a bare PyTorch loop", "2a. Conditioning stage",
+                  "2b. kappa: batched float64 SVD", "3. `snakemake -n`", "5. GPU path"):
+        assert f"### {title}" in text, title
+    ratio = next(line for line in text.splitlines() if line.startswith("| ratio"))
+    assert float(ratio.split("|")[2].split()[0]) > 0  # a measured number, not a placeholder
+    assert "| grid of 50 | 50 |" in text and "| grid of 100 | 100 |" in text
+    assert "skipped: no CUDA device" in text or "MFU" in text
+
+
+def test_the_mfu_flop_count_matches_torch_flop_counter():
+    """The GPU row's FLOPs per image (what MFU divides by), checked on the CPU against
+    torch's own FLOP counter on one ViT-B/16 layer, forward and backward."""
+    import importlib.util
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from leaner.models import build_model
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "run.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = build_model({"arch": "vit", "depth": 1, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
+                         "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000})
+    x = torch.randn(1, 3, 224, 224)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    one_layer = bench.vit_b_train_flops_per_image(depth=1)
+    # the counter also sees the patch embedding and the head, which the formula leaves out
+    assert 0.95 * counter.get_total_flops() < one_layer <= counter.get_total_flops()
