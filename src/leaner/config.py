@@ -84,7 +84,7 @@ RECIPE_DEFAULTS = {
     "betas": [0.9, 0.999], "warmup_frac": 0.05, "grad_clip": None, "label_smoothing": 0.0,
     "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
     "eval_batch_size": 256, "num_workers": 0, "max_steps": None, "schedule": "cosine",
-    "steps_per_epoch": None, "init_seed": None,
+    "steps_per_epoch": None, "init_seed": None, "compile": False,
 }
 # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100 steps,
 # warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed.

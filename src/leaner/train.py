@@ -255,6 +255,11 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             f"{-(-recipe['batch_size'] // ctx.world)} of a global batch of {recipe['batch_size']}")
     model.to(dev)
     net = ctx.wrap(model, dev)  # what the training step calls; `model` stays the plain module
+    if recipe.get("compile"):
+        if dev.type == "cuda":
+            net = torch.compile(net)
+        else:
+            log("recipe.compile is for CUDA; training eagerly on the CPU")
     task = make_task(spec, data_path, dev)
     optimizer = make_optimizer(model, recipe)
     autocast = autocast_for(dev)
