@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from conftest import BIN, REPO, TINY, kill_after_checkpoint, small_spec
+from conftest import BIN, REPO, TINY, small_spec
 from leaner.train import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
 
 VARIANT = "results/tiny/L2-H1-D16-hd16-mlp32-s0"
@@ -133,9 +133,11 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_good_one(tmp_path, di
     _cli_train(spec, digits_manifest, tmp_path / "ref")
     out = tmp_path / "run"
     proc = _cli_train(spec, digits_manifest, out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    kill_after_checkpoint(proc, out / RESUME_DIR / PREVIOUS_FILE)  # two checkpoints written
-    last = out / RESUME_DIR / RESUME_FILE
-    assert last.exists() and not (out / "metrics.json").exists()
+    last, previous = out / RESUME_DIR / RESUME_FILE, out / RESUME_DIR / PREVIOUS_FILE
+    _wait_for(lambda: previous.exists() and last.exists())  # two checkpoints in place
+    proc.kill()
+    proc.wait()
+    assert last.exists() and previous.exists() and not (out / "metrics.json").exists()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a torn write
 
     rerun = _cli_train(spec, digits_manifest, out)
