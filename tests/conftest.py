@@ -89,3 +89,12 @@ def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = N
     spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": seed,
             "model": m, "recipe": r, "conditioning": {"samples": 16}}
     return spec, manifest
+
+
+def saved_checkpoint(ckpt: Path) -> Path | None:
+    """The resume checkpoint a killed run left: state.pt, or state.prev.pt if the kill landed
+    between the rotation of the old one and the rename of the new one."""
+    for path in (ckpt, ckpt.with_name("state.prev.pt")):
+        if path.exists():
+            return path
+    return None

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import BIN, kill_after_checkpoint, nearest_setup, small_spec
+from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 from leaner.data import batch_indices
 from leaner.distributed import check_split, shard, shard_bounds
 from leaner.train import RESUME_DIR, RESUME_FILE
@@ -115,8 +115,8 @@ def test_killed_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_m
     proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / RESUME_DIR / RESUME_FILE
     kill_after_checkpoint(proc, ckpt)
-    assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
-    state = torch.load(ckpt, weights_only=True)
+    assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+    state = torch.load(saved_checkpoint(ckpt), weights_only=True)
     assert len(state["rng"]) == 2  # every rank's RNG state, written by rank 0
     time.sleep(2.0)
     leftover = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()

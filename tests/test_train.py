@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from conftest import BIN, kill_after_checkpoint, small_spec
+from conftest import BIN, kill_after_checkpoint, saved_checkpoint, small_spec
 from leaner.train import RESUME_DIR, RESUME_FILE, lr_at, train
 
 
@@ -78,7 +78,7 @@ def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / RESUME_DIR / RESUME_FILE
     kill_after_checkpoint(proc, ckpt)
-    assert ckpt.exists() and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+    assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
 
     rerun = subprocess.run([str(BIN / "leaner"), "train", *args, "--out", str(out)], capture_output=True,
                            text=True, check=True)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, TINY, snakemake
+from conftest import REPO, TINY, saved_checkpoint, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -250,7 +250,7 @@ def test_killed_run_resumes_instead_of_restarting(tmp_path):
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its training job, mid-training
     proc.wait()
-    assert ckpt.exists() and not (tmp_path / target).exists(), "the kill came too late to test resume"
+    assert saved_checkpoint(ckpt) and not (tmp_path / target).exists(), "the kill came too late to test resume"
 
     snakemake(tmp_path, "--unlock", configfile=path)
     snakemake(tmp_path, target, "--cores", "1", "--rerun-incomplete", configfile=path)
