@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.config import STUDY_FIGURES, STUDY_TABLES
 from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
+from leaner.data.glue import TASKS as GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -36,7 +37,7 @@ wildcard_constraints:
     study="|".join(STUDIES),
     variant=r"L\d+-H\d+-[A-Za-z0-9.-]+-s\d+",
     dataset="|".join(PLAN.datasets),
-    glue_task="cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli",
+    glue_task="|".join(GLUE_TASKS),
 
 
 def study_of(wildcards):

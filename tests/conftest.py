@@ -94,7 +94,9 @@ def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = N
 def saved_checkpoint(ckpt: Path) -> Path | None:
     """The resume checkpoint a killed run left: state.pt, or state.prev.pt if the kill landed
     between the rotation of the old one and the rename of the new one."""
-    for path in (ckpt, ckpt.with_name("state.prev.pt")):
+    from leaner.train import PREVIOUS_FILE
+
+    for path in (ckpt, ckpt.with_name(PREVIOUS_FILE)):
         if path.exists():
             return path
     return None

@@ -21,6 +21,11 @@ from typing import Any, Iterable
 
 import yaml
 
+# the tokenizers' facts (numpy-only modules: still no torch import here)
+from .data.glue import PAD as BERT_PAD, TASKS as GLUE_TASKS, VOCAB_SIZE as BERT_VOCAB_SIZE
+from .data.listops import VOCAB as LISTOPS_VOCAB
+from .data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 PROTOCOLS = ("fixed_width", "fixed_head_dim")
@@ -66,10 +71,7 @@ DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num
 REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",
                   "num_classes": "the number of classes, an integer >= 1"}
 TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
-LISTOPS_VOCAB_SIZE = 16  # padding, 4 operators, "]", digits 0-9 (data/listops.py)
-BYTE_VOCAB_SIZE = 257  # 256 bytes + end of document (data/text.py)
-BERT_VOCAB_SIZE, BERT_PAD = 260, 256  # 256 bytes + PAD, CLS, SEP, MASK (data/glue.py)
-GLUE_NUM_LABELS = {"cola": 2, "sst2": 2, "mrpc": 2, "stsb": 1, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2}
+GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
 
 MODEL_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
 NEAREST_MODEL_DEFAULTS = {"ff": 2048, "posn_dim": 64}
@@ -474,7 +476,7 @@ def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict
         return {**NEAREST_MODEL_DEFAULTS, **given}
     if task == "listops":
         return {"arch": "sequence_classifier", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-                "vocab_size": LISTOPS_VOCAB_SIZE, "max_len": ds["max_length"], "num_classes": 10}
+                "vocab_size": len(LISTOPS_VOCAB), "max_len": ds["max_length"], "num_classes": 10}
     if task in ("language_model", "glue"):
         given = dict(given)
         context = given.pop("context", 256 if task == "language_model" else 128)

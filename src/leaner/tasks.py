@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .data.glue import PAD
 from .io import read_json
 
 
@@ -301,7 +302,7 @@ class MaskedLanguageModeling:
         return torch.cat([torch.full((n, 1), CLS), body, torch.full((n, 1), SEP)], 1)
 
     def _mask(self, tokens: torch.Tensor, *keys: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from .data.glue import MASK, SEP
+        from .data.glue import MASK
 
         g = torch.Generator().manual_seed(int(np.random.SeedSequence([*keys, 0xB3]).generate_state(1)[0]))
         chosen = (torch.rand(tokens.shape, generator=g) < self.MASK_P) & (tokens < 256)
@@ -310,7 +311,6 @@ class MaskedLanguageModeling:
         random_bytes = torch.randint(0, 256, tokens.shape, generator=g)
         inputs = torch.where(chosen & (roll < 0.8), torch.full_like(tokens, MASK), tokens)
         inputs = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_bytes, inputs)
-        assert int(SEP) >= 256  # specials are never chosen
         return inputs, labels
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
@@ -375,7 +375,7 @@ class GlueFinetune:
 
         check_split(len(self.splits["train"]), self.batch_size, world)
         for x, y in self.splits["train"].train_batches(self.batch_size, self.seed, epoch, skip, rank, world):
-            yield _trim(x, pad=256), y
+            yield _trim(x, pad=PAD), y
 
     def _loss(self, logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         if self.regression:
@@ -393,7 +393,7 @@ class GlueFinetune:
         model.eval()
         preds, labels, loss_sum = [], [], 0.0
         for x, y in self.splits["eval"].eval_batches(self.eval_batch_size):
-            x, y = _trim(x, pad=256).to(self.device), y.to(self.device)
+            x, y = _trim(x, pad=PAD).to(self.device), y.to(self.device)
             with autocast():
                 logits = model(x).float()
             loss_sum += self._loss(logits, y, "sum").item()
@@ -405,7 +405,7 @@ class GlueFinetune:
         return {"eval_loss": loss_sum / max(len(lab), 1), **out}
 
     def probe_inputs(self, n: int) -> torch.Tensor:
-        return _trim(next(self.splits["eval"].eval_batches(n))[0], pad=256)
+        return _trim(next(self.splits["eval"].eval_batches(n))[0], pad=PAD)
 
     def diagnostics(self, model) -> dict:
         return {}
