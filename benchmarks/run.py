@@ -9,6 +9,7 @@ number is the median of --repeats runs with its spread (min-max). Rows:
 
 1. training loop: steps/s of leaner.train.train against a bare PyTorch loop over the same timm
    model, data tensors, batch order and fused AdamW, alternating in one process (target >= 0.98).
+   1b: data loading against the step it feeds; the image loader's rate per worker process.
 2. conditioning: the conditioning stage of one trained variant as a fraction of its training
    time (target <= 5%); batched float64 SVD against a per-sample loop; cost vs tokens and width.
 3. DAG resolution: `snakemake -n` for generated grids of 100-2000 variants, and the paper config.
@@ -20,6 +21,7 @@ number is the median of --repeats runs with its spread (min-max). Rows:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -129,8 +131,78 @@ def bench_training(manifest: str, repeats: int, epochs: int, work: Path) -> tupl
             f"{torch.get_num_threads()} threads; leaner's time includes its per-epoch history and the final "
             f"evaluation, the bare loop's does not.")
     return table("1. Training loop against a bare PyTorch loop", ["measure", "median (min-max)"], rows) + \
-        f"\n{note}\n", {"ratio": statistics.median(ratios), "train_s": steps / statistics.median(ours),
+        f"\n{note}\n", {"ratio": statistics.median(ratios), "train_s": steps / statistics.median(ours), "steps": steps,
                         "spec": spec, "out": work / "train0"}
+
+
+# ----------------------------------------------------------------------------- 1b. data loading
+
+def _write_images(root: Path, n: int, size: int, fmt: str) -> None:
+    """A local ImageFolder (train/validation, 4 classes) of n textured images per split."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "validation"):
+        for i in range(n):
+            folder = root / split / f"c{i % 4}"
+            folder.mkdir(parents=True, exist_ok=True)
+            base = rng.integers(0, 255, (size // 8 + 1, size // 8 + 1, 3), dtype=np.uint8)
+            pixels = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))[:size, :size]
+            Image.fromarray(pixels).save(folder / f"{i}.{fmt}", quality=90)
+
+
+def _loader_rate(manifest: str, workers: int, batch: int) -> float:
+    """Images per second out of the training loader (decode + DeiT augmentation + collate)."""
+    from leaner.data import load_splits
+
+    split = load_splits(manifest, {"augment": True, "num_workers": workers}).train
+    t0, n = time.perf_counter(), 0
+    for x, _ in split.train_batches(batch, seed=0, epoch=0):
+        n += len(x)
+    return n / (time.perf_counter() - t0)
+
+
+def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick: bool) -> tuple[str, float]:
+    """In-memory batches against the step they feed; the image loader's throughput per worker at
+    CIFAR (32 px, PNG) and ImageNet (224 px from 256 px JPEG) sizes with the DeiT augmentation."""
+    from leaner.data import load_splits, prepare
+
+    spec = trained["spec"]
+    split = load_splits(manifest, spec["recipe"]).train
+    fetch = []
+    for _ in range(repeats):
+        t0, steps = time.perf_counter(), 0
+        for _batch in split.train_batches(spec["recipe"]["batch_size"], 0, 0):
+            steps += 1
+        fetch.append((time.perf_counter() - t0) / steps)
+    step_s = trained["train_s"] / trained["steps"]
+    rows = [["digits in memory (index lookup)", "-", median_spread([1e3 * f for f in fetch]) + " ms/batch",
+             f"{1e3 * step_s:.3g} ms", median_spread([100 * f / step_s for f in fetch]) + " %"]]
+    rate_224 = None
+    n = 32 if quick else 256
+    worker_counts = [0] if quick else sorted({0, 1, os.cpu_count() or 1})
+    for label, size, fmt in (("CIFAR-like 32 px PNG", 32, "png"), ("ImageNet-like 224 px (256 px JPEG)", 224, "jpg")):
+        root = work / f"images{size}"
+        _write_images(root / "imgs", n, 256 if size == 224 else size, fmt)
+        meta = {"kind": "imagefolder", "path": str(root / "imgs"), "train_split": "train", "eval_split": "validation",
+                "image_key": "image", "label_key": "label", "num_classes": 4, "img_size": size, "in_chans": 3,
+                "mean": [0.5] * 3, "std": [0.25] * 3}
+        prepare(f"images{size}", meta, str(root / "manifest.json"))
+        for workers in worker_counts:
+            rates = [_loader_rate(str(root / "manifest.json"), workers, 32) for _ in range(repeats)]
+            per_proc = statistics.median(rates) / max(1, workers)
+            if size == 224:
+                rate_224 = max(rate_224 or 0.0, per_proc)
+            rows.append([label, workers, median_spread(rates) + " images/s", "-", f"{per_proc:.0f} images/s per process"])
+    text = table("1b. Data loading against the step it feeds", ["data", "workers", "loading", "training step",
+                                                              "loading / step"], rows)
+    text += (f"\nIn-memory batches (digits, P2's points, token windows) cost a fraction of the step above. "
+             f"Image datasets go through a torch DataLoader with `recipe.num_workers` processes (pinned memory on "
+             f"CUDA); {n} images per split, batch 32, DeiT training transform (RandomResizedCrop, flip, "
+             f"RandAugment m9, random erasing). Row 5 divides a GPU's images/s by the per-process rate at 224 px "
+             f"to give the workers it needs.\n")
+    return text, rate_224 or 0.0
 
 
 # ----------------------------------------------------------------------------- 2. conditioning
@@ -152,7 +224,7 @@ def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) 
                   ["training s", f"{trained['train_s']:.4g}"],
                   ["fraction of training (target <= 5%)", median_spread([100 * f for f in frac]) + " %"]])
     rows = []
-    sizes = [(17, 64), (65, 128)] if quick else [(17, 64), (65, 256), (197, 256), (197, 768), (577, 768)]
+    sizes = [(17, 64), (65, 128)] if quick else [(17, 64), (65, 256), (197, 256), (197, 768), (577, 768), (256, 64)]
     batch = 16 if quick else 64
     for tokens, cols in sizes:
         mats = torch.randn(batch, tokens, cols, dtype=torch.float64)
@@ -169,10 +241,13 @@ def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) 
         rows.append([tokens, cols, median_spread([1e3 * b / batch for b in batched]),
                      median_spread([1e3 * l / batch for l in loop]),
                      f"{statistics.median(loop) / statistics.median(batched):.2f}x"])
-    text += "\n" + table(f"2b. kappa: batched float64 SVD against a per-sample loop ({batch} matrices)",
+    text += "\n" + table(f"2b. kappa: leaner's batched float64 SVD against a naive per-sample loop ({batch} matrices)",
                          ["tokens N", "width h*d", "batched ms/matrix", "loop ms/matrix", "speed-up"], rows)
-    text += ("\nThe SVD of an N x C matrix costs O(N C min(N, C)): it grows linearly in the larger side and "
-             "quadratically in the smaller; ViT-B/16 (N 197, C 768) is the paper-scale point.\n")
+    text += ("\nThe naive loop calls svdvals on each (N, C) matrix as captured. leaner.conditioning.kappa batches "
+             "them and hands LAPACK the tall orientation (the transposed view of a wide matrix is already "
+             "column-major: no copy); on CPU, batching alone saves little, since LAPACK still runs one matrix at "
+             "a time. The SVD of an N x C matrix costs O(N C min(N, C)): linear in the larger side, quadratic in "
+             "the smaller; ViT-B/16 (N 197, C 768) is the paper-scale point.\n")
     return text
 
 
@@ -249,7 +324,7 @@ def vit_b_train_flops_per_image(tokens: int = 197, width: int = 768, depth: int 
     return 3 * depth * per_layer
 
 
-def bench_gpu(steps: int, compile_model: bool) -> str:
+def bench_gpu(steps: int, compile_model: bool, loader_rate_224: float) -> str:
     if not torch.cuda.is_available():
         return table("5. GPU path (ViT-B/16, bf16, fused attention)", ["result"],
                      [["skipped: no CUDA device on this machine"]])
@@ -286,10 +361,12 @@ def bench_gpu(steps: int, compile_model: bool) -> str:
     peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     achieved = vit_b_train_flops_per_image() * batch / dt / 1e12
     mfu = f"{100 * achieved / peak:.1f}%" if peak else "unknown peak"
+    workers = f"{math.ceil(batch / dt / loader_rate_224)}" if loader_rate_224 else "-"
     return table("5. GPU path (ViT-B/16, bf16, fused attention" + (", torch.compile)" if compile_model else ")"),
-                 ["device", "images/s", "TFLOP/s", "MFU (target >= 50% on H100)", "peak memory GB"],
+                 ["device", "images/s", "TFLOP/s", "MFU (target >= 50% on H100)", "peak memory GB",
+                  "loader workers to feed it (row 1b)"],
                  [[name, f"{batch / dt:.0f}", f"{achieved:.0f}", mfu,
-                   f"{torch.cuda.max_memory_allocated() / 2**30:.1f}"]])
+                   f"{torch.cuda.max_memory_allocated() / 2**30:.1f}", workers]])
 
 
 # ----------------------------------------------------------------------------- main
@@ -315,8 +392,11 @@ def main(argv=None) -> int:
         text, trained = bench_training(manifest, repeats, 2 if a.quick else 24, work)
         parts.append(text)
         print(text, flush=True)
+        text, rate_224 = bench_loading(manifest, repeats, trained, work, a.quick)
+        parts.append(text)
+        print(text, flush=True)
         for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
-                     *( [bench_e2e(work / "e2e")] if a.e2e else []), bench_gpu(5 if a.quick else 30, a.compile)):
+                     *([bench_e2e(work / "e2e")] if a.e2e else []), bench_gpu(5 if a.quick else 30, a.compile, rate_224)):
             parts.append(text)
             print(text, flush=True)
     out = Path(a.out)

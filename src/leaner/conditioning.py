@@ -20,11 +20,16 @@ MATRICES = ("heads_concat", "attn_proj_out")
 
 
 def kappa(mats: torch.Tensor) -> torch.Tensor:
-    """sigma_max / sigma_min over the last two dims, in float64; NaN for a non-finite matrix."""
+    """sigma_max / sigma_min over the last two dims, in float64; NaN for a non-finite matrix.
+
+    A matrix and its transpose have the same singular values; LAPACK is handed the tall one. For a
+    wide row-major (N, C) matrix that is the transposed view, which is already column-major: no
+    copy, and 1.5-2x faster on ViT's shapes (N 17-197 tokens, C 64-768; benchmarks/run.py row 2b)."""
     mats = mats.detach().to(torch.float64)
     finite = torch.isfinite(mats).flatten(-2).all(-1)
-    safe = torch.where(finite[..., None, None], mats, torch.zeros_like(mats))
-    sv = torch.linalg.svdvals(safe)
+    if not finite.all():
+        mats = torch.where(finite[..., None, None], mats, torch.zeros_like(mats))
+    sv = torch.linalg.svdvals(mats.mT if mats.shape[-2] < mats.shape[-1] else mats)
     out = sv[..., 0] / sv[..., -1]
     return torch.where(finite, out, torch.full_like(out, math.nan))
 
