@@ -108,3 +108,24 @@ def test_hub_loader_on_a_local_parquet_dataset_trains_end_to_end(tmp_path):
     metrics = train(run, str(manifest_path), tmp_path / "run", progress=False)
     assert metrics["status"] == "ok" and metrics["steps"] == 6
     assert 0.0 <= metrics["final"]["eval_acc"] <= 1.0
+
+
+def test_randaugment_posterize_at_full_magnitude_gives_a_black_image_not_an_error():
+    """DeiT's rand-m9-mstd0.5-inc1 reaches magnitude 10 (0 bits kept) ~2% of the time; Pillow
+    refuses 0 bits, which used to crash an ImageNet epoch. The op now returns the black image
+    it always meant, and posterizes as before at other magnitudes."""
+    from PIL import Image, ImageOps
+
+    from leaner.data.images import build_transforms
+
+    train_tf, _ = build_transforms({**IMAGE_SPEC, "img_size": 32}, {"augment": True})
+    randaug = next(t for t in train_tf.transforms if type(t).__name__ == "RandAugment")
+    op = next(o for o in randaug.ops if o.name == "PosterizeIncreasing")
+    op.prob, op.magnitude_std = 1.0, 0
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    op.magnitude = 10
+    assert np.asarray(op(img)).max() == 0
+    op.magnitude = 5  # keeps 4 - int(2.0) = 2 bits
+    assert np.array_equal(np.asarray(op(img)), np.asarray(ImageOps.posterize(img, 2)))
+    for _ in range(200):  # the whole training transform, many draws: no error
+        train_tf(img)

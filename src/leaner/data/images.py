@@ -60,6 +60,30 @@ class HFImageDataset:
         return self.transform(row[self.image_key].convert(self.mode)), int(row[self.label_key])
 
 
+def _posterize(img, bits_to_keep, **_kwargs):
+    """timm's posterize, with 0 bits kept meaning what it meant before Pillow refused it (a black
+    image). RandAugment's 'inc1' posterize keeps 4 - int(0.4 m) bits: 0 at magnitude 10, which
+    m9-mstd0.5 draws about 2% of the time, and which Pillow >= 11 rejects with a ValueError."""
+    from PIL import Image, ImageOps
+
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def _fix_posterize(transform) -> None:
+    """Point every posterize op of the RandAugment inside `transform` at _posterize."""
+    from timm.data.auto_augment import RandAugment
+
+    for t in getattr(transform, "transforms", []):
+        if isinstance(t, RandAugment):
+            for op in t.ops:
+                if op.name.startswith("Posterize"):
+                    op.aug_fn = _posterize
+
+
 def build_transforms(meta: dict, recipe: dict):
     """DeiT-style train and eval transforms from timm."""
     from timm.data import create_transform
@@ -71,6 +95,7 @@ def build_transforms(meta: dict, recipe: dict):
     train = create_transform(is_training=True, auto_augment="rand-m9-mstd0.5-inc1" if augment else None,
                              re_prob=0.25 if augment else 0.0, **common)
     evaluate = create_transform(is_training=False, **common)
+    _fix_posterize(train)
     return train, evaluate
 
 
