@@ -7,7 +7,8 @@ rule summary:
         conditioning=lambda wildcards: study_files(wildcards, "conditioning.csv"),
         glue=glue_files,
     output:
-        "results/{study}/summary.csv",
+        summary="results/{study}/summary.csv",
+        kappa="results/{study}/kappa_through_training.csv",
     params:
         protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
     localrule: True
@@ -18,7 +19,7 @@ rule summary:
     shell:
         "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
         " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --glue {input.glue:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " --out {output.summary:q} --kappa-out {output.kappa:q} > {log:q} 2>&1"
 
 
 # Figures and tables depend on the study's task: one rule of each per task.
@@ -28,7 +29,8 @@ for task in STUDY_FIGURES:
         name:
             f"figures_{task}"
         input:
-            "results/{study}/summary.csv",
+            summary="results/{study}/summary.csv",
+            kappa="results/{study}/kappa_through_training.csv",
         output:
             expand("results/figures/{{study}}-{fig}.{ext}", fig=STUDY_FIGURES[task], ext=FIG_EXT),
         wildcard_constraints:
@@ -39,7 +41,8 @@ for task in STUDY_FIGURES:
         conda:
             "../envs/leaner.yaml"
         shell:
-            "leaner figures --summary {input:q} --study {wildcards.study:q} --outdir results/figures > {log:q} 2>&1"
+            "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --study {wildcards.study:q}"
+            " --outdir results/figures > {log:q} 2>&1"
 
     rule:
         name:

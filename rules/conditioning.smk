@@ -1,4 +1,5 @@
-# Condition numbers of one variant's attention, at initialisation and after training.
+# Condition numbers of one variant's attention: at initialisation, at the steps whose weights
+# training kept (conditioning.steps), and after training.
 
 
 rule conditioning:
@@ -6,6 +7,7 @@ rule conditioning:
         metrics="results/{study}/{variant}/metrics.json",
         init="results/{study}/{variant}/init.safetensors",
         model="results/{study}/{variant}/model.safetensors",
+        kept="results/{study}/{variant}/checkpoints",
         data=dataset_manifest,
     output:
         "results/{study}/{variant}/conditioning.csv",

@@ -2,7 +2,8 @@
 # A study asking for more than one GPU per variant trains it on that many processes (DDP under
 # torchrun, launched by `leaner train --nproc`).
 # The rolling checkpoint lives in results/{study}/{variant}/.resume/ (not an output: it survives
-# a killed job, and a re-run resumes from it).
+# a killed job, and a re-run resumes from it). checkpoints/ holds the weights kept at the study's
+# conditioning.steps (possibly none), for kappa through training.
 
 
 rule train:
@@ -13,6 +14,7 @@ rule train:
         init="results/{study}/{variant}/init.safetensors",
         history="results/{study}/{variant}/history.csv",
         metrics="results/{study}/{variant}/metrics.json",
+        kept=directory("results/{study}/{variant}/checkpoints"),
     params:
         spec=variant_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",

@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from conftest import BIN, kill_after_checkpoint, saved_checkpoint, small_spec
-from leaner.train import RESUME_DIR, RESUME_FILE, lr_at, train
+from leaner.train import RESUME_DIR, RESUME_FILE, kept_steps, lr_at, train
 
 
 def _weights(path):
@@ -69,6 +69,7 @@ def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
     checkpoint (its log says so) and ends bit-identical to an uninterrupted run."""
     spec = small_spec()
     spec["recipe"].update(epochs=6, checkpoint_every=10)
+    spec["conditioning"]["steps"] = [3, 0.3]  # kept before the kill (3) and after the resume (41 of 138)
     args = ["--spec", json.dumps(spec), "--data", str(digits_manifest), "--threads", "1", "--no-progress"]
     subprocess.run([str(BIN / "leaner"), "train", *args, "--out", str(tmp_path / "ref")], check=True,
                    capture_output=True)
@@ -87,8 +88,56 @@ def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
     ref = json.loads((tmp_path / "ref" / "metrics.json").read_text())
     got = json.loads((out / "metrics.json").read_text())
     assert got["final"] == ref["final"] and got["steps"] == ref["steps"]
+    assert [c["name"] for c in got["checkpoints"]] == ["step3", "step41"]
+    # same files, same weights (not always the same bytes: safetensors writes its metadata map in
+    # a per-process hash order, so the sha256 is an integrity check, not a reproducibility one)
+    assert [c["file"] for c in got["checkpoints"]] == [c["file"] for c in ref["checkpoints"]]
+    for kept in got["checkpoints"]:
+        assert _same_weights(tmp_path / "ref" / kept["file"], out / kept["file"])
+    assert not list((out / "checkpoints").glob(".*"))  # no temporary left behind
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / "history.csv").drop(columns="elapsed_s"),
                                   pd.read_csv(out / "history.csv").drop(columns="elapsed_s"))
+
+
+def test_kept_steps_are_steps_or_fractions_of_the_run():
+    assert kept_steps([0.02, 0.5, 10, 0.5001, 500, 1000], 1000) == [10, 20, 500]
+    assert kept_steps([0.001], 100) == [1]  # a fraction rounds to at least step 1
+    assert kept_steps([], 100) == []
+
+
+def test_weights_kept_during_training_are_the_weights_at_that_step(tmp_path, digits_manifest):
+    """At a constant learning rate the weights kept at step 7 of a 20-step run are bit-identical
+    to the final weights of the same run stopped at step 7, and conditioning measures them."""
+    from leaner.conditioning import write_conditioning
+
+    spec = small_spec()
+    spec["recipe"].update(lr=2e-3, min_lr=2e-3, warmup_frac=0.0, max_steps=20)
+    spec["conditioning"]["steps"] = [7, 0.5]
+    long = train(spec, str(digits_manifest), tmp_path / "long", progress=False)
+    assert [(c["name"], c["step"]) for c in long["checkpoints"]] == [("step7", 7), ("step10", 10)]
+    short_spec = {**spec, "recipe": {**spec["recipe"], "max_steps": 7}, "conditioning": {"samples": 32}}
+    short = train(short_spec, str(digits_manifest), tmp_path / "short", progress=False)
+    assert short["checkpoints"] == []
+    assert _same_weights(tmp_path / "long" / "checkpoints" / "step7.safetensors",
+                         tmp_path / "short" / "model.safetensors")
+
+    out = tmp_path / "long"
+    write_conditioning(str(out / "metrics.json"), str(out / "init.safetensors"), str(out / "model.safetensors"),
+                       str(digits_manifest), str(out / "conditioning.csv"))
+    cond = pd.read_csv(out / "conditioning.csv")
+    assert list(dict.fromkeys(cond["checkpoint"])) == ["init", "step7", "step10", "final"]
+    assert list(dict.fromkeys(cond["step"])) == [0, 7, 10, 20]
+    write_conditioning(str(tmp_path / "short" / "metrics.json"), str(tmp_path / "short" / "init.safetensors"),
+                       str(tmp_path / "short" / "model.safetensors"), str(digits_manifest),
+                       str(tmp_path / "short.csv"))
+    short_final = pd.read_csv(tmp_path / "short.csv").query("checkpoint == 'final'")
+    step7 = cond.query("checkpoint == 'step7'")
+    assert step7["kappa_median"].tolist() == short_final["kappa_median"].tolist()
+
+    (out / "checkpoints" / "step10.safetensors").write_bytes(b"replaced")
+    with pytest.raises(ValueError, match="sha256"):
+        write_conditioning(str(out / "metrics.json"), str(out / "init.safetensors"), str(out / "model.safetensors"),
+                           str(digits_manifest), str(out / "conditioning2.csv"))
 
 
 def test_corrupt_resume_checkpoint_starts_fresh(tmp_path, digits_manifest):

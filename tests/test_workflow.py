@@ -46,10 +46,17 @@ def test_tiny_study_end_to_end(tiny_run):
     assert (summary["params_total"] > 0).all()
 
     cond = pd.read_csv(work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s0" / "conditioning.csv")
-    assert len(cond) == 2 * 2 * 2  # checkpoints x layers x matrices
+    assert len(cond) == 4 * 2 * 2  # checkpoints (init, step10, half-way, final) x layers x matrices
+    assert list(dict.fromkeys(cond["checkpoint"])) == ["init", "step10", "step34", "final"]
     assert (cond["samples"] == 32).all() and (cond["tokens"] == 17).all()
+    kept = work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s0" / "checkpoints"
+    assert sorted(p.name for p in kept.glob("*.safetensors")) == ["step10.safetensors", "step34.safetensors"]
+    through = pd.read_csv(work / "results" / "tiny" / "kappa_through_training.csv")
+    assert len(through) == 6 * 4 * 2  # variants x checkpoints x matrices
+    assert set(through["step"]) == {0, 10, 34, 69} and set(through["fraction"].round(3)) == {0, 0.145, 0.493, 1}
+    assert (through["kappa_gmean"] >= 1).all()
 
-    for fig in ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"):
+    for fig in ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"):
         for ext in ("png", "pdf"):
             assert (work / "results" / "figures" / f"tiny-{fig}.{ext}").stat().st_size > 5000
     lean = pd.read_csv(work / "results" / "tables" / "tiny-lean_vs_baseline.csv")
@@ -71,7 +78,7 @@ def test_tiny_study_end_to_end(tiny_run):
     assert checks["check"].str.contains("MSE\\(rank d/2\\) / MSE\\(rank d\\)").sum() == 1
     assert checks["check"].str.startswith("fig_perfect").sum() == 1
     for fig in ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                "perfect_angle", "kappa_vs_rank"):
+                "perfect_angle", "kappa_vs_rank", "kappa_through_training"):
         assert (work / "results" / "figures" / f"tiny_nearest-{fig}.png").stat().st_size > 5000
     both = pd.read_csv(work / "results" / "tables" / "all_studies-kappa_rank_error.csv")
     assert set(both["study"]) == {"tiny", "tiny_nearest"}

@@ -57,6 +57,34 @@ def _kappa_columns(cond: pd.DataFrame) -> dict:
     return out
 
 
+def kappa_through_training(summary: pd.DataFrame, conditioning_paths: list[str]) -> pd.DataFrame:
+    """One row per (variant, checkpoint, matrix): the step, its fraction of the run, layer-1
+    median kappa and the geometric mean over layers of the per-layer medians, with the variant's
+    architecture, seed and protocols from the summary."""
+    if not len(summary):
+        return pd.DataFrame()
+    task = summary["task"].iloc[0]
+    keep = ["variant", *AXES[task], "seed", "protocols", "status", "steps",
+            *(["total_heads"] if "total_heads" in summary else [])]
+    info = summary[keep].set_index("variant")
+    rows = []
+    for path in conditioning_paths:
+        cond = pd.read_csv(path)
+        for (variant, ckpt, step, matrix), g in cond.groupby(["variant", "checkpoint", "step", "matrix"], sort=False):
+            if variant not in info.index:
+                continue
+            v = info.loc[variant]
+            l1 = g.loc[g["layer"] == 1, "kappa_median"]
+            rows.append({"variant": variant, **v.to_dict(), "checkpoint": ckpt, "step": int(step),
+                         "fraction": step / v["steps"] if v["steps"] else math.nan, "matrix": matrix,
+                         "kappa_l1": float(l1.iloc[0]) if len(l1) else math.nan,
+                         "kappa_gmean": _gmean(g["kappa_median"])})
+    frame = pd.DataFrame(rows)
+    if "total_heads" not in frame and len(frame):
+        frame["total_heads"] = frame["heads"]
+    return frame.sort_values(["variant", "matrix", "step"]).reset_index(drop=True) if len(frame) else frame
+
+
 def glue_scores(metrics_paths: list[str]) -> dict:
     """One pretrained variant's fine-tuning runs -> each task's score (its GLUE metric at the end
     of fine-tuning, on the evaluation split) and their unweighted mean, the GLUE average."""
@@ -279,8 +307,12 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
-                  protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = ()) -> pd.DataFrame:
+                  protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
+                  kappa_csv: str | None = None) -> pd.DataFrame:
+    """summary.csv, and (kappa_csv) every variant's kappa at each kept checkpoint."""
     frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
+    if kappa_csv:
+        write_csv(kappa_csv, kappa_through_training(frame, conditioning_paths))
     write_csv(out_csv, frame)
     return frame
 

@@ -47,7 +47,7 @@ def cmd_theory(a):
 def cmd_summary(a):
     from .aggregate import write_summary
 
-    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue)
+    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue, a.kappa_out)
 
 
 def cmd_glue_scores(a):
@@ -71,7 +71,7 @@ def cmd_combined_table(a):
 def cmd_figures(a):
     from .figures import write_study_figures
 
-    write_study_figures(a.summary, a.study, a.outdir)
+    write_study_figures(a.summary, a.study, a.outdir, a.kappa)
 
 
 def cmd_theory_report(a):
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--conditioning", nargs="+", required=True)
     s.add_argument("--glue", nargs="*", default=[], help="glue.json of each variant (glue studies)")
     s.add_argument("--out", required=True)
+    s.add_argument("--kappa-out", default=None, help="also write kappa at every kept checkpoint (CSV)")
     s.set_defaults(func=cmd_summary)
 
     s = sub.add_parser("glue-scores", help="one pretrained variant's GLUE task scores and their average")
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("figures", help="the papers' figures for a study")
     s.add_argument("--summary", required=True)
+    s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
     s.add_argument("--study", required=True)
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_figures)

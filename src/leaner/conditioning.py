@@ -130,7 +130,8 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
 def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_path: str, out_csv: str,
                        device: str | None = None, threads: int | None = None) -> None:
-    """The conditioning stage of one variant: kappa at init and after training -> conditioning.csv."""
+    """The conditioning stage of one variant: kappa at init, at each step whose weights training
+    kept (conditioning.steps; listed in metrics.json with their sha256) and after training."""
     import pandas as pd
 
     from .io import read_json, verify_sha256, write_csv
@@ -142,7 +143,12 @@ def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_
         recorded = (metrics.get("sha256") or {}).get(os.path.basename(path))
         if recorded:
             verify_sha256(path, recorded, metrics_path)
-    checkpoints = {"init": (0, init_path), "final": (metrics["steps"], final_path)}
+    checkpoints = {"init": (0, init_path)}
+    for kept in metrics.get("checkpoints") or []:
+        path = os.path.join(os.path.dirname(metrics_path), kept["file"])
+        verify_sha256(path, kept["sha256"], metrics_path)
+        checkpoints[kept["name"]] = (kept["step"], path)
+    checkpoints["final"] = (metrics["steps"], final_path)
     rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device)
     frame = pd.DataFrame(rows)
     frame.insert(0, "variant", metrics["variant"])

@@ -33,12 +33,12 @@ PROTOCOLS = ("fixed_width", "fixed_head_dim")
 # What each study produces besides its summary: results/figures/{study}-{name}.{png,pdf} and
 # results/tables/{study}-{name}.{csv,md,tex}.
 STUDY_FIGURES = {
-    "image_classification": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"),
+    "image_classification": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"),
     "nearest_point": ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                      "perfect_angle", "kappa_vs_rank"),
-    "listops": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp"),
-    "language_model": ("kappa_vs_heads", "loss_vs_heads", "loss_vs_mlp"),
-    "glue": ("kappa_vs_heads", "glue_vs_heads", "glue_vs_mlp"),
+                      "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
+    "listops": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"),
+    "language_model": ("kappa_vs_heads", "loss_vs_heads", "loss_vs_mlp", "kappa_through_training"),
+    "glue": ("kappa_vs_heads", "glue_vs_heads", "glue_vs_mlp", "kappa_through_training"),
 }
 ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
 STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline"),
@@ -104,7 +104,7 @@ TASK_RECIPE_DEFAULTS = {
 # Fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF]).
 FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                             "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}
-CONDITIONING_DEFAULTS = {"samples": 256}
+CONDITIONING_DEFAULTS = {"samples": 256, "steps": []}
 RESOURCE_DEFAULTS = {"gpu": 0, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
 THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
                    "heads": [1, 2, 4, 8, 12, 16, 24, 32]}

@@ -369,11 +369,55 @@ def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     return save(fig, prefix)
 
 
-def write_study_figures(summary_csv: str, study: str, fig_dir: str) -> list[Path]:
+def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
+    """Does the conditioning seen at initialisation survive training? kappa of the concatenated
+    head outputs at every kept checkpoint (init, conditioning.steps, final) against the fraction
+    of training done: a line per (heads, depth), mean over seeds with its 95% band (log space);
+    a panel per head-scaling protocol (P1's tasks) or per number of attention modules W (P2)."""
+    plt, sns = _plt()
+    frame = kappa[kappa["matrix"] == "heads_concat"] if len(kappa) else kappa
+    if len(frame) and "protocols" in frame and frame["protocols"].notna().any():
+        frame = _explode_protocols(frame).assign(panel=lambda f: f["protocol"])
+    elif len(frame):
+        frame = frame.assign(panel=[f"W = {w}" for w in frame["modules"]] if "modules" in frame else study)
+    panels = sorted(frame["panel"].unique()) if len(frame) else []
+    fig, axes = _panel_axes(plt, max(1, len(panels)))
+    if not panels:
+        axes[0].text(0.5, 0.5, "no conditioning rows", ha="center", va="center", transform=axes[0].transAxes)
+        axes[0].set_axis_off()
+        return save(fig, prefix)
+    heads = sorted(frame["total_heads"].unique())
+    depths = sorted(frame["depth"].unique())
+    palette = dict(zip(heads, sns.color_palette("plasma", len(heads) + 1)))
+    styles = dict(zip(depths, ["-", "--", ":", "-."] * len(depths)))
+    for ax, panel in zip(axes, panels):
+        sub = frame[frame["panel"] == panel]
+        for (h, depth), g in sub.groupby(["total_heads", "depth"], sort=True):
+            agg = _agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean", log=True)
+            ax.plot(agg["x"], agg["mean"], color=palette[h], linestyle=styles[depth], marker="o", markersize=4,
+                    label=f"{h} head{'s' if h > 1 else ''}, depth {depth}")
+            if (agg["n"] > 1).any():
+                ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
+                                color=palette[h], alpha=0.15, linewidth=0)
+        _log_y(ax)
+        ax.set_xlabel("fraction of training (0 = initialisation)")
+        ax.set_ylabel("kappa (geometric mean over layers)")
+        ax.set_title(str(panel))
+        ax.legend(fontsize=7, ncol=2 if len(heads) * len(depths) > 6 else 1)
+    seeds = frame.groupby("variant")["seed"].first().nunique()
+    fig.suptitle(f"{study}: kappa of the concatenated head outputs through training "
+                 f"({'mean and 95% band over ' + str(seeds) + ' seeds' if seeds > 1 else 'one seed'})")
+    fig.tight_layout()
+    return save(fig, prefix)
+
+
+def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None) -> list[Path]:
     """results/figures/{study}-{name}.{png,pdf} for each of the task's STUDY_FIGURES."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
+    kappa = pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame()
     makers = {
+        "kappa_through_training": lambda s, p, n: kappa_through_training(kappa, p, n),
         "kappa_vs_heads": kappa_vs_heads, "accuracy_vs_heads": metric_vs_heads, "accuracy_vs_mlp": metric_vs_mlp,
         "loss_vs_heads": lambda s, p, n: metric_vs_heads(s, p, n, "eval_loss"),
         "loss_vs_mlp": lambda s, p, n: metric_vs_mlp(s, p, n, "eval_loss"),

@@ -40,6 +40,19 @@ from .tasks import make_task
 RESUME_DIR = ".resume"
 RESUME_FILE = "state.pt"
 PREVIOUS_FILE = "state.prev.pt"  # the checkpoint before the last: the fallback if the last is damaged
+KEPT_DIR = "checkpoints"  # weights kept at conditioning.steps (in .resume/ until the run ends)
+
+
+def kept_steps(requested: list, total_steps: int) -> list[int]:
+    """The steps whose weights a run keeps for conditioning: integers are steps, numbers in (0, 1)
+    fractions of the run (rounded, at least step 1); steps at or past the end are the final weights."""
+    steps = {int(x) if isinstance(x, int) or float(x) >= 1 else max(1, round(float(x) * total_steps))
+             for x in requested}
+    return sorted(s for s in steps if 0 < s < total_steps)
+
+
+def kept_name(step: int) -> str:
+    return f"step{step}"
 
 
 def seed_everything(seed: int) -> None:
@@ -246,7 +259,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     check_expected_params(spec, counts["total"])
     if ctx.main:
         out.mkdir(parents=True, exist_ok=True)
-        for stale in remove_stale_temps(out) + remove_stale_temps(out / RESUME_DIR):
+        for stale in sum((remove_stale_temps(d) for d in (out, out / RESUME_DIR, out / RESUME_DIR / KEPT_DIR)), []):
             log(f"removed {stale.name}, left by a killed run")
         save_weights(model, out / "init.safetensors", spec)
     if ctx.active:
@@ -269,6 +282,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     if recipe.get("max_steps"):
         total_steps = min(total_steps, recipe["max_steps"])
     n_epochs = math.ceil(total_steps / steps_per_epoch)
+    keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total_steps))
+    kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
 
     step, history, status = 0, [], "ok"
     epoch_loss, epoch_count, elapsed_before = 0.0, 0, 0.0
@@ -333,6 +348,9 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             epoch_loss += loss_sum
             epoch_count += n
             bar.update(1)
+            if step in keep and ctx.main:
+                kept_tmp.mkdir(parents=True, exist_ok=True)
+                save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
             if step % recipe["checkpoint_every"] == 0 and step < total_steps:
                 checkpoint()
             if step >= total_steps:
@@ -366,6 +384,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     import pandas as pd
 
     save_weights(model, out / "model.safetensors", spec)
+    kept = _publish_kept(kept_tmp, out / KEPT_DIR)
     final = {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))}
     write_csv(out / "history.csv", pd.DataFrame(history))
     metrics = {
@@ -384,11 +403,25 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         # what later stages check before they trust the weights (a truncated or replaced file)
         "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
+        "checkpoints": kept,
     }
     write_json(out / "metrics.json", metrics)
     shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
     ctx.close()
     return metrics
+
+
+def _publish_kept(tmp_dir: Path, final_dir: Path) -> list[dict]:
+    """Move the weights kept during training to <out>/checkpoints/ (replacing an older run's) and
+    describe them for metrics.json: [{name, step, file, sha256}] in step order."""
+    shutil.rmtree(final_dir, ignore_errors=True)
+    if tmp_dir.exists():
+        os.replace(tmp_dir, final_dir)
+    else:
+        final_dir.mkdir(parents=True)
+    files = sorted(final_dir.glob("step*.safetensors"), key=lambda p: int(p.stem[len("step"):]))
+    return [{"name": p.stem, "step": int(p.stem[len("step"):]), "file": f"{KEPT_DIR}/{p.name}",
+             "sha256": sha256_file(p)} for p in files]
 
 
 def _update_best(best: dict, row: dict, task) -> dict:
