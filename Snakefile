@@ -6,6 +6,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+# `snakemake --report report.html` after a run: every figure and table, with its caption.
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"

@@ -32,7 +32,7 @@ for task in STUDY_FIGURES:
             summary="results/{study}/summary.csv",
             kappa="results/{study}/kappa_through_training.csv",
         output:
-            expand("results/figures/{{study}}-{fig}.{ext}", fig=STUDY_FIGURES[task], ext=FIG_EXT),
+            figure_files("{study}", STUDY_FIGURES[task], category="{study}"),
         wildcard_constraints:
             study=studies_of(task),
         localrule: True
@@ -50,7 +50,7 @@ for task in STUDY_FIGURES:
         input:
             "results/{study}/summary.csv",
         output:
-            expand("results/tables/{{study}}-{table}.{ext}", table=STUDY_TABLES[task], ext=TABLE_EXT),
+            table_files("{study}", STUDY_TABLES[task], category="{study}"),
         params:
             baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
             checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
@@ -66,15 +66,52 @@ for task in STUDY_FIGURES:
             " --checks {params.checks:q} --outdir results/tables > {log:q} 2>&1"
 
 
-rule combined_table:
+# Both papers in one view: every configuration of every study on common axes, the heads
+# comparisons, kappa against error, and a summary paragraph generated from those numbers.
+rule overview:
     input:
         expand("results/{study}/summary.csv", study=STUDIES),
     output:
-        expand("results/tables/all_studies-kappa_rank_error.{ext}", ext=TABLE_EXT),
+        figure=figure_files("all_studies", ["overview"], category="Both papers"),
+        tables=table_files("all_studies", OVERVIEW_TABLES, category="Both papers"),
+        findings="results/overview/findings.md",
+        findings_html=report("results/overview/findings.html", caption="../report/findings.rst",
+                             category="Both papers", subcategory="findings"),
     localrule: True
     log:
-        "logs/tables/all_studies.log",
+        "logs/overview.log",
     conda:
         "../envs/leaner.yaml"
     shell:
-        "leaner combined-table --summaries {input:q} --outdir results/tables > {log:q} 2>&1"
+        "leaner overview --summaries {input:q} --figdir results/figures --tabledir results/tables"
+        " --findings results/overview/findings > {log:q} 2>&1"
+
+
+# What each stage cost: every job's benchmark file in one table.
+rule job_costs:
+    input:
+        benchmark_files(),
+    output:
+        table_files("all_studies", ["job_costs"], category="Run"),
+    localrule: True
+    log:
+        "logs/job_costs.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner job-costs --benchmarks {input:q} --outdir results/tables > {log:q} 2>&1"
+
+
+# The configuration this run resolved, as YAML, for the report.
+rule run_config:
+    output:
+        report("results/overview/config.yaml", caption="../report/config.rst", category="Run"),
+    params:
+        config=lambda wildcards: json.dumps(config),
+    localrule: True
+    log:
+        "logs/run_config.log",
+    conda:
+        "../envs/leaner.yaml"
+    shell:
+        "leaner run-config --config {params.config:q} --out {output:q} > {log:q} 2>&1"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from leaner.config import STUDY_FIGURES, STUDY_TABLES
+from leaner.config import OVERVIEW_TABLES, STUDY_FIGURES, STUDY_TABLES, THEORY_TABLES
 from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
 from leaner.data.glue import TASKS as GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
@@ -30,7 +30,24 @@ except ConfigError as err:
 
 STUDIES = list(PLAN.studies)
 FIG_EXT = ["png", "pdf"]
-TABLE_EXT = ["csv", "md", "tex"]
+TABLE_EXT = ["csv", "md", "tex", "html"]
+
+
+def figure_files(prefix, names, category, subcategory="figures"):
+    """results/figures/{prefix}-{name}.{png,pdf}; the PNG goes into the report with the caption
+    report/figures/{name}.rst (paths there are relative to rules/)."""
+    return [report(path, caption=f"../report/figures/{name}.rst", category=category, subcategory=subcategory)
+            if ext == "png" else path
+            for name in names for ext in FIG_EXT
+            for path in [f"results/figures/{prefix}-{name}.{ext}"]]
+
+
+def table_files(prefix, names, category, subcategory="tables"):
+    """results/tables/{prefix}-{name}.{csv,md,tex,html}; the HTML goes into the report."""
+    return [report(path, caption=f"../report/tables/{name}.rst", category=category, subcategory=subcategory)
+            if ext == "html" else path
+            for name in names for ext in TABLE_EXT
+            for path in [f"results/tables/{prefix}-{name}.{ext}"]]
 
 
 wildcard_constraints:
@@ -105,9 +122,24 @@ def final_outputs():
         out.append(f"results/{study}/summary.csv")
         out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=STUDY_FIGURES[task], ext=FIG_EXT)
         out += expand("results/tables/{study}-{table}.{ext}", study=study, table=STUDY_TABLES[task], ext=TABLE_EXT)
-    out += expand("results/tables/all_studies-kappa_rank_error.{ext}", ext=TABLE_EXT)
+    out += expand("results/tables/all_studies-{table}.{ext}", table=OVERVIEW_TABLES + ("job_costs",), ext=TABLE_EXT)
+    out += expand("results/figures/all_studies-overview.{ext}", ext=FIG_EXT)
+    out += ["results/overview/findings.md", "results/overview/findings.html", "results/overview/config.yaml"]
     out += expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT)
-    out += expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT)
+    out += expand("results/tables/theory-{table}.{ext}", table=THEORY_TABLES, ext=TABLE_EXT)
+    return out
+
+
+def benchmark_files():
+    """Every per-job benchmark file of the run (the job_costs table reads them)."""
+    datasets = {s.dataset for s in PLAN.studies.values()} | {s.finetune["dataset"] for s in PLAN.studies.values()
+                                                            if s.finetune}
+    out = [f"benchmarks/prepare_data/{d}.tsv" for d in sorted(datasets)] + ["benchmarks/theory/theory.tsv"]
+    for study, st in PLAN.studies.items():
+        for vid in st.variants:
+            out += [f"benchmarks/train/{study}/{vid}.tsv", f"benchmarks/conditioning/{study}/{vid}.tsv"]
+            if st.finetune:
+                out += [f"benchmarks/finetune/{study}/{vid}/{task}.tsv" for task in st.finetune["tasks"]]
     return out
 
 
@@ -124,7 +156,7 @@ def check_resource_settings():
 
 
 # Names a target under results/ may start with (rules/unknown.smk refuses any other).
-KNOWN_FOLDERS = "|".join(STUDIES + ["data", "figures", "tables", "theory"])
+KNOWN_FOLDERS = "|".join(STUDIES + ["data", "figures", "tables", "theory", "overview"])
 KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
 
 

@@ -20,8 +20,8 @@ rule theory_report:
     input:
         rules.theory.output,
     output:
-        expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT),
-        expand("results/tables/theory-gaussian_conditioning.{ext}", ext=TABLE_EXT),
+        figure_files("theory", ["gaussian_conditioning"], category="Theorem 3.2"),
+        table_files("theory", THEORY_TABLES, category="Theorem 3.2"),
     localrule: True
     log:
         "logs/theory/theory_report.log",

@@ -74,7 +74,7 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     assert all("--gpus=fake:1" in c for c in train_calls), train_calls  # gpu and gpu_model
     assert sum(FAILING in c for c in train_calls) == 2  # the profile's retry, then reported
     # aggregation and figures stay on the submitting host
-    assert not any(re.search(r"rule_(summary|figures|tables|combined|theory_report)", c) for c in calls)
+    assert not any(re.search(r"rule_(summary|figures|tables|overview|theory_report)", c) for c in calls)
     jobs = subprocess.run(["squeue", "-t", "all", "-h", "-O", "Comment:|,TresPerJob:|,State"], env=cluster.env,
                           capture_output=True, text=True, check=True).stdout.splitlines()
     jobs = ["|".join(part.strip() for part in j.split("|")) for j in jobs]

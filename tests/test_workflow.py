@@ -89,6 +89,53 @@ def test_tiny_study_end_to_end(tiny_run):
     assert (work / "results" / "figures" / "theory-gaussian_conditioning.png").stat().st_size > 5000
 
 
+def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
+    work, _ = tiny_run
+    tables = work / "results" / "tables"
+    effects = pd.read_csv(tables / "all_studies-heads_effect.csv")
+    # tiny: fixed_width at depth 1 (seeds 0 and 1: an interval) and at depth 2 (seed 0 only); P2: 1 -> 2 heads
+    assert set(effects["study"]) == {"tiny", "tiny_nearest"} and len(effects) == 3
+    with_interval = effects[effects["n"] == "2, 2"].iloc[0]
+    assert with_interval["delta_lo"] <= with_interval["delta_error"] <= with_interval["delta_hi"]
+    assert with_interval["verdict"] in ("more heads help", "more heads hurt", "no difference")
+    assert (effects[effects["n"] == "1, 1"]["verdict"] == "n/a (one seed)").all()
+    corr = pd.read_csv(tables / "all_studies-kappa_error_correlation.csv")
+    assert list(corr["study"]) == ["tiny", "tiny_nearest", "pooled"]
+    tiny = corr[corr["study"] == "tiny"].iloc[0]
+    assert -1 <= tiny["lo"] <= tiny["rho_kappa_error"] <= tiny["hi"] <= 1
+    findings = (work / "results" / "overview" / "findings.md").read_text()
+    assert "configurations of 2 studies (tiny, tiny_nearest)" in findings
+    assert f"{tiny['rho_kappa_error']:+.2f}" in findings  # the paragraph quotes the table
+    assert "<table" in (work / "results" / "overview" / "findings.html").read_text()
+    assert (work / "results" / "figures" / "all_studies-overview.png").stat().st_size > 20000
+
+    p1 = pd.read_csv(tables / "tiny-paper_comparison.csv")
+    assert list(p1.columns) == ["quantity", "paper", "paper setting", "ours", "our setting", "difference", "check"]
+    assert p1["quantity"].str.startswith("top-1 change").any() and p1["paper"].str.contains("points").any()
+    assert p1["our setting"].str.startswith("digits, ").all()
+    p2 = pd.read_csv(tables / "tiny_nearest-paper_comparison.csv")
+    checks = pd.read_csv(tables / "tiny_nearest-acceptance.csv")
+    assert (p2["check"].dropna().isin(["pass", "fail"])).all()
+    assert p2["quantity"].str.startswith("acceptance: ").sum() == len(checks)
+    costs = pd.read_csv(tables / "all_studies-job_costs.csv")
+    rows = {(r["rule"], r["study"]): r for _, r in costs.iterrows()}
+    assert rows[("train", "tiny")]["jobs"] == 6 and rows[("conditioning", "tiny_nearest")]["jobs"] == 2
+    assert rows[("all", "-")]["jobs"] == 6 + 6 + 2 + 2 + 2 + 1  # train, conditioning (2 studies), 2 datasets, theory
+    assert "<table" in (tables / "tiny-by_config.html").read_text()
+
+
+def test_the_report_holds_every_figure_and_table_with_captions(tiny_run):
+    work, _ = tiny_run
+    snakemake(work, "--report", "report.html")
+    page = (work / "report.html").read_text(errors="replace")
+    assert len(page) > 200_000
+    for text in ("Can a transformer trade depth for attention heads", "tiny-kappa_through_training.png",
+                 "all_studies-overview.png", "findings.html", "all_studies-job_costs.html",
+                 "tiny_nearest-paper_comparison.html", "theory-paper_comparison.html", "config.yaml",
+                 "does the conditioning seen at initialisation survive training"):
+        assert text in page, text
+
+
 def test_rerun_has_nothing_to_do(tiny_run):
     work, _ = tiny_run
     proc = snakemake(work, "-n", "--cores", "2")

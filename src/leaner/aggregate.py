@@ -37,6 +37,25 @@ def ci95(values) -> tuple[float, float, float, int]:
     return mean, mean - half, mean + half, n
 
 
+def welch(a, b) -> tuple[float, float, float]:
+    """mean(a) - mean(b) with a Welch 95% interval; NaN bounds when either side has one value."""
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not len(a) or not len(b):
+        return math.nan, math.nan, math.nan
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.975, dof) * se)
+    return diff, diff - half, diff + half
+
+
 def _gmean(values) -> float:
     v = np.asarray(values, float)
     v = v[np.isfinite(v) & (v > 0)]
@@ -115,7 +134,8 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
     for mpath in metrics_paths:
         m = read_json(mpath)
         model, task = m["spec"]["model"], m["spec"]["task"]
-        row = {"study": study, "task": task, "variant": m["variant"], **{k: model[k] for k in AXES[task]},
+        row = {"study": study, "task": task, "dataset": m["spec"].get("dataset"), "variant": m["variant"],
+               **{k: model[k] for k in AXES[task]},
                "seed": m["seed"], "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
                **{f"params_{k}": v for k, v in m["params"].items()},
                **{k: v for k, v in m["final"].items()},
@@ -202,26 +222,6 @@ def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.Dat
     return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass"])
 
 
-def combined(summaries: list[pd.DataFrame]) -> pd.DataFrame:
-    """Both papers in one table: per configuration of every study, heads, rank, depth, width,
-    error (1 - accuracy, or P2's MSE) and kappa at init and after training."""
-    rows = []
-    for summary in summaries:
-        if not len(summary):
-            continue
-        task = summary["task"].iloc[0]
-        for key, g in summary.groupby(AXES[task], sort=True):
-            spec = dict(zip(AXES[task], key))
-            mean, lo, hi, n = ci95(g["error"])
-            rows.append({"study": g["study"].iloc[0], "task": task, "depth": spec["depth"],
-                         "heads": int(g["total_heads"].iloc[0]) if "total_heads" in g else spec["heads"],
-                         "rank": spec["head_dim"], "width": spec.get("width", spec.get("dim")),
-                         "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo,
-                         "error_hi": hi, "n": n, "kappa_init": _gmean(g.get("kappa_init_gmean", [])),
-                         "kappa_final": _gmean(g.get("kappa_final_gmean", []))})
-    return pd.DataFrame(rows)
-
-
 def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
     """The configured baseline, else the deepest model with the fewest heads, widest, largest MLP."""
     cand = configs
@@ -238,29 +238,21 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
     """Each shallower configuration against the baseline: the metric, its difference with a Welch
     95% interval, and the parameter reduction. `mode` says which way is better (max: accuracy,
     min: a loss); a difference is called one only when its interval excludes 0."""
-    from scipy import stats
-
     configs = by_config(summary, metric)
     base = pick_baseline(configs, baseline)
     base_vals = _values(summary, base, metric)
     rows = []
     for _, cfg in configs[configs["depth"] < base["depth"]].iterrows():
         vals = _values(summary, cfg, metric)
-        diff = float(np.mean(vals) - np.mean(base_vals)) if len(vals) and len(base_vals) else math.nan
-        lo = hi = math.nan
-        if len(vals) > 1 and len(base_vals) > 1:
-            va, vb = np.var(vals, ddof=1) / len(vals), np.var(base_vals, ddof=1) / len(base_vals)
-            se = math.sqrt(va + vb)
-            dof = (va + vb) ** 2 / (va**2 / (len(vals) - 1) + vb**2 / (len(base_vals) - 1)) if se > 0 else 1
-            half = stats.t.ppf(0.975, dof) * se
-            lo, hi = diff - half, diff + half
+        diff, lo, hi = welch(vals, base_vals)
         sign = 1 if mode == "max" else -1
         verdict = "n/a" if math.isnan(lo) else (
             "better" if sign * lo > 0 and sign * hi > 0 else "worse" if sign * lo < 0 and sign * hi < 0
             else "no difference")
         rows.append({**{k: cfg[k] for k in ARCH}, "protocols": cfg["protocols"], "params": cfg["params"],
                      "param_reduction_pct": 100.0 * (1 - cfg["params"] / base["params"]),
-                     f"{metric}_mean": cfg[f"{metric}_mean"], "n": cfg["n"],
+                     f"{metric}_mean": cfg[f"{metric}_mean"], f"{metric}_lo": cfg[f"{metric}_lo"],
+                     f"{metric}_hi": cfg[f"{metric}_hi"], "n": cfg["n"],
                      f"delta_{metric}": diff, "delta_lo": lo, "delta_hi": hi, "verdict": verdict,
                      "baseline": _arch_label(base), f"baseline_{metric}": base[f"{metric}_mean"],
                      "baseline_params": base["params"]})
@@ -279,8 +271,12 @@ def _arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
 
 
+TABLE_STYLE = ("body{font-family:sans-serif;font-size:0.9em}table{border-collapse:collapse}"
+               "td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}")
+
+
 def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> list[Path]:
-    """The same table as CSV, Markdown and LaTeX: prefix.csv, prefix.md, prefix.tex."""
+    """The same table as CSV, Markdown, LaTeX and HTML (the report shows the HTML)."""
     prefix = Path(prefix)
     write_csv(prefix.with_suffix(".csv"), frame)
     shown = frame.copy()
@@ -293,7 +289,13 @@ def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> l
     tex = shown.to_latex(index=False, caption=caption or None, escape=True)
     with atomic_path(prefix.with_suffix(".tex")) as tmp:
         tmp.write_text(tex)
-    return [prefix.with_suffix(s) for s in (".csv", ".md", ".tex")]
+    import html
+
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{TABLE_STYLE}</style></head><body>"
+            f"<p>{html.escape(caption)}</p>{shown.to_html(index=False, border=0, na_rep='')}</body></html>\n")
+    with atomic_path(prefix.with_suffix(".html")) as tmp:
+        tmp.write_text(page)
+    return [prefix.with_suffix(s) for s in (".csv", ".md", ".tex", ".html")]
 
 
 def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -301,8 +303,9 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in summary.columns if c.startswith("glue_") and c != "glue_avg"] + ["glue_avg"]
     rows = []
     for key, g in summary.groupby(ARCH, sort=True):
+        mean, lo, hi, n = ci95(g["glue_avg"]) if "glue_avg" in g else (math.nan, math.nan, math.nan, len(g))
         rows.append({**dict(zip(ARCH, key)), "params": int(g["params_total"].iloc[0]), "n": len(g),
-                     **{c: float(g[c].mean()) for c in cols if c in g}})
+                     **{c: float(g[c].mean()) for c in cols if c in g}, "glue_avg_lo": lo, "glue_avg_hi": hi})
     return pd.DataFrame(rows)
 
 
@@ -331,9 +334,12 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
                                      f"{study}: shallower variants against the deepest baseline "
                                      f"(difference with Welch 95% interval; parameter reduction)"),
         "glue_tasks": lambda: (glue_tasks_table(summary),
-                               f"{study}: GLUE score per task after fine-tuning, and the average (mean over seeds)"),
+                               f"{study}: GLUE score per task after fine-tuning, and the average (mean over seeds, "
+                               f"with the average's 95% interval)"),
         "acceptance": lambda: (acceptance_checks(summary, checks),
                                f"{study}: P2's acceptance checks (min over seeds)"),
+        "paper_comparison": lambda: (_paper_comparison(summary, baseline, checks),
+                                     f"{study}: the paper's reported numbers beside ours, with the setting of each"),
     }
     paths = []
     for name in STUDY_TABLES[task]:
@@ -342,14 +348,50 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     return paths
 
 
-def write_combined_table(summary_csvs: list[str], table_dir: str) -> list[Path]:
-    frame = combined([pd.read_csv(p) for p in summary_csvs])
-    return write_table(frame, Path(table_dir) / "all_studies-kappa_rank_error",
-                       "Every study: heads, rank, depth, error and kappa per configuration")
+def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
+    """Snakemake's per-job benchmark files (benchmarks/{rule}/{study}/...tsv) -> per rule and study:
+    jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last."""
+    rows = []
+    for path in benchmark_paths:
+        parts = Path(path).parts
+        i = parts.index("benchmarks") if "benchmarks" in parts else 0
+        bench = pd.read_csv(path, sep="\t")
+        rows.append({"rule": parts[i + 1], "study": parts[i + 2] if len(parts) > i + 3 else "-",
+                     "s": float(bench["s"].iloc[-1]), "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
+                     "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
+                     "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1])})
+    jobs = pd.DataFrame(rows, columns=["rule", "study", "s", "max_rss_mb", "cpu_time_s", "mean_load"])
+    out = []
+    for (rule, study), g in jobs.groupby(["rule", "study"], sort=True):
+        out.append({"rule": rule, "study": study, "jobs": len(g), "wall_s_median": g["s"].median(),
+                    "wall_s_max": g["s"].max(), "wall_s_total": g["s"].sum(), "max_rss_mb": g["max_rss_mb"].max(),
+                    "cpu_time_s_total": g["cpu_time_s"].sum(), "mean_load_pct": g["mean_load"].mean()})
+    if len(jobs):
+        out.append({"rule": "all", "study": "-", "jobs": len(jobs), "wall_s_median": jobs["s"].median(),
+                    "wall_s_max": jobs["s"].max(), "wall_s_total": jobs["s"].sum(),
+                    "max_rss_mb": jobs["max_rss_mb"].max(), "cpu_time_s_total": jobs["cpu_time_s"].sum(),
+                    "mean_load_pct": jobs["mean_load"].mean()})
+    return pd.DataFrame(out)
+
+
+def write_job_costs(benchmark_paths: list[str], table_dir: str) -> list[Path]:
+    return write_table(job_costs(benchmark_paths), Path(table_dir) / "all_studies-job_costs",
+                       "What each stage cost, from Snakemake's per-job benchmark files: wall time (s), peak "
+                       "resident memory (MB), CPU time (s) and mean CPU load (%)")
+
+
+def _paper_comparison(summary: pd.DataFrame, baseline: dict, checks) -> pd.DataFrame:
+    from .papers import paper_comparison
+
+    return paper_comparison(summary, baseline, checks)
 
 
 def write_theory_table(theory_csv: str, table_dir: str) -> list[Path]:
+    from .papers import theorem_comparison
+
     frame = pd.read_csv(theory_csv)
     frame["mc_over_formula"] = frame["kappa_mean"] / frame["kappa_formula"]
     return write_table(frame, Path(table_dir) / "theory-gaussian_conditioning",
-                       "Theorem 3.2: Monte Carlo kappa of N x (h*d) Gaussian blocks against the closed form")
+                       "Theorem 3.2: Monte Carlo kappa of N x (h*d) Gaussian blocks against the closed form") + \
+        write_table(theorem_comparison(frame), Path(table_dir) / "theory-paper_comparison",
+                    "Theorem 3.2: our Monte Carlo against papers.md 1.1 (N = 197, d = 64); pass within 10%")

@@ -62,10 +62,77 @@ def cmd_tables(a):
     write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks)
 
 
-def cmd_combined_table(a):
-    from .aggregate import write_combined_table
+def cmd_job_costs(a):
+    from .aggregate import write_job_costs
 
-    write_combined_table(a.summaries, a.outdir)
+    write_job_costs(a.benchmarks, a.outdir)
+
+
+def cmd_run_config(a):
+    from .io import write_text
+
+    import yaml
+
+    write_text(a.out, "# The configuration this run resolved (defaults filled in by the Snakefile's config\n"
+                      "# loading; every variant's full spec is in its metrics.json).\n" +
+               yaml.safe_dump(a.config, sort_keys=False))
+
+
+def _kv(text: str) -> dict:
+    """'depth=12,heads=12,width=768,mlp_ratio=4' -> {'depth': 12, ...}"""
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r} is not key=value (e.g. depth=12,heads=12,width=768)")
+        out[key.strip()] = float(value) if "." in value else int(value)
+    return out
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def cmd_match(a):
+    import pandas as pd
+
+    from .config import load_yaml, study_model_base
+    from .match import match
+
+    st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
+    if model_base.get("arch") == "nearest_point_encoder" or "modules" in model_base:
+        raise ValueError(f"study {a.study} is a nearest_point study (allowed: image_classification, listops, "
+                         f"language_model, glue studies)")
+    lean = st.get("lean") or {}
+    baseline = a.baseline or lean.get("baseline") or st.get("baseline")
+    if not baseline:
+        raise ValueError("no baseline: give --baseline depth=..,heads=..,width=..,mlp_ratio=.. or a study with one")
+    budget, reduction = a.budget, a.reduction
+    if budget is None and reduction is None:
+        budget, reduction = lean.get("budget"), lean.get("reduction")
+    base, rows = match(model_base, baseline, budget, reduction, a.depths or lean.get("depths"),
+                       a.heads or lean.get("heads"), a.protocols or lean.get("protocols") or ("fixed_width", "fixed_head_dim"),
+                       a.mlp_ratios or lean.get("mlp_ratios"))
+    frame = pd.DataFrame(rows)
+    print(f"baseline L{base['depth']}-H{base['heads']}-D{base['width']}-mlp{base['mlp_hidden']}: "
+          f"{base['params']:,} parameters; budget {base['budget']:,}")
+    if len(frame):
+        shown = frame.assign(vs_baseline=frame["vs_baseline"].map(lambda x: f"{x:.3f}"),
+                             params=frame["params"].map(lambda x: f"{x:,}"))
+        print(shown.to_markdown(index=False))
+    fits = int(frame["fits"].sum()) if len(frame) else 0
+    print(f"{fits} of {len(frame)} configurations of fewer layers and more heads fit")
+    if a.out:
+        from .io import write_csv
+
+        write_csv(a.out, frame)
+    return 0
+
+
+def cmd_overview(a):
+    from .overview import write_overview
+
+    write_overview(a.summaries, a.figdir, a.tabledir, a.findings)
 
 
 def cmd_figures(a):
@@ -160,10 +227,38 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_tables)
 
-    s = sub.add_parser("combined-table", help="kappa, rank, heads, depth and error of every study in one table")
-    s.add_argument("--summaries", nargs="+", required=True)
+    s = sub.add_parser("match", help="lean variants of a baseline within a parameter budget (exact counts)")
+    s.add_argument("config", nargs="?", default="config.yaml", help="the config whose study gives task and data")
+    s.add_argument("--study", required=True, help="the study (its task, dataset and model settings)")
+    s.add_argument("--baseline", type=_kv, default=None,
+                   help="depth=..,heads=..,width=..,mlp_ratio=.. (default: the study's lean or baseline block)")
+    s.add_argument("--budget", type=int, default=None, help="at most this many parameters")
+    s.add_argument("--reduction", type=float, default=None, help="at least this fraction fewer parameters, e.g. 0.3")
+    s.add_argument("--depths", type=_ints, default=None, help="depths to consider (default: every shallower one)")
+    s.add_argument("--heads", type=_ints, default=None, help="head counts (default: powers of 2 above the baseline's)")
+    s.add_argument("--protocols", type=lambda t: t.split(","), default=None,
+                   help="fixed_width,fixed_head_dim (default: both)")
+    s.add_argument("--mlp-ratios", type=lambda t: [float(x) for x in t.split(",")], default=None,
+                   help="MLP ratios (default: the baseline's)")
+    s.add_argument("--out", default=None, help="also write the table as CSV")
+    s.set_defaults(func=cmd_match)
+
+    s = sub.add_parser("job-costs", help="per-job benchmark files -> a table of what each stage cost")
+    s.add_argument("--benchmarks", nargs="+", required=True)
     s.add_argument("--outdir", required=True)
-    s.set_defaults(func=cmd_combined_table)
+    s.set_defaults(func=cmd_job_costs)
+
+    s = sub.add_parser("run-config", help="write the configuration a run resolved, as YAML")
+    s.add_argument("--config", required=True, type=_json_arg)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_run_config)
+
+    s = sub.add_parser("overview", help="both papers in one view: every study's heads, rank, depth, error and kappa")
+    s.add_argument("--summaries", nargs="+", required=True)
+    s.add_argument("--figdir", required=True)
+    s.add_argument("--tabledir", required=True)
+    s.add_argument("--findings", required=True, help="prefix of the generated summary (.md and .html)")
+    s.set_defaults(func=cmd_overview)
 
     s = sub.add_parser("figures", help="the papers' figures for a study")
     s.add_argument("--summary", required=True)

@@ -41,11 +41,14 @@ STUDY_FIGURES = {
     "glue": ("kappa_vs_heads", "glue_vs_heads", "glue_vs_mlp", "kappa_through_training"),
 }
 ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
-STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline"),
-                "nearest_point": ("by_config", "acceptance"),
-                "listops": ("by_config", "lean_vs_baseline"),
-                "language_model": ("by_config", "lean_vs_baseline"),
-                "glue": ("by_config", "lean_vs_baseline", "glue_tasks")}
+STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline", "paper_comparison"),
+                "nearest_point": ("by_config", "acceptance", "paper_comparison"),
+                "listops": ("by_config", "lean_vs_baseline", "paper_comparison"),
+                "language_model": ("by_config", "lean_vs_baseline", "paper_comparison"),
+                "glue": ("by_config", "lean_vs_baseline", "glue_tasks", "paper_comparison")}
+# Across every study (results/tables/all_studies-{name}.*, the overview rule).
+OVERVIEW_TABLES = ("kappa_rank_error", "heads_effect", "kappa_error_correlation")
+THEORY_TABLES = ("gaussian_conditioning", "paper_comparison")
 
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
@@ -261,7 +264,7 @@ class Study:
         model = {**v.model, "arch": "sequence_classifier", "num_classes": GLUE_NUM_LABELS[glue_task]}
         return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": "glue_finetune",
                 "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed, "model": model,
-                "recipe": self.finetune["recipe"], "conditioning": v.conditioning,
+                "recipe": self.finetune["recipe"], "conditioning": {**v.conditioning, "steps": []},
                 "init_from": f"results/{self.name}/{variant}/model.safetensors"}
 
 
@@ -464,6 +467,24 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     return Plan(datasets=datasets, studies=studies, theory=theory)
 
 
+def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tuple[dict, dict]:
+    """(the study's config block, the model settings its variants share): what `leaner match`
+    builds candidate models from. Raises ConfigError."""
+    validate_schema(config)
+    if study not in config["studies"]:
+        raise ConfigError([f"config error: studies.{study}: no such study (allowed: "
+                           f"{', '.join(config['studies'])})"])
+    st, problems = config["studies"][study], []
+    ds_name = st["dataset"]
+    spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
+    if spec["kind"] not in DATASET_DEFAULTS:
+        raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
+    model_base = _task_model_base(study, st, _check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
+    if problems:
+        raise ConfigError(problems)
+    return st, model_base
+
+
 def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
     task = st["task"]
     given = st.get("model") or {}
@@ -495,7 +516,7 @@ def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict
     return model
 
 
-RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory")  # folders of results/ itself
+RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # folders of results/ itself
 
 
 def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
@@ -519,6 +540,32 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     recipe_base = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS[task], **(st.get("recipe") or {})}
     conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
 
+    baseline = dict(st.get("baseline") or {})
+    if ("grid" in st) == ("lean" in st):
+        problems.append(f"config error: studies.{name}: give grid or lean, one of them (allowed: grid, the axes to "
+                        f"sweep; lean, a baseline and a parameter budget)")
+        return None
+    if "lean" in st:
+        if task == "nearest_point":
+            problems.append(f"config error: studies.{name}.lean: not for task nearest_point (allowed: "
+                            f"image_classification, listops, language_model, glue)")
+            return None
+        if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
+            problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
+                            f"budget, a parameter count; reduction, a fraction in (0, 1))")
+            return None
+        from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
+
+        try:
+            st = {**st, "grid": lean_grids(model_base, st["lean"])}
+        except ValueError as exc:
+            problems.append(f"config error: studies.{name}.lean: {exc}")
+            return None
+        if len(st["grid"]) == 1:
+            problems.append(f"config error: studies.{name}.lean: no configuration of fewer layers and more heads "
+                            f"fits the budget (allowed: a larger budget or reduction; `leaner match` lists them)")
+        base = baseline_point(st["lean"]["baseline"])
+        baseline = baseline or {k: base[k] for k in ("depth", "heads", "width", "mlp_hidden")}
     grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
     points: list[dict] = []
     for i, g in enumerate(grids):
@@ -585,7 +632,7 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     elif st.get("finetune"):
         problems.append(f"config error: studies.{name}.finetune: only used by task glue (allowed: remove it, or task: glue)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
-                 baseline=dict(st.get("baseline") or {}),
+                 baseline=baseline,
                  resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
                  description=st.get("description", ""),
                  acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))

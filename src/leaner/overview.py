@@ -1,0 +1,323 @@
+"""One view of both papers: every trained variant of every study on common axes.
+
+P1 says more heads help (better conditioned attention, so depth can go); P2 says more heads hurt
+(at head rank D/h a nearest-point task that one full-rank head solves breaks). Both are about the
+same knob, so every study is put on the same footing here:
+
+- a *comparison* holds everything but the head count fixed (study, depth, protocol, MLP ratio;
+  for P2 also W, d, N, positions) and sets the configuration with the most heads against the one
+  with the fewest: the error difference with a Welch 95% interval over seeds, and a verdict
+  (help / hurt / no difference) only when the interval says so;
+- the *relative error* of each configuration is its error over the error of the fewest-heads
+  configuration of its comparison group, plotted against heads, head rank as a fraction of the
+  model width (1 = a single full-rank head), and depth;
+- kappa after training against error: a Spearman correlation per study over configurations with
+  a Fisher-z 95% interval, and their pooled (inverse-variance) estimate.
+
+The numbers feed a generated paragraph (findings.md / findings.html) that says where the two
+papers' claims meet, from the data, with nothing written in advance.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .aggregate import _gmean, ci95, welch, write_table
+from .io import atomic_path
+
+P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
+ARCH_GROUP = ["depth", "protocol", "mlp_ratio"]
+FAMILY = {"image_classification": "P1", "listops": "P1", "language_model": "P1", "glue": "P1",
+          "nearest_point": "P2"}
+
+
+def _configs(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration (and protocol, for P1's tasks): error values over seeds, kappa, rank."""
+    task = summary["task"].iloc[0]
+    frame = summary.copy()
+    if FAMILY[task] == "P1":
+        frame["protocol"] = frame["protocols"].fillna("").str.split(";")
+        frame = frame.explode("protocol")
+        frame = frame[frame["protocol"] != ""]
+        frame["model_width"] = frame["width"]
+    else:
+        frame["model_width"] = frame["head_dim"] * frame["heads"]
+        frame["heads"] = frame["heads"] * frame["modules"]  # every head of the layer
+    group = ARCH_GROUP if FAMILY[task] == "P1" else P2_GROUP
+    rows = []
+    for key, g in frame.groupby(group + ["heads", "head_dim"], sort=True, dropna=False):
+        errors = g["error"].to_numpy(float)
+        mean, lo, hi, n = ci95(errors)
+        named = list(zip(group, key[:len(group)]))
+        rows.append({"study": summary["study"].iloc[0], "task": task, "family": FAMILY[task],
+                     "group": ", ".join(f"{k}={v}" for k, v in named),
+                     # the same model but for its depth: the group of a depth sweep
+                     "depth_group": ", ".join(f"{k}={v}" for k, v in named if k != "depth") +
+                     f", heads={g['heads'].iloc[0]}, rank={g['head_dim'].iloc[0]}",
+                     "depth": int(g["depth"].iloc[0]), "heads": int(g["heads"].iloc[0]),
+                     "rank": int(g["head_dim"].iloc[0]), "model_width": int(g["model_width"].iloc[0]),
+                     "rank_fraction": float(g["head_dim"].iloc[0] / g["model_width"].iloc[0]),
+                     "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
+                     "n": n, "errors": errors[np.isfinite(errors)],
+                     "kappa_init": _gmean(g.get("kappa_init_gmean", [])),
+                     "kappa_final": _gmean(g.get("kappa_final_gmean", []))})
+    return pd.DataFrame(rows)
+
+
+def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every configuration of every study, with its error relative to the fewest-heads
+    configuration of its comparison group (NaN where the group has one head count)."""
+    frames = [_configs(s) for s in summaries if len(s)]
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    for name, group, axis in (("relative_error", "group", "heads"), ("relative_error_depth", "depth_group", "depth")):
+        for col, src in (("", "error_mean"), ("_lo", "error_lo"), ("_hi", "error_hi")):
+            out[name + col] = _relative_to(out, group, axis, src)
+    return out
+
+
+def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "error_mean") -> pd.Series:
+    """`column` of each configuration over the mean error of the smallest `axis` value in its
+    group (for the interval bounds: the configuration's interval, the reference's mean)."""
+    rel = {}
+    for _, g in configs.groupby(["study", group], sort=False):
+        ref = g.loc[g[axis].idxmin(), "error_mean"]
+        for idx, value in g[column].items():
+            rel[idx] = value / ref if ref > 0 else math.nan
+    return pd.Series(rel)
+
+
+def verdict(lo: float, hi: float) -> str:
+    """On an error difference (more heads minus fewer heads): lower error is better."""
+    if math.isnan(lo):
+        return "n/a (one seed)"
+    if hi < 0:
+        return "more heads help"
+    if lo > 0:
+        return "more heads hurt"
+    return "no difference"
+
+
+def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
+    """Per comparison group with two head counts or more: most heads against fewest."""
+    rows = []
+    for (study, group), g in configs.groupby(["study", "group"], sort=False):
+        if g["heads"].nunique() < 2:
+            continue
+        few, many = g.loc[g["heads"].idxmin()], g.loc[g["heads"].idxmax()]
+        diff, lo, hi = welch(many["errors"], few["errors"])
+        rows.append({"study": study, "family": few["family"], "group": group,
+                     "heads": f"{few['heads']} -> {many['heads']}", "rank": f"{few['rank']} -> {many['rank']}",
+                     "rank_fraction_many": many["rank_fraction"],
+                     "params": f"{few['params']} -> {many['params']}",
+                     "error_few": few["error_mean"], "error_many": many["error_mean"],
+                     "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
+                     "n": f"{len(few['errors'])}, {len(many['errors'])}", "verdict": verdict(lo, hi)})
+    return pd.DataFrame(rows)
+
+
+def spearman_ci(x, y) -> tuple[float, float, float, int]:
+    """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan, math.nan, n
+    rho = float(stats.spearmanr(x, y).statistic)
+    if n <= 3:
+        return rho, math.nan, math.nan, n
+    z, se = math.atanh(max(min(rho, 0.999999), -0.999999)), math.sqrt(1.06 / (n - 3))
+    return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
+
+
+def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
+    """Per study: Spearman(kappa after training, error) and Spearman(kappa at init, kappa after
+    training) over its configurations; a pooled row for each (inverse-variance on Fisher z)."""
+    rows = []
+    for study, g in configs.groupby("study", sort=False):
+        configs_once = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
+        rho, lo, hi, n = spearman_ci(configs_once["kappa_final"], configs_once["error_mean"])
+        rho_t, lo_t, hi_t, _ = spearman_ci(configs_once["kappa_init"], configs_once["kappa_final"])
+        rows.append({"study": study, "family": g["family"].iloc[0], "configurations": n,
+                     "rho_kappa_error": rho, "lo": lo, "hi": hi,
+                     "rho_init_final": rho_t, "lo_init_final": lo_t, "hi_init_final": hi_t})
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        pooled = {"study": "pooled", "family": "all", "configurations": int(frame["configurations"].sum())}
+        for col, lo_col, hi_col in (("rho_kappa_error", "lo", "hi"), ("rho_init_final", "lo_init_final", "hi_init_final")):
+            pooled.update(zip((col, lo_col, hi_col), _pool(frame[col], frame["configurations"])))
+        frame = pd.concat([frame, pd.DataFrame([pooled])], ignore_index=True)
+    return frame
+
+
+def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
+    ok = rhos.notna() & (ns > 3)
+    if not ok.any():
+        return math.nan, math.nan, math.nan
+    z = np.arctanh(np.clip(rhos[ok].to_numpy(float), -0.999999, 0.999999))
+    w = (ns[ok].to_numpy(float) - 3) / 1.06
+    zbar, se = float((w * z).sum() / w.sum()), math.sqrt(1 / w.sum())
+    return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
+
+
+# ----------------------------------------------------------------------------- the paragraph
+
+def _fmt_ci(rho: float, lo: float, hi: float) -> str:
+    if math.isnan(rho):
+        return "n/a"
+    return f"{rho:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+
+
+def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
+    """The summary paragraphs, each sentence computed from the tables."""
+    studies = list(dict.fromkeys(configs["study"]))
+    paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
+             f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
+             f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
+             f"is called one only when its interval excludes zero."]
+    for family, label in (("P1", "P1's tasks (more heads at equal or lower head rank)"),
+                          ("P2", "P2's nearest-point task (rank d/h)")):
+        e = effects[effects["family"] == family] if len(effects) else effects
+        if not len(e):
+            continue
+        counts = e["verdict"].value_counts()
+        parts = [f"{counts.get(v, 0)} {v}" for v in ("more heads help", "more heads hurt", "no difference",
+                                                     "n/a (one seed)") if counts.get(v, 0)]
+        paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
+                     + ", ".join(parts) + ".")
+    if len(effects):
+        hurt = effects[effects["verdict"] == "more heads hurt"]
+        fine = effects[effects["verdict"].isin(["more heads help", "no difference"])]
+        if len(hurt) and len(fine):
+            paras.append(
+                f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} "
+                f"(head rank down to {hurt['rank_fraction_many'].min():.3g}-{hurt['rank_fraction_many'].max():.3g} "
+                f"of the width) and did not hurt in {', '.join(sorted(set(fine['study'])))} (rank fractions "
+                f"{fine['rank_fraction_many'].min():.3g}-{fine['rank_fraction_many'].max():.3g}). The dividing "
+                f"line is the task, not the head count: a task that needs full-rank attention (P2's) loses "
+                f"from every split of the width, the others do not.")
+        elif len(hurt):
+            paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
+                         f"interval excluding zero.")
+        elif len(fine):
+            paras.append(f"More heads hurt in no comparison with an interval; P2's failure mode did not appear "
+                         f"in these studies.")
+    if len(corr):
+        pooled = corr[corr["study"] == "pooled"].iloc[0]
+        per = "; ".join(f"{r['study']} {_fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
+                        for _, r in corr[corr["study"] != "pooled"].iterrows())
+        sign = ("better-conditioned attention goes with lower error" if pooled["lo"] > 0 else
+                "better-conditioned attention goes with higher error" if pooled["hi"] < 0 else
+                "no association between conditioning and error that the interval can tell from zero")
+        paras.append(f"kappa after training against error (Spearman over configurations): pooled "
+                     f"{_fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}: {sign}. Per study: {per}.")
+        init = _fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
+        lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
+        survives = ("too few configurations to say whether the ordering by kappa at initialisation survives"
+                    if math.isnan(lo_t) else
+                    "the ordering of configurations by kappa at initialisation survives training" if lo_t > 0 else
+                    "training reverses the ordering by kappa at initialisation" if hi_t < 0 else
+                    "the interval cannot tell whether the ordering by kappa at initialisation survives")
+        paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
+                     f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
+    return paras
+
+
+# ----------------------------------------------------------------------------- figure
+
+def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
+    from .figures import _log_y, _plt, save
+
+    plt, sns = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
+    studies = list(dict.fromkeys(configs["study"]))
+    palette = dict(zip(studies, sns.color_palette("tab10", len(studies))))
+    markers = {"P1": "o", "P2": "s"}
+    panels = ((axes[0][0], "heads", "group", "relative_error", "heads (all heads of a layer)",
+               "error / error with the fewest heads", "more heads: below the line helps, above hurts"),
+              (axes[0][1], "rank_fraction", "group", "relative_error",
+               "head rank / model width (1 = one full-rank head)", "error / error with the fewest heads",
+               "the same against head rank"),
+              (axes[1][0], "depth", "depth_group", "relative_error_depth", "depth (layers)",
+               "error / error of the shallowest", "more layers, heads and rank fixed"))
+    for ax, x, group, y, xlabel, ylabel, title in panels:
+        for _, g in configs.groupby(["study", group], sort=False):
+            g = g.dropna(subset=[y]).sort_values(x)
+            if g[x].nunique() < 2:
+                continue
+            lo = (g[y] - g[f"{y}_lo"]).clip(lower=0).fillna(0)
+            hi = (g[f"{y}_hi"] - g[y]).clip(lower=0).fillna(0)
+            ax.errorbar(g[x], g[y], yerr=[lo, hi], color=palette[g["study"].iloc[0]],
+                        marker=markers[g["family"].iloc[0]], markersize=4, linewidth=1, alpha=0.8, capsize=2)
+        ax.axhline(1, color="grey", linestyle="--", linewidth=1)
+        if x != "depth":
+            ax.set_xscale("log", base=2)
+        _log_y(ax)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    ax = axes[1][1]
+    for study, g in configs.groupby("study", sort=False):
+        g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
+        scaled = g["error_mean"] / g["error_mean"].median()
+        r = corr[corr["study"] == study]
+        tag = _fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
+        ax.scatter(g["kappa_final"], scaled, color=palette[study], marker=markers[g["family"].iloc[0]], s=22,
+                   label=f"{study}: rho {tag}")
+    ax.set_xscale("log")
+    _log_y(ax)
+    ax.set_xlabel("kappa after training (geometric mean over layers and seeds)")
+    ax.set_ylabel("error / the study's median error")
+    pooled = corr[corr["study"] == "pooled"]
+    ax.set_title("kappa vs error, Spearman rho [95% CI]; pooled " +
+                 (_fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a"))
+    ax.legend(fontsize=7)
+    fig.suptitle("Both papers in one view: every configuration of every study (circles: P1's tasks, squares: P2's)")
+    fig.tight_layout()
+    return save(fig, prefix)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFrame]]) -> str:
+    body = [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(p)}</p>" for p in paras]
+    for caption, frame in tables:
+        body.append(f"<h3>{html.escape(caption)}</h3>")
+        body.append(frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="", border=0))
+    style = ("body{font-family:sans-serif;max-width:70em;margin:1em auto;line-height:1.45}"
+             "table{border-collapse:collapse;font-size:0.85em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str) -> list[Path]:
+    summaries = [pd.read_csv(p) for p in summary_csvs]
+    configs = configurations(summaries)
+    effects = heads_effect(configs)
+    corr = kappa_error_correlation(configs)
+    paths = overview_figure(configs, corr, Path(fig_dir) / "all_studies-overview")
+    shown = configs.drop(columns=["errors"])
+    paths += write_table(shown, Path(table_dir) / "all_studies-kappa_rank_error",
+                         "Every study: heads, rank, depth, error (mean, 95% interval, n) and kappa per configuration")
+    paths += write_table(effects, Path(table_dir) / "all_studies-heads_effect",
+                         "Most against fewest heads in each comparison group: error difference, Welch 95% interval")
+    paths += write_table(corr, Path(table_dir) / "all_studies-kappa_error_correlation",
+                         "Spearman rho of kappa after training with error, and of kappa at init with after "
+                         "training, per study over configurations (Fisher-z 95% interval), and pooled")
+    paras = findings(configs, effects, corr)
+    prefix = Path(findings_prefix)
+    with atomic_path(prefix.with_suffix(".md")) as tmp:
+        tmp.write_text("# Both papers in one view\n\n" + "\n\n".join(paras) + "\n")
+    with atomic_path(prefix.with_suffix(".html")) as tmp:
+        tmp.write_text(_html_page("Both papers in one view", paras,
+                                  [("Most against fewest heads", effects), ("kappa and error", corr)]))
+    return paths + [prefix.with_suffix(".md"), prefix.with_suffix(".html")]
