@@ -133,7 +133,7 @@ BAD = [
      'studies.tiny.task: "segmentation" is not allowed (allowed: one of image_classification, nearest_point, '
      "listops, language_model, glue)"),
     ("unknown top-level key", lambda c: c.update(studys={}), "config error: studys: unknown key (allowed: datasets"),
-    ("missing grid", lambda c: c["studies"]["tiny"].pop("grid"), "studies.tiny: missing required key 'grid'"),
+    ("missing grid", lambda c: c["studies"]["tiny"].pop("grid"), "studies.tiny: give grid or lean, one of them (allowed: "),
     ("zero learning rate", _set(["studies", "tiny", "recipe", "lr"], 0),
      "studies.tiny.recipe.lr: 0 is not allowed (allowed: a number > 0)"),
     ("zero batch size", _set(["studies", "tiny", "recipe", "batch_size"], 0),

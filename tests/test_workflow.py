@@ -102,10 +102,11 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     corr = pd.read_csv(tables / "all_studies-kappa_error_correlation.csv")
     assert list(corr["study"]) == ["tiny", "tiny_nearest", "pooled"]
     tiny = corr[corr["study"] == "tiny"].iloc[0]
-    assert -1 <= tiny["lo"] <= tiny["rho_kappa_error"] <= tiny["hi"] <= 1
+    assert tiny["configurations"] == 4 and -1 <= tiny["rho_kappa_error"] <= 1
+    assert pd.isna(tiny["lo"]) and pd.isna(tiny["hi"])  # no interval below 5 configurations
     findings = (work / "results" / "overview" / "findings.md").read_text()
     assert "configurations of 2 studies (tiny, tiny_nearest)" in findings
-    assert f"{tiny['rho_kappa_error']:+.2f}" in findings  # the paragraph quotes the table
+    assert f"tiny {tiny['rho_kappa_error']:+.2f} (n=4)" in findings  # the paragraph quotes the table
     assert "<table" in (work / "results" / "overview" / "findings.html").read_text()
     assert (work / "results" / "figures" / "all_studies-overview.png").stat().st_size > 20000
 

@@ -122,8 +122,12 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MIN_N_INTERVAL = 5  # below this, Fisher's z gives no usable interval (at n = 4 a rho of 1 is a 1-in-24 chance)
+
+
 def spearman_ci(x, y) -> tuple[float, float, float, int]:
-    """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.)."""
+    """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.;
+    |rho| capped at 0.99 for the interval, which is degenerate at 1); no interval below 5 points."""
     from scipy import stats
 
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -133,9 +137,9 @@ def spearman_ci(x, y) -> tuple[float, float, float, int]:
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan, math.nan, n
     rho = float(stats.spearmanr(x, y).statistic)
-    if n <= 3:
+    if n < MIN_N_INTERVAL:
         return rho, math.nan, math.nan, n
-    z, se = math.atanh(max(min(rho, 0.999999), -0.999999)), math.sqrt(1.06 / (n - 3))
+    z, se = math.atanh(max(min(rho, 0.99), -0.99)), math.sqrt(1.06 / (n - 3))
     return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
 
 
@@ -152,18 +156,27 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
                      "rho_init_final": rho_t, "lo_init_final": lo_t, "hi_init_final": hi_t})
     frame = pd.DataFrame(rows)
     if len(frame):
-        pooled = {"study": "pooled", "family": "all", "configurations": int(frame["configurations"].sum())}
-        for col, lo_col, hi_col in (("rho_kappa_error", "lo", "hi"), ("rho_init_final", "lo_init_final", "hi_init_final")):
-            pooled.update(zip((col, lo_col, hi_col), _pool(frame[col], frame["configurations"])))
-        frame = pd.concat([frame, pd.DataFrame([pooled])], ignore_index=True)
+        pooled_rows = []
+        for family, part in [*((f, frame[frame["family"] == f]) for f in ("P1", "P2")), ("all", frame)]:
+            usable = part[part["configurations"] >= MIN_N_INTERVAL]
+            if family != "all" and len(usable) == len(frame[frame["configurations"] >= MIN_N_INTERVAL]):
+                continue  # one family only: the "all" row says it
+            pooled = {"study": "pooled" if family == "all" else f"pooled {family}", "family": family,
+                      "configurations": int(usable["configurations"].sum())}
+            for col, lo_col, hi_col in (("rho_kappa_error", "lo", "hi"),
+                                        ("rho_init_final", "lo_init_final", "hi_init_final")):
+                pooled.update(zip((col, lo_col, hi_col), _pool(usable[col], usable["configurations"])))
+            pooled_rows.append(pooled)
+        frame = pd.concat([frame, pd.DataFrame(pooled_rows)], ignore_index=True)
     return frame
 
 
 def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
-    ok = rhos.notna() & (ns > 3)
+    """Inverse-variance pooling of Fisher's z over studies with at least MIN_N_INTERVAL points."""
+    ok = rhos.notna() & (ns >= MIN_N_INTERVAL)
     if not ok.any():
         return math.nan, math.nan, math.nan
-    z = np.arctanh(np.clip(rhos[ok].to_numpy(float), -0.999999, 0.999999))
+    z = np.arctanh(np.clip(rhos[ok].to_numpy(float), -0.99, 0.99))
     w = (ns[ok].to_numpy(float) - 3) / 1.06
     zbar, se = float((w * z).sum() / w.sum()), math.sqrt(1 / w.sum())
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
@@ -198,13 +211,20 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         hurt = effects[effects["verdict"] == "more heads hurt"]
         fine = effects[effects["verdict"].isin(["more heads help", "no difference"])]
         if len(hurt) and len(fine):
-            paras.append(
-                f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} "
-                f"(head rank down to {hurt['rank_fraction_many'].min():.3g}-{hurt['rank_fraction_many'].max():.3g} "
-                f"of the width) and did not hurt in {', '.join(sorted(set(fine['study'])))} (rank fractions "
-                f"{fine['rank_fraction_many'].min():.3g}-{fine['rank_fraction_many'].max():.3g}). The dividing "
-                f"line is the task, not the head count: a task that needs full-rank attention (P2's) loses "
-                f"from every split of the width, the others do not.")
+            hurt_rf, fine_rf = hurt["rank_fraction_many"], fine["rank_fraction_many"]
+            text = (f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} (head rank "
+                    f"{hurt_rf.min():.3g}-{hurt_rf.max():.3g} of the width after the split) and did not hurt in "
+                    f"{', '.join(sorted(set(fine['study'])))} (head rank {fine_rf.min():.3g}-{fine_rf.max():.3g} of "
+                    f"the width). ")
+            if fine_rf.min() < hurt_rf.max():
+                text += (f"Head rank alone does not divide them: models that kept only {fine_rf.min():.3g} of the "
+                         f"width per head did not suffer where others lost at {hurt_rf.max():.3g}. ")
+            else:
+                text += f"Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
+            if set(hurt["family"]) == {"P2"} and set(fine["family"]) == {"P1"}:
+                text += ("Every loss is on P2's nearest-point task, which one full-rank head solves, and no P1 comparison with "
+                         "an interval lost: what decides is whether the task needs full-rank attention, as P2 argues.")
+            paras.append(text)
         elif len(hurt):
             paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
                          f"interval excluding zero.")
@@ -213,13 +233,21 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                          f"in these studies.")
     if len(corr):
         pooled = corr[corr["study"] == "pooled"].iloc[0]
+        studies_only = corr[~corr["study"].str.startswith("pooled")]
         per = "; ".join(f"{r['study']} {_fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
-                        for _, r in corr[corr["study"] != "pooled"].iterrows())
-        sign = ("better-conditioned attention goes with lower error" if pooled["lo"] > 0 else
-                "better-conditioned attention goes with higher error" if pooled["hi"] < 0 else
-                "no association between conditioning and error that the interval can tell from zero")
-        paras.append(f"kappa after training against error (Spearman over configurations): pooled "
-                     f"{_fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}: {sign}. Per study: {per}.")
+                        for _, r in studies_only.iterrows())
+        families = []
+        for family in ("P1", "P2"):
+            row = corr[corr["study"] == f"pooled {family}"]
+            row = row.iloc[0] if len(row) else (pooled if set(studies_only["family"]) == {family} else None)
+            if row is not None and not math.isnan(row["rho_kappa_error"]):
+                families.append(f"{family}'s tasks {_fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
+                                f"{_association(row['lo'], row['hi'])}")
+        paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
+                     f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
+                     f"All studies pooled: {_fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
+                     f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
+                     f"studies with an interval).")
         init = _fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
         lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
         survives = ("too few configurations to say whether the ordering by kappa at initialisation survives"
@@ -230,6 +258,16 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
                      f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
     return paras
+
+
+def _association(lo: float, hi: float) -> str:
+    if math.isnan(lo):
+        return "too few configurations for an interval"
+    if lo > 0:
+        return "better-conditioned attention goes with lower error"
+    if hi < 0:
+        return "better-conditioned attention goes with higher error"
+    return "the interval includes zero"
 
 
 # ----------------------------------------------------------------------------- figure
@@ -261,6 +299,10 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
         ax.axhline(1, color="grey", linestyle="--", linewidth=1)
         if x != "depth":
             ax.set_xscale("log", base=2)
+        else:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         _log_y(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)

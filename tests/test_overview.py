@@ -1,0 +1,65 @@
+"""The statistics behind the overview and the tables: Welch and Spearman intervals, pooling, verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from leaner.aggregate import welch
+from leaner.overview import heads_effect, kappa_error_correlation, spearman_ci, verdict
+
+
+def test_welch_interval_is_scipys():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1.0, 1.0, 7), rng.normal(0.2, 2.0, 5)
+    diff, lo, hi = welch(a, b)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert diff == pytest.approx(a.mean() - b.mean())
+    assert (lo, hi) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    d1, lo1, hi1 = welch([0.3], [0.1, 0.2])
+    assert d1 == pytest.approx(0.15) and math.isnan(lo1) and math.isnan(hi1)
+
+
+def test_verdicts_follow_the_interval_only():
+    assert verdict(-0.3, -0.1) == "more heads help"  # error fell
+    assert verdict(0.1, 0.4) == "more heads hurt"
+    assert verdict(-0.1, 0.2) == "no difference"
+    assert verdict(math.nan, math.nan) == "n/a (one seed)"
+
+
+def test_spearman_interval_covers_the_truth_and_refuses_tiny_samples():
+    x = np.arange(12.0)
+    rho, lo, hi, n = spearman_ci(x, x**3)
+    assert rho == pytest.approx(1.0) and n == 12 and 0.9 < lo < hi <= 1
+    rng = np.random.default_rng(1)
+    rho, lo, hi, _ = spearman_ci(rng.normal(size=200), rng.normal(size=200))
+    assert lo < 0 < hi and hi - lo < 0.4
+    rho, lo, hi, n = spearman_ci([1, 2, 3, 4], [1, 3, 2, 4])
+    assert n == 4 and rho == pytest.approx(0.8) and math.isnan(lo)
+
+
+def _configs(study, family, kappas, errors):
+    return pd.DataFrame({"study": study, "family": family, "group": "g", "depth": 1,
+                         "heads": range(1, len(kappas) + 1), "rank": 1, "model_width": 8, "params": 100,
+                         "kappa_init": kappas, "kappa_final": kappas, "error_mean": errors,
+                         "rank_fraction": 1.0, "errors": [np.array([e]) for e in errors]})
+
+
+def test_pooling_by_family_and_overall():
+    up = _configs("a", "P1", [1, 2, 3, 4, 5, 6, 7, 8], [0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 0.65, 0.9])
+    down = _configs("b", "P2", [1, 2, 3, 4, 5, 6], [0.9, 0.8, 0.5, 0.4, 0.2, 0.1])
+    corr = kappa_error_correlation(pd.concat([up, down], ignore_index=True)).set_index("study")
+    assert corr.loc["a", "rho_kappa_error"] == pytest.approx(1.0)
+    assert corr.loc["b", "rho_kappa_error"] == pytest.approx(-1.0)
+    assert corr.loc["pooled P1", "lo"] > 0 and corr.loc["pooled P2", "hi"] < 0
+    w_a, w_b = (8 - 3) / 1.06, (6 - 3) / 1.06  # inverse variances of Fisher's z, |rho| capped at 0.99
+    z = (w_a * np.arctanh(0.99) + w_b * np.arctanh(-0.99)) / (w_a + w_b)
+    assert corr.loc["pooled", "rho_kappa_error"] == pytest.approx(np.tanh(z))
+    assert corr.loc["pooled", "configurations"] == 14
+    effects = heads_effect(pd.concat([up, down], ignore_index=True))
+    assert list(effects["verdict"]) == ["n/a (one seed)", "n/a (one seed)"]
+    assert list(effects["heads"]) == ["1 -> 8", "1 -> 6"]
