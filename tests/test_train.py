@@ -140,6 +140,18 @@ def test_weights_kept_during_training_are_the_weights_at_that_step(tmp_path, dig
                            str(digits_manifest), str(out / "conditioning2.csv"))
 
 
+def test_weights_kept_by_a_killed_run_of_another_spec_are_not_published(tmp_path, digits_manifest):
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 6
+    spec["conditioning"]["steps"] = [3]
+    stale = tmp_path / RESUME_DIR / "checkpoints"
+    stale.mkdir(parents=True)
+    (stale / "step5.safetensors").write_bytes(b"from a run with other settings")
+    metrics = train(spec, str(digits_manifest), tmp_path, progress=False)
+    assert [c["name"] for c in metrics["checkpoints"]] == ["step3"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step3.safetensors"]
+
+
 def test_corrupt_resume_checkpoint_starts_fresh(tmp_path, digits_manifest):
     spec = small_spec()
     spec["recipe"]["max_steps"] = 5

@@ -354,7 +354,7 @@ def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
     rows = []
     for path in benchmark_paths:
         parts = Path(path).parts
-        i = parts.index("benchmarks") if "benchmarks" in parts else 0
+        i = len(parts) - 1 - parts[::-1].index("benchmarks") if "benchmarks" in parts else 0
         bench = pd.read_csv(path, sep="\t")
         rows.append({"rule": parts[i + 1], "study": parts[i + 2] if len(parts) > i + 3 else "-",
                      "s": float(bench["s"].iloc[-1]), "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),

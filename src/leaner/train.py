@@ -288,6 +288,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     step, history, status = 0, [], "ok"
     epoch_loss, epoch_count, elapsed_before = 0.0, 0, 0.0
     state = _load_resume(resume_path, json.dumps(spec, sort_keys=True), log)
+    if state is None and ctx.main:  # weights kept by a killed run of another spec are not this run's
+        shutil.rmtree(kept_tmp, ignore_errors=True)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
