@@ -361,17 +361,14 @@ def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
                      "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
                      "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1])})
     jobs = pd.DataFrame(rows, columns=["rule", "study", "s", "max_rss_mb", "cpu_time_s", "mean_load"])
-    out = []
-    for (rule, study), g in jobs.groupby(["rule", "study"], sort=True):
-        out.append({"rule": rule, "study": study, "jobs": len(g), "wall_s_median": g["s"].median(),
-                    "wall_s_max": g["s"].max(), "wall_s_total": g["s"].sum(), "max_rss_mb": g["max_rss_mb"].max(),
-                    "cpu_time_s_total": g["cpu_time_s"].sum(), "mean_load_pct": g["mean_load"].mean()})
-    if len(jobs):
-        out.append({"rule": "all", "study": "-", "jobs": len(jobs), "wall_s_median": jobs["s"].median(),
-                    "wall_s_max": jobs["s"].max(), "wall_s_total": jobs["s"].sum(),
-                    "max_rss_mb": jobs["max_rss_mb"].max(), "cpu_time_s_total": jobs["cpu_time_s"].sum(),
-                    "mean_load_pct": jobs["mean_load"].mean()})
-    return pd.DataFrame(out)
+
+    def cost(rule: str, study: str, g: pd.DataFrame) -> dict:
+        return {"rule": rule, "study": study, "jobs": len(g), "wall_s_median": g["s"].median(),
+                "wall_s_max": g["s"].max(), "wall_s_total": g["s"].sum(), "max_rss_mb": g["max_rss_mb"].max(),
+                "cpu_time_s_total": g["cpu_time_s"].sum(), "mean_load_pct": g["mean_load"].mean()}
+
+    out = [cost(rule, study, g) for (rule, study), g in jobs.groupby(["rule", "study"], sort=True)]
+    return pd.DataFrame(out + ([cost("all", "-", jobs)] if len(jobs) else []))
 
 
 def write_job_costs(benchmark_paths: list[str], table_dir: str) -> list[Path]:

@@ -96,11 +96,11 @@ def _ints(text: str) -> list[int]:
 def cmd_match(a):
     import pandas as pd
 
-    from .config import load_yaml, study_model_base
+    from .config import PROTOCOLS, load_yaml, study_model_base
     from .match import match
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
-    if model_base.get("arch") == "nearest_point_encoder" or "modules" in model_base:
+    if st["task"] == "nearest_point":
         raise ValueError(f"study {a.study} is a nearest_point study (allowed: image_classification, listops, "
                          f"language_model, glue studies)")
     lean = st.get("lean") or {}
@@ -111,7 +111,7 @@ def cmd_match(a):
     if budget is None and reduction is None:
         budget, reduction = lean.get("budget"), lean.get("reduction")
     base, rows = match(model_base, baseline, budget, reduction, a.depths or lean.get("depths"),
-                       a.heads or lean.get("heads"), a.protocols or lean.get("protocols") or ("fixed_width", "fixed_head_dim"),
+                       a.heads or lean.get("heads"), a.protocols or lean.get("protocols") or PROTOCOLS,
                        a.mlp_ratios or lean.get("mlp_ratios"))
     frame = pd.DataFrame(rows)
     print(f"baseline L{base['depth']}-H{base['heads']}-D{base['width']}-mlp{base['mlp_hidden']}: "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-PROTOCOLS = ("fixed_width", "fixed_head_dim")
+from .config import PROTOCOLS
 
 
 def count_params(model_spec: dict) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import _gmean, ci95, welch, write_table
+from .figures import _explode_protocols
 from .io import atomic_path
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
@@ -41,9 +42,7 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
     task = summary["task"].iloc[0]
     frame = summary.copy()
     if FAMILY[task] == "P1":
-        frame["protocol"] = frame["protocols"].fillna("").str.split(";")
-        frame = frame.explode("protocol")
-        frame = frame[frame["protocol"] != ""]
+        frame = _explode_protocols(frame)
         frame["model_width"] = frame["width"]
     else:
         frame["model_width"] = frame["head_dim"] * frame["heads"]

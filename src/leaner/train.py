@@ -386,7 +386,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     import pandas as pd
 
     save_weights(model, out / "model.safetensors", spec)
-    kept = _publish_kept(kept_tmp, out / KEPT_DIR)
+    kept = _publish_kept(kept_tmp, out / KEPT_DIR, keep)
     final = {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))}
     write_csv(out / "history.csv", pd.DataFrame(history))
     metrics = {
@@ -413,17 +413,22 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     return metrics
 
 
-def _publish_kept(tmp_dir: Path, final_dir: Path) -> list[dict]:
+def _publish_kept(tmp_dir: Path, final_dir: Path, keep: set[int]) -> list[dict]:
     """Move the weights kept during training to <out>/checkpoints/ (replacing an older run's) and
-    describe them for metrics.json: [{name, step, file, sha256}] in step order."""
+    describe them for metrics.json: [{name, step, file, sha256}] in step order (a diverged run
+    stops before its later steps)."""
     shutil.rmtree(final_dir, ignore_errors=True)
     if tmp_dir.exists():
         os.replace(tmp_dir, final_dir)
     else:
         final_dir.mkdir(parents=True)
-    files = sorted(final_dir.glob("step*.safetensors"), key=lambda p: int(p.stem[len("step"):]))
-    return [{"name": p.stem, "step": int(p.stem[len("step"):]), "file": f"{KEPT_DIR}/{p.name}",
-             "sha256": sha256_file(p)} for p in files]
+    out = []
+    for step in sorted(keep):
+        path = final_dir / f"{kept_name(step)}.safetensors"
+        if path.exists():
+            out.append({"name": kept_name(step), "step": step, "file": f"{KEPT_DIR}/{path.name}",
+                        "sha256": sha256_file(path)})
+    return out
 
 
 def _update_best(best: dict, row: dict, task) -> dict:
