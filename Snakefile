@@ -27,3 +27,4 @@ rule all:
 
 
 check_resource_settings()
+count_gpus()

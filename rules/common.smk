@@ -10,6 +10,7 @@ from leaner.config import OVERVIEW_TABLES, STUDY_FIGURES, STUDY_TABLES, THEORY_T
 from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
 from leaner.data.glue import TASKS as GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
+from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
 envvars:
@@ -79,6 +80,24 @@ def variant_spec(wildcards):
 
 def study_resource(key):
     return lambda wildcards: study_of(wildcards).resources[key]
+
+
+def gpu_resource(key, max_gpus=None):
+    """gpu, gpu_share, gpu_model or gres of a GPU job of the study (leaner/scheduling.py)."""
+    return lambda wildcards: job_resources(study_of(wildcards).resources, max_gpus)[key]
+
+
+def share_group(wildcards):
+    """The Snakemake group of a study whose jobs share GPUs: on a cluster it spans jobs_per_gpu
+    jobs, one allocation of one GPU per k variants (local runs ignore groups). The group sizes
+    (--group-components, unless the user gave them) are set here, when the DAG asks for its first
+    group: Snakemake replaces its group settings after this file is parsed."""
+    settings = workflow.group_settings
+    wanted = {**group_components({name: st.resources for name, st in PLAN.studies.items()}),
+              **settings.group_components}
+    if wanted != dict(settings.group_components):
+        settings.group_components = wanted
+    return gpu_share_group(wildcards.study, study_of(wildcards).resources)
 
 
 def finetune_manifest(wildcards):
@@ -153,6 +172,32 @@ def check_resource_settings():
     if problems:
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
+
+
+def count_gpus():
+    """A local run (no --jobs for a cluster; the main process): the GPUs are those of --resources
+    gpu=N, else the CUDA devices found here. Snakemake then counts them (gpu) and their shares
+    (gpu_share, so k jobs of a jobs_per_gpu: k study run per GPU), and a study this machine cannot
+    run as asked stops the run before any job starts. Done while parsing: the scheduler reads its
+    limits when it starts."""
+    if workflow.global_resources.get("_nodes").value is not None or not workflow.is_main_process:
+        return
+    resources = {name: study.resources for name, study in PLAN.studies.items()}
+    gpus, source = workflow.global_resources.get("gpu").value, "--resources gpu"
+    if gpus is None and any(r["gpu"] for r in resources.values()):
+        import torch
+
+        gpus, source = torch.cuda.device_count() or None, "the CUDA devices here"
+        if gpus:
+            workflow.register_resource("gpu", gpus)
+    if gpus is None:  # no GPUs: GPU jobs train on the CPU, as many at once as cores allow
+        return
+    problems = gpu_problems(resources, gpus, workflow.global_resources.get("_cores").value, source)
+    if problems:
+        sys.stderr.write("\n".join(problems) + "\n")
+        raise SystemExit(2)
+    if workflow.global_resources.get("gpu_share").value is None:
+        workflow.register_resource("gpu_share", share_pool(gpus))
 
 
 # Names a target under results/ may start with (rules/unknown.smk refuses any other).

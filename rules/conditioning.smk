@@ -11,9 +11,14 @@ rule conditioning:
         data=dataset_manifest,
     output:
         "results/{study}/{variant}/conditioning.csv",
+    group:
+        share_group
     threads: 1
     resources:
-        gpu=lambda wildcards: min(1, study_of(wildcards).resources["gpu"]),
+        gpu=gpu_resource("gpu", max_gpus=1),
+        gpu_share=gpu_resource("gpu_share", max_gpus=1),
+        gpu_model=gpu_resource("gpu_model", max_gpus=1),
+        gres=gpu_resource("gres", max_gpus=1),
     log:
         "logs/conditioning/{study}/{variant}.log",
     benchmark:
@@ -22,4 +27,5 @@ rule conditioning:
         "../envs/leaner.yaml"
     shell:
         "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
-        " --data {input.data:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
+        " --data {input.data:q} --out {output:q} --threads {threads}"
+        " --gpu-share {resources.gpu_share} > {log:q} 2>&1"

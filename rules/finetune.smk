@@ -16,10 +16,14 @@ rule finetune:
         spec=finetune_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
         nproc=processes_per_variant,
+    group:
+        share_group
     threads: study_resource("threads")
     resources:
-        gpu=study_resource("gpu"),
-        gpu_model=study_resource("gpu_model"),
+        gpu=gpu_resource("gpu"),
+        gpu_share=gpu_resource("gpu_share"),
+        gpu_model=gpu_resource("gpu_model"),
+        gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
         mem_mb=study_resource("mem_mb"),
     log:
@@ -30,7 +34,7 @@ rule finetune:
         "../envs/leaner.yaml"
     shell:
         "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
-        " --threads {threads} --nproc {params.nproc} > {log:q} 2>&1"
+        " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share} > {log:q} 2>&1"
 
 
 rule glue_scores:

@@ -55,6 +55,26 @@ def small_spec(**model_overrides) -> dict:
             "model": model, "recipe": recipe, "conditioning": {"samples": 32}}
 
 
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_a_gpu_test(request, monkeypatch):
+    """Pin the CPU, explicitly, for every test and every process it starts: the tests compare
+    numbers (bit-identical resume, equal local and cluster runs) that only the CPU gives exactly.
+    Tests marked `gpu` and tests of device choice (`devices`) pick their own devices."""
+    if request.node.get_closest_marker("gpu") is None and request.node.get_closest_marker("devices") is None:
+        monkeypatch.setenv("LEANER_DEVICE", "cpu")
+
+
 # Nothing reaches a hub at test time; Hugging Face caches stay inside the test session.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

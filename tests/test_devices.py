@@ -13,6 +13,8 @@ import torch
 
 from leaner.devices import claim_slot, pick_device, release
 
+pytestmark = pytest.mark.devices
+
 HOLDER = """
 import sys, time
 from leaner.devices import claim_slot
@@ -68,7 +70,7 @@ def test_pick_device_falls_back_to_cpu(monkeypatch):
         pytest.skip("a GPU is present")
     assert pick_device().type == "cpu"
     monkeypatch.setenv("LEANER_DEVICE", "cuda")
-    with pytest.raises(RuntimeError, match="CUDA is not available"):
+    with pytest.raises(RuntimeError, match="LEANER_DEVICE='cuda' asks for CUDA, but this machine has no CUDA"):
         pick_device()
 
 
@@ -118,5 +120,92 @@ def test_locks_are_named_after_the_physical_gpus(tmp_path, monkeypatch):
 def test_claiming_more_gpus_than_the_machine_has_is_refused(tmp_path):
     from leaner.devices import claim_slots
 
-    with pytest.raises(ValueError, match="cannot claim 3 GPU slots: this machine shows 2"):
+    with pytest.raises(ValueError, match=r"cannot claim 3 GPU\(s\): this machine shows 2"):
         claim_slots(3, 2, tmp_path)
+
+
+SEAT = """
+import sys, time
+from leaner.devices import claim_slots, claimed
+slots = claim_slots(1, int(sys.argv[1]), sys.argv[2] or None, timeout_s=float(sys.argv[3]), seats=int(sys.argv[4]))
+print(slots[0], claimed().get("seat"), flush=True)
+time.sleep(30)
+"""
+
+
+def _seat(n, directory, timeout, seats, env=None):
+    return subprocess.Popen([sys.executable, "-c", SEAT, str(n), str(directory), str(timeout), str(seats)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _stop(*procs):
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_k_jobs_share_a_gpu_seat_by_seat_and_a_whole_gpu_job_waits_for_them(tmp_path):
+    """Two jobs of a jobs_per_gpu: 2 study sit on GPU 0 together, the lowest GPU first; a third goes
+    to GPU 1; a job that wants a whole GPU waits until one is empty, and shared jobs wait for it."""
+    a, b = _seat(2, tmp_path, 10, 2), _seat(2, tmp_path, 10, 2)
+    seat_a, seat_b = a.stdout.readline().split(), b.stdout.readline().split()
+    assert sorted([seat_a, seat_b]) == [["0", "0"], ["0", "1"]]
+    c = _seat(2, tmp_path, 10, 2)
+    assert c.stdout.readline().split() == ["1", "0"]
+    whole = _claimer(1, 2, tmp_path, 60)
+    time.sleep(1.0)
+    assert whole.poll() is None  # both GPUs have a shared job on them
+    _stop(c)
+    assert whole.stdout.readline().strip() == "[1]"
+    d = _seat(2, tmp_path, 60, 2)  # GPU 0's two seats are taken, GPU 1 is held whole
+    time.sleep(1.0)
+    assert d.poll() is None
+    _stop(a)
+    assert d.stdout.readline().split() == seat_a  # the seat a left
+    _stop(b, d, whole)
+
+
+def test_inside_a_slurm_job_the_locks_are_the_jobs_own(tmp_path):
+    """With cgroup device constraints every Slurm job sees its GPU as device 0: two jobs on one node
+    must not wait on each other's gpu-0.lock, while one job's own processes still share seats."""
+    base = {**os.environ, "LEANER_GPU_LOCK_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
+    a = _seat(1, "", 2, 1, env={**base, "SLURM_JOB_ID": "101"})
+    b = _seat(1, "", 2, 1, env={**base, "SLURM_JOB_ID": "102"})
+    assert a.stdout.readline().split() == ["0", "None"] and b.stdout.readline().split() == ["0", "None"]
+    assert (tmp_path / "slurm-101" / "gpu-0.lock").exists() and (tmp_path / "slurm-102" / "gpu-0.lock").exists()
+    same_job = subprocess.run([sys.executable, "-c", SEAT.replace("time.sleep(30)", ""), "1", "", "0.5", "1"],
+                              capture_output=True, text=True, env={**base, "SLURM_JOB_ID": "101"})
+    assert same_job.returncode != 0 and "did not come free" in same_job.stderr  # job 101's GPU is busy
+    _stop(a, b)
+
+
+def test_gpu_share_counts_exactly_k_jobs_per_gpu():
+    from leaner.devices import MAX_JOBS_PER_GPU, SHARE_UNITS, share_of, split_share
+
+    for k in range(2, MAX_JOBS_PER_GPU + 1):
+        share = share_of(1, k)
+        assert k * share <= SHARE_UNITS < (k + 1) * share, k  # Snakemake starts k per GPU, not k + 1
+        assert split_share(share) == (1, k)
+    assert split_share(share_of(3)) == (3, 1) and split_share(share_of(0)) == (0, 0)
+    with pytest.raises(ValueError, match="needs gpu: 1"):
+        share_of(2, 4)
+
+
+def test_a_job_that_declared_no_gpu_runs_on_the_cpu_even_with_cuda(monkeypatch):
+    monkeypatch.delenv("LEANER_DEVICE", raising=False)
+    assert pick_device(gpu_share=0).type == "cpu"
+
+
+def test_leaner_device_cuda_without_cuda_is_one_line(tmp_path, digits_manifest):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from conftest import small_spec
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "leaner", "train", "--spec", json.dumps(small_spec()), "--data",
+                           str(digits_manifest), "--out", str(tmp_path / "v")], capture_output=True, text=True,
+                          env={**os.environ, "LEANER_DEVICE": "cuda"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        proc.stderr.strip()] and "LEANER_DEVICE='cuda' asks for CUDA, but this machine has no CUDA device" in proc.stderr
+    assert "allowed here: cpu" in proc.stderr and not (tmp_path / "v" / "metrics.json").exists()

@@ -8,6 +8,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -146,3 +148,81 @@ def test_a_cancelled_job_is_resubmitted_and_resumes(cluster, tmp_path):
     metrics = json.loads((variant / "metrics.json").read_text())
     assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"]
     assert metrics["run"]["slurm_job_id"] != train_jobs[0]  # finished by the second job
+
+
+def _shared_config(tmp_path):
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["conditioning"] = {"samples": 32}
+    study["resources"] = {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.devices
+def test_k_shared_variants_are_one_slurm_job_of_one_gpu(cluster, tmp_path):
+    """jobs_per_gpu: 2 -> the two variants (training and conditioning) are one Snakemake group,
+    submitted as one Slurm job that asks for one GPU; inside it both train at once, each on a seat
+    of that GPU, with the job's own lock folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in cluster.env.items() if k != "LEANER_DEVICE"}
+    proc = _snakemake(work, _shared_config(tmp_path), "--profile", str(REPO / "profiles" / "slurm"),
+                      *NO_ACCOUNTING, "--verbose", env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    calls = [line.split("--wrap")[0] for line in out.splitlines() if "sbatch call:" in line]
+    gpu_calls = [c for c in calls if "--gres" in c or "--gpus" in c]
+    assert len(gpu_calls) == 1, calls  # one allocation for 2 trainings + 2 conditionings
+    assert "--gres=gpu:1" in gpu_calls[0] and "--gpus" not in gpu_calls[0], gpu_calls
+    assert not any(re.search(r"rule_(train|conditioning)_", c) for c in calls), calls  # no job of its own
+    runs = [json.loads(p.read_text()) for p in sorted((work / "results" / "tiny").glob("*/metrics.json"))]
+    assert len(runs) == 2
+    job_ids = {m["run"]["slurm_job_id"] for m in runs}
+    assert len(job_ids) == 1 and None not in job_ids
+    claims = [m["run"]["gpu_claim"] for m in runs]
+    assert sorted(c["seat"] for c in claims) == [0, 1] and all(c["seats"] == 2 for c in claims), claims
+    (job_id,) = job_ids
+    assert all(c["lock_dir"].endswith(f"slurm-{job_id}") for c in claims), claims
+    first, second = sorted(runs, key=lambda m: m["run"]["gpu_claim"]["at_unix"])
+    assert second["run"]["gpu_claim"]["at_unix"] < first["run"]["finished_unix"], "the two did not train at once"
+    for m in runs:
+        assert (work / "results" / "tiny" / m["variant"] / "conditioning.csv").exists()
+
+
+HOLD_GPU_0 = """
+import json, sys, time
+from leaner.devices import claim_slot, claimed
+claim_slot(1, timeout_s=5)
+time.sleep(4)
+print(json.dumps({**claimed(), "released_unix": time.time()}))
+"""
+
+
+@pytest.mark.devices
+def test_two_slurm_jobs_that_both_see_gpu_0_do_not_wait_on_each_other(cluster, tmp_path):
+    """With cgroup device constraints each job sees its own GPU as device 0; with one lock folder
+    on a shared /tmp, both would lock gpu-0.lock and the second would wait. Each holds its GPU for
+    4 s and may wait at most 5 s for it: both must claim at once."""
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_GPU_0)
+    env = {k: v for k, v in cluster.env.items() if k != "LEANER_DEVICE"}
+    env["LEANER_GPU_LOCK_DIR"] = str(tmp_path / "shared-tmp")  # one folder for both, as /tmp on one node
+    outs = [tmp_path / f"job{i}.out" for i in (1, 2)]
+    for out in outs:
+        subprocess.run(["sbatch", "--gpus=1", "-c", "1", "--mem=500", "-o", str(out),
+                        "--wrap", f"export CUDA_VISIBLE_DEVICES=0; {sys.executable} {script}"],
+                       env=env, check=True, capture_output=True)
+    deadline = time.time() + 120
+    while subprocess.run(["squeue", "-h", "-t", "pending,running"], env=env, capture_output=True,
+                         text=True).stdout.strip():
+        assert time.time() < deadline, "the two jobs did not finish"
+        time.sleep(0.5)
+    claims = [json.loads(out.read_text().strip().splitlines()[-1]) for out in outs]
+    assert all(c["gpus"] == ["0"] for c in claims), claims
+    assert claims[0]["lock_dir"] != claims[1]["lock_dir"]
+    assert max(c["at_unix"] for c in claims) < min(c["released_unix"] for c in claims), "one waited for the other"

@@ -8,12 +8,29 @@ import json
 import os
 import sys
 
+from .devices import SHARE_UNITS
+
 
 def _json_arg(text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at position {exc.pos})") from None
+
+
+GPU_SHARE_HELP = (f"GPUs this job declared, in 1/{SHARE_UNITS} of a GPU (the rule's gpu_share resource): 0 runs "
+                  f"on the CPU, {SHARE_UNITS}*g on g whole GPUs, {SHARE_UNITS}//k on a seat of a GPU shared by k "
+                  "jobs (default: one GPU when CUDA is present)")
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
 
 
 def cmd_prepare_data(a):
@@ -26,16 +43,18 @@ def cmd_train(a):
     from . import distributed
 
     if a.nproc > 1 and not distributed.launched_by_torchrun():
-        return distributed.launch(a.argv, a.nproc, a.device)
+        return distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
     from .train import train
 
-    train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress)
+    train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
+          gpu_share=a.gpu_share)
 
 
 def cmd_conditioning(a):
     from .conditioning import write_conditioning
 
-    write_conditioning(a.metrics, a.init, a.final, a.data, a.out, device=a.device, threads=a.threads)
+    write_conditioning(a.metrics, a.init, a.final, a.data, a.out, device=a.device, threads=a.threads,
+                       gpu_share=a.gpu_share)
 
 
 def cmd_theory(a):
@@ -182,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", required=True, type=_json_arg, help="the variant spec (JSON)")
     s.add_argument("--data", required=True, help="the prepared dataset's manifest.json")
     s.add_argument("--out", required=True, help="the variant's output directory")
-    s.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: CUDA when present)")
+    s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
+    s.add_argument("--gpu-share", type=_nonneg_int, default=None, help=GPU_SHARE_HELP)
     s.add_argument("--threads", type=int, default=None, help="CPU threads in all (split over --nproc processes)")
     s.add_argument("--nproc", type=int, default=1,
                    help="processes (GPUs) for this one variant: >1 runs DistributedDataParallel under torchrun")
@@ -195,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--final", required=True)
     s.add_argument("--data", required=True)
     s.add_argument("--out", required=True)
-    s.add_argument("--device", default=None)
+    s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
+    s.add_argument("--gpu-share", type=_nonneg_int, default=None, help=GPU_SHARE_HELP)
     s.add_argument("--threads", type=int, default=None)
     s.set_defaults(func=cmd_conditioning)
 
@@ -295,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
         if "--debug" in sys.argv or os.environ.get("LEANER_DEBUG"):
             raise
         print(f"leaner {args.command}: error: {exc}", file=sys.stderr)

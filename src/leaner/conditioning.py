@@ -99,7 +99,7 @@ def _layer_kappas_and_shapes(model, inputs: torch.Tensor, batch_size: int = 64, 
 
 
 def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
-                      device: str | None = None) -> list[dict]:
+                      device: str | None = None, gpu_share: int | None = None) -> list[dict]:
     """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats) for each named checkpoint
     {name: (step, safetensors path)}, over the fixed evaluation batch of the study."""
     from .models import build_model
@@ -107,7 +107,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     from .devices import pick_device
     from .train import load_weights
 
-    dev = pick_device(device)
+    dev = pick_device(device, gpu_share)
     task = make_task(spec, data_path, dev)
     n = spec["conditioning"]["samples"]
     inputs = task.probe_inputs(n).to(dev)
@@ -129,7 +129,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
 
 def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_path: str, out_csv: str,
-                       device: str | None = None, threads: int | None = None) -> None:
+                       device: str | None = None, threads: int | None = None, gpu_share: int | None = None) -> None:
     """The conditioning stage of one variant: kappa at init, at each step whose weights training
     kept (conditioning.steps; listed in metrics.json with their sha256) and after training."""
     import pandas as pd
@@ -149,7 +149,7 @@ def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_
         verify_sha256(path, kept["sha256"], metrics_path)
         checkpoints[kept["name"]] = (kept["step"], path)
     checkpoints["final"] = (metrics["steps"], final_path)
-    rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device)
+    rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device, gpu_share)
     frame = pd.DataFrame(rows)
     frame.insert(0, "variant", metrics["variant"])
     frame.insert(0, "study", metrics["study"])

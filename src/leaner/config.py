@@ -108,7 +108,7 @@ TASK_RECIPE_DEFAULTS = {
 FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                             "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}
 CONDITIONING_DEFAULTS = {"samples": 256, "steps": []}
-RESOURCE_DEFAULTS = {"gpu": 0, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
+RESOURCE_DEFAULTS = {"gpu": 0, "jobs_per_gpu": 1, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
 THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
                    "heads": [1, 2, 4, 8, 12, 16, 24, 32]}
 
@@ -631,6 +631,11 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
                         "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
     elif st.get("finetune"):
         problems.append(f"config error: studies.{name}.finetune: only used by task glue (allowed: remove it, or task: glue)")
+    res = st.get("resources") or {}
+    if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
+        problems.append(f"config error: studies.{name}.resources.jobs_per_gpu: {res['jobs_per_gpu']} jobs share one "
+                        f"GPU, so gpu must be 1, got {res.get('gpu', 0)} (allowed: gpu: 1 with jobs_per_gpu > 1, "
+                        f"or jobs_per_gpu: 1)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
                  baseline=baseline,
                  resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},

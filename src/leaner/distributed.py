@@ -134,20 +134,22 @@ def init(device_type: str, timeout_min: float = 120.0) -> Context:
                    local_rank=int(os.environ["LOCAL_RANK"]), backend=backend)
 
 
-def launch(argv: Sequence[str], nproc: int, device: str | None) -> int:
+def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int | None = None) -> int:
     """Run `python -m leaner <argv>` on `nproc` local processes under torchrun; returns its exit code.
 
-    With CUDA present and no explicit device, first claim `nproc` GPU slots (held by this process
-    until training ends) and show the workers only those GPUs."""
+    Unless a device is forced, a job that asked for GPUs (`gpu_share`, see devices.py; None: CUDA
+    when present) first claims `nproc` of them (held by this process until training ends) and shows
+    the workers only those."""
     env = dict(os.environ)
-    if device is None and not env.get("LEANER_DEVICE"):
+    if device is None and not env.get("LEANER_DEVICE") and gpu_share != 0:
         import torch
 
-        if torch.cuda.is_available():
-            from .devices import claim_slots, visible_ids
+        from .devices import claim_slots, visible_ids
 
-            slots = claim_slots(nproc, torch.cuda.device_count())
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_ids()[s] for s in slots)
+        ids = visible_ids(torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        if ids:
+            slots = claim_slots(nproc, len(ids))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[s] for s in slots)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            f"--nproc-per-node={nproc}", "-m", "leaner", "--", *argv]
     print("launching: " + " ".join(cmd), file=sys.stderr, flush=True)

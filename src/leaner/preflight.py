@@ -13,12 +13,14 @@ from typing import Iterable, Mapping
 SNAKEMAKE_RESOURCES = frozenset({
     "_cores", "_nodes", "threads", "runtime", "mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib",
     "tmpdir", "gpu", "gpu_model", "gpu_manufacturer"})
+# Resources of this workflow's own (leaner/scheduling.py).
+LEANER_RESOURCES = frozenset({"gpu_share"})
 # Resources snakemake-executor-plugin-slurm reads (2.x).
 SLURM_RESOURCES = frozenset({
     "slurm_partition", "slurm_account", "slurm_extra", "slurm_cluster", "cluster", "clusters", "constraint",
     "qos", "nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "cpus_per_task", "cpus_per_gpu",
     "mem_mb_per_cpu", "gres", "mpi"})
-KNOWN_RESOURCES = SNAKEMAKE_RESOURCES | SLURM_RESOURCES
+KNOWN_RESOURCES = SNAKEMAKE_RESOURCES | SLURM_RESOURCES | LEANER_RESOURCES
 
 
 def _unknown(keys: Iterable[str]) -> list[str]:

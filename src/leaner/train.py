@@ -32,7 +32,7 @@ import torch
 
 from . import __version__
 from . import distributed
-from .devices import pick_device
+from .devices import claimed, pick_device
 from .io import atomic_path, remove_stale_temps, sha256_file, write_csv, write_json
 from .models import build_model, param_counts
 from .tasks import make_task
@@ -230,21 +230,25 @@ def check_expected_params(spec: dict, total: int) -> None:
 
 
 def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
-          threads: int | None = None, progress: bool = True) -> dict:
+          threads: int | None = None, progress: bool = True, gpu_share: int | None = None) -> dict:
     """Train one variant; returns the metrics written to metrics.json.
+
+    The device: `device` (or $LEANER_DEVICE) when forced, else what `gpu_share` asked for (see
+    devices.py: 0 is the CPU). `threads`: torch's CPU threads in all, split over the processes.
 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
     out = Path(out_dir)
     resume_path = out / RESUME_DIR / RESUME_FILE
+    started = time.time()
     local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
-    dev = pick_device(device, local_rank)
-    ctx = distributed.init(dev.type)
 
     def log(msg: str) -> None:
-        if ctx.main:
+        if local_rank in (None, 0):
             print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
 
+    dev = pick_device(device, gpu_share, local_rank, log=log)
+    ctx = distributed.init(dev.type)
     if threads:
         torch.set_num_threads(max(1, threads // ctx.world))
     make_deterministic(dev)
@@ -401,7 +405,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         "threads": torch.get_num_threads(), "processes": ctx.world, "backend": ctx.backend,
         "versions": _versions(),
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_claim": claimed(),
+                "started_unix": started, "finished_unix": time.time()},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         # what later stages check before they trust the weights (a truncated or replaced file)
         "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},

@@ -1,0 +1,76 @@
+"""How a study's GPU request becomes Snakemake resources, groups and checks.
+
+A study says `resources: {gpu: g}` (GPUs per variant) and optionally `jobs_per_gpu: k` (k of its
+jobs share one GPU; needs g = 1). The GPU jobs of a variant (train, finetune, conditioning) then
+declare:
+
+  gpu        whole GPUs: g, or 0 for a shared job. The user's `--resources gpu=N` counts GPUs, so
+             a shared job must not count one whole GPU against it.
+  gpu_share  the same request in 1/SHARE_UNITS of a GPU (devices.py): g * SHARE_UNITS, or
+             SHARE_UNITS // k. Locally the Snakefile caps it at N * SHARE_UNITS, so k shared jobs
+             run per GPU; `leaner train --gpu-share` picks the device from it.
+  gpu_model  the Slurm GPU model of a whole-GPU job (--gpus=<model>:<g>).
+  gres       for a shared job, "gpu:1" (or "gpu:<model>:1"): on a cluster the k jobs of a group
+             become one allocation, and Snakemake sums integer resources over a group but keeps a
+             string that all its jobs agree on, so the allocation asks for one GPU.
+
+On a cluster the shared jobs of a study form the Snakemake group `gpu_share_group(study)`, which
+spans k connected components (`--group-components <group>=k`; the Snakefile sets it from the
+config unless the user gave it): one Slurm job of one GPU trains k variants at once, and measures
+their conditioning. Locally Snakemake runs no groups: each job claims its seat on a GPU itself.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .devices import SHARE_UNITS, share_of
+
+
+def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:
+    """The GPU resources of one job of a study with these `resources` (see the module docstring);
+    `max_gpus` caps whole GPUs (conditioning uses one at most)."""
+    gpus = resources["gpu"] if max_gpus is None else min(max_gpus, resources["gpu"])
+    k = resources["jobs_per_gpu"] if gpus else 1
+    model = resources["gpu_model"]
+    if k > 1:
+        return {"gpu": 0, "gpu_share": share_of(1, k), "gpu_model": "",
+                "gres": f"gpu:{model}:1" if model else "gpu:1"}
+    return {"gpu": gpus, "gpu_share": share_of(gpus), "gpu_model": model if gpus else "", "gres": ""}
+
+
+def gpu_share_group(study: str, resources: Mapping) -> str | None:
+    """The Snakemake group of a study whose jobs share GPUs (None for the others)."""
+    return f"gpu_share_{study}" if resources["gpu"] and resources["jobs_per_gpu"] > 1 else None
+
+
+def group_components(studies: Mapping[str, Mapping]) -> dict[str, int]:
+    """--group-components for every GPU-sharing study: {group: jobs_per_gpu}."""
+    out = {}
+    for study, resources in studies.items():
+        group = gpu_share_group(study, resources)
+        if group:
+            out[group] = resources["jobs_per_gpu"]
+    return out
+
+
+def share_pool(gpus: int) -> int:
+    """The `gpu_share` that N GPUs hold."""
+    return gpus * SHARE_UNITS
+
+
+def gpu_problems(studies: Mapping[str, Mapping], gpus: int | None, cores: int | None,
+                 gpus_from: str = "--resources gpu") -> list[str]:
+    """One line per study that this machine cannot run as asked: more GPUs per variant than it has
+    (`gpus`, None: unknown), or k jobs sharing a GPU that need more cores at once than `cores`."""
+    problems = []
+    for study, r in studies.items():
+        if gpus is not None and r["gpu"] > gpus:
+            problems.append(f"study {study}: asks for {r['gpu']} GPUs per variant, but {gpus_from}={gpus} "
+                            f"(allowed: resources.gpu <= {gpus}, or more GPUs)")
+        k, threads = r["jobs_per_gpu"], r["threads"]
+        if r["gpu"] and k > 1 and cores is not None and k * threads > cores:
+            problems.append(f"study {study}: jobs_per_gpu {k} jobs of {threads} threads share a GPU, which needs "
+                            f"{k * threads} cores at once, but --cores is {cores} (allowed: jobs_per_gpu * "
+                            f"threads <= {cores})")
+    return problems
