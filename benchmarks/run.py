@@ -16,11 +16,14 @@ number is the median of --repeats runs with its spread (min-max). Rows:
 4. end to end (--e2e): the default study from a clean folder, wall time and CPU use.
 5. GPU: ViT-B/16 training throughput and MFU with bf16 autocast and fused attention (optionally
    torch.compile); skipped, and said so, without a GPU.
+6. GPU machines: (a, --e2e) the default study with the GPU visible against the same machine's CPU
+   alone; (b) k P2 variants sharing one GPU (seats) against one alone. Skipped without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -369,6 +372,71 @@ def bench_gpu(steps: int, compile_model: bool, loader_rate_224: float) -> str:
                    f"{torch.cuda.max_memory_allocated() / 2**30:.1f}", workers]])
 
 
+# ----------------------------------------------------------------------------- 6. GPU machines
+
+def bench_gpu_e2e(work: Path) -> str:
+    """The default study (all `gpu: 0`) with `snakemake --cores all` on a GPU machine, against the
+    same machine with CUDA hidden: the jobs must not queue on the GPU."""
+    title = "6a. Default study on a GPU machine against its CPU alone (`snakemake --cores all`)"
+    if not torch.cuda.is_available():
+        return table(title, ["result"], [["skipped: no CUDA device on this machine"]])
+    rows = []
+    for label, env in (("CUDA visible", {}), ("CPU alone (CUDA_VISIBLE_DEVICES='')", {"CUDA_VISIBLE_DEVICES": ""})):
+        folder = work / label.split()[0].lower()
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d",
+                        str(folder), "--cores", "all", "--quiet", "all"], check=True, capture_output=True,
+                       cwd=folder, env={**os.environ, **env})
+        rows.append([label, f"{(time.perf_counter() - t0) / 60:.2f} min", os.cpu_count()])
+    return table(title, ["run", "wall", "cores"], rows)
+
+
+def _p2_variant(work: Path, steps: int) -> tuple[dict, str]:
+    """P2's fig1 variant of configs/paper.yaml (L1, d 64, N 16, ff 2048, batch 256), cut to `steps`."""
+    from leaner.config import load_plan
+    from leaner.data import prepare
+
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    study = plan.studies["nearest_fig1"]
+    variant = next(v for vid, v in study.variants.items() if vid.startswith("L1-H1-W1-"))
+    spec = json.loads(variant.spec_json())
+    spec["recipe"]["max_steps"] = steps
+    manifest = work / "np" / "manifest.json"
+    prepare(study.dataset, plan.datasets[study.dataset], str(manifest))
+    return spec, str(manifest)
+
+
+def bench_gpu_sharing(work: Path, steps: int, ks=(1, 4, 8)) -> str:
+    """k `leaner train` processes of a P2 variant on one GPU at once, each on a seat (2 threads):
+    the aggregate steps/s against one process alone."""
+    title = "6b. Small variants sharing one GPU (P2 fig1 variant, `leaner train --gpu-share`)"
+    if not torch.cuda.is_available():
+        return table(title, ["result"], [["skipped: no CUDA device on this machine"]])
+    from leaner.devices import SHARE_UNITS
+
+    spec, manifest = _p2_variant(work, steps)
+    rows, alone = [], None
+    for k in ks:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
+               "LEANER_GPU_LOCK_DIR": str(work / f"locks{k}")}
+        env.pop("LEANER_DEVICE", None)
+        outs = [work / f"k{k}" / str(i) for i in range(k)]
+        procs = [subprocess.Popen([sys.executable, "-m", "leaner", "train", "--spec", json.dumps(spec), "--data",
+                                   manifest, "--out", str(o), "--threads", "2", "--no-progress",
+                                   "--gpu-share", str(SHARE_UNITS // k)], env=env, stderr=subprocess.DEVNULL)
+                 for o in outs]
+        if any(p.wait() for p in procs):
+            raise RuntimeError(f"a shared training run failed (k={k})")
+        runs = [json.loads((o / "metrics.json").read_text()) for o in outs]
+        span = max(m["run"]["finished_unix"] for m in runs) - min(m["run"]["gpu_claim"]["at_unix"] for m in runs)
+        each = [m["steps"] / m["wall_time_s"] for m in runs]
+        total = sum(m["steps"] for m in runs) / span
+        alone = alone or total
+        rows.append([k, f"{min(each):.0f}-{max(each):.0f}", f"{total:.0f}", f"{total / alone:.2f}x"])
+    return table(title, ["jobs on the GPU", "steps/s each", "aggregate steps/s", "vs one job"], rows)
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -396,7 +464,9 @@ def main(argv=None) -> int:
         parts.append(text)
         print(text, flush=True)
         for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
-                     *([bench_e2e(work / "e2e")] if a.e2e else []), bench_gpu(5 if a.quick else 30, a.compile, rate_224)):
+                     *([bench_e2e(work / "e2e")] if a.e2e else []), bench_gpu(5 if a.quick else 30, a.compile, rate_224),
+                     *([bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []),
+                     bench_gpu_sharing(work / "sharing", 100 if a.quick else 1500)):
             parts.append(text)
             print(text, flush=True)
     out = Path(a.out)

@@ -17,13 +17,14 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     assert text.startswith("# Benchmarks\n\nMachine: ")
     for title in ("1. Training loop against a bare PyTorch loop", "1b. Data loading against the step",
                   "2a. Conditioning stage", "2b. kappa: leaner's batched float64 SVD", "3. `snakemake -n`",
-                  "5. GPU path"):
+                  "5. GPU path", "6b. Small variants sharing one GPU"):
         assert f"### {title}" in text, title
     ratio = next(line for line in text.splitlines() if line.startswith("| ratio"))
     assert float(ratio.split("|")[2].split()[0]) > 0  # a measured number, not a placeholder
     assert "| ImageNet-like 224 px (256 px JPEG) | 0 |" in text and "images/s per process" in text
     assert "| grid of 50 | 50 |" in text and "| grid of 100 | 100 |" in text
     assert "skipped: no CUDA device" in text or "MFU" in text
+    assert "skipped: no CUDA device" in text or "aggregate steps/s" in text
 
 
 def test_the_mfu_flop_count_matches_torch_flop_counter():

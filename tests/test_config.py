@@ -118,7 +118,7 @@ BAD = [
      "studies.tiny_nearest.dataset: 'digits' is a digits dataset, task nearest_point needs one of kind nearest_point"),
     ("partition in a study (belongs to the user's profile)",
      _set(["studies", "tiny", "resources", "slurm_partition"], "gpu"),
-     "studies.tiny.resources.slurm_partition: unknown key (allowed: gpu, gpu_model, mem_mb, runtime, threads)"),
+     "studies.tiny.resources.slurm_partition: unknown key (allowed: gpu, gpu_model, jobs_per_gpu, mem_mb, runtime, threads)"),
     ("width missing for fixed_width", lambda c: c["studies"]["tiny"]["grid"][0].pop("width"),
      "studies.tiny.grid[0].width: required by protocol fixed_width"),
     ("zero width", _set(["studies", "tiny", "grid", 0, "width"], [0]),

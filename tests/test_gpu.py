@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
 from test_sequence import _write_glue
 

@@ -5,11 +5,9 @@ with CUDA the same test trains on that GPU). Bad GPU requests stop the run befor
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import yaml
-
 from conftest import snakemake
 
 pytestmark = [pytest.mark.workflow, pytest.mark.devices]
