@@ -27,4 +27,7 @@ rule all:
 
 
 check_resource_settings()
-count_gpus()
+
+
+onstart:
+    count_gpus()

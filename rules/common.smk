@@ -175,12 +175,11 @@ def check_resource_settings():
 
 
 def count_gpus():
-    """A local run (no --jobs for a cluster; the main process): the GPUs are those of --resources
-    gpu=N, else the CUDA devices found here. Snakemake then counts them (gpu) and their shares
-    (gpu_share, so k jobs of a jobs_per_gpu: k study run per GPU), and a study this machine cannot
-    run as asked stops the run before any job starts. Done while parsing: the scheduler reads its
-    limits when it starts."""
-    if workflow.global_resources.get("_nodes").value is not None or not workflow.is_main_process:
+    """At the start of a local run (onstart: not in dry runs, not on a cluster): the GPUs are those
+    of --resources gpu=N, else the CUDA devices found here. Snakemake then counts them (gpu) and
+    their shares (gpu_share, so k jobs of a jobs_per_gpu: k study run per GPU), and a study this
+    machine cannot run as asked stops the run before any job starts."""
+    if not workflow.local_exec:
         return
     resources = {name: study.resources for name, study in PLAN.studies.items()}
     gpus, source = workflow.global_resources.get("gpu").value, "--resources gpu"
@@ -189,7 +188,7 @@ def count_gpus():
 
         gpus, source = torch.cuda.device_count() or None, "the CUDA devices here"
         if gpus:
-            workflow.register_resource("gpu", gpus)
+            limit_resource("gpu", gpus)
     if gpus is None:  # no GPUs: GPU jobs train on the CPU, as many at once as cores allow
         return
     problems = gpu_problems(resources, gpus, workflow.global_resources.get("_cores").value, source)
@@ -197,7 +196,14 @@ def count_gpus():
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
     if workflow.global_resources.get("gpu_share").value is None:
-        workflow.register_resource("gpu_share", share_pool(gpus))
+        limit_resource("gpu_share", share_pool(gpus))
+
+
+def limit_resource(name, value):
+    """A global resource limit set once the scheduler exists: register_resource updates what is
+    free, but not the totals the scheduler counts by (Snakemake 9.27), so set those too."""
+    workflow.register_resource(name, value)
+    workflow.scheduler.global_resources[name] = value
 
 
 # Names a target under results/ may start with (rules/unknown.smk refuses any other).
