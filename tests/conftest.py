@@ -48,11 +48,11 @@ def small_spec(**model_overrides) -> dict:
              "patch_size": 2, "img_size": 8, "in_chans": 1, "num_classes": 10, "qkv_bias": True,
              "drop_path_rate": 0.0, "global_pool": "token"}
     model.update(model_overrides)
-    from leaner.config import RECIPE_DEFAULTS
+    from leaner.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
 
     recipe = {**RECIPE_DEFAULTS, "epochs": 1, "batch_size": 64, "lr": 2e-3, "checkpoint_every": 5}
     return {"study": "unit", "variant": "v", "task": "image_classification", "dataset": "digits", "seed": 0,
-            "model": model, "recipe": recipe, "conditioning": {"samples": 32}}
+            "model": model, "recipe": recipe, "conditioning": {**CONDITIONING_DEFAULTS, "samples": 32}}
 
 
 def pytest_collection_modifyitems(config, items):

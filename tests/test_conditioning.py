@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from conftest import small_spec
-from leaner.conditioning import capture_attention, conditioning_rows, kappa, layer_kappas, summarize
+from leaner.conditioning import (capture_attention, conditioning_rows, kappa, layer_kappas, singular_kappa,
+                                 summarize)
+from leaner.jacobian import block_kappa, exact_singular_values, lanczos_extremes
 from leaner.models import build_model
+from reference_kappa import agrees, reference_kappas
 
 
 def _with_singular_values(sv: list[float], rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -99,9 +103,157 @@ def test_conditioning_rows_cover_every_layer_matrix_and_checkpoint(tmp_path, dig
     path = tmp_path / "w.safetensors"
     save_weights(model, path, spec)
     rows = conditioning_rows(spec, {"init": (0, str(path)), "final": (10, str(path))}, str(digits_manifest))
-    assert len(rows) == 2 * 2 * 2
+    assert len(rows) == 2 * 2 * 3
     assert {(r["checkpoint"], r["layer"], r["matrix"]) for r in rows} == {
-        (c, l, m) for c in ("init", "final") for l in (1, 2) for m in ("heads_concat", "attn_proj_out")}
+        (c, l, m) for c in ("init", "final") for l in (1, 2) for m in ("heads_concat", "attn_proj_out", "jacobian")}
     for r in rows:
-        assert r["tokens"] == 17 and r["samples"] == 32
-        assert r["kappa_median"] >= 1.0 and r["kappa_p90"] >= r["kappa_median"] * 0.999
+        jac = r["matrix"] == "jacobian"
+        assert r["tokens"] == 17 and r["samples"] == (spec["conditioning"]["jacobian_samples"] if jac else 32)
+        assert r["cols"] == (17 * 16 if jac else 16) and r["method"] == ("exact" if jac else "svd")
+        assert r["kappa_median"] >= 1.0 and r["kappa_p90"] >= r["kappa_median"]
+        assert 0.0 <= r["singular_fraction"] <= 1.0
+
+
+# ----------------------------------------------------------------------------- float64 and singular blocks
+
+def _single_head_vit(bias_scale: float):
+    """1 layer, 1 head of head dim = width 16 <= N = 17 tokens: at timm's init V = LN(x) W_v^T with
+    zero bias has rank <= 15 (LayerNorm's rows have zero mean), so A is exactly singular; a value
+    bias of size `bias_scale` lifts it, kappa growing like 1 / bias_scale^2."""
+    spec = small_spec(heads=1, width=16, head_dim=16)
+    torch.manual_seed(0)
+    model = build_model(spec["model"])
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.bias[32:] = bias_scale * torch.randn(16, generator=torch.Generator().manual_seed(1))
+    return spec, model
+
+
+def _lower_median(values) -> float:
+    return float(np.sort(np.asarray(values))[(len(values) - 1) // 2])
+
+
+@pytest.mark.parametrize("bias_scale", [1e-3, 1e-2, 1.0])
+def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, tmp_path, digits_manifest):
+    """From the saved weights, through the conditioning stage: per sample and in the median, kappa
+    within 1e-6 where it is <= 1e8 and within 1e-3 up to 1e12 (the models reach 1e9-1e10)."""
+    from leaner.tasks import make_task
+    from leaner.train import save_weights
+
+    spec, model = _single_head_vit(bias_scale)
+    path = tmp_path / "w.safetensors"
+    save_weights(model, path, spec)
+    rows = conditioning_rows(spec, {"final": (1, str(path))}, str(digits_manifest))
+    probe = make_task(spec, str(digits_manifest), torch.device("cpu")).probe_inputs(32)
+    ref = reference_kappas(load_and_build(spec, path), probe)[0]
+    if bias_scale == 1e-3:
+        assert _lower_median(ref) > 1e8  # the regime a float32 forward pass gets wrong
+    row = next(r for r in rows if r["matrix"] == "heads_concat")
+    limit = singular_kappa(17, 16)
+    assert agrees(row["kappa_median"], _lower_median(ref), limit), (row["kappa_median"], _lower_median(ref))
+    ours = layer_kappas(load_and_build(spec, path), probe)[0]["heads_concat"].numpy()
+    assert all(agrees(o, r, limit) for o, r in zip(ours, ref)), list(zip(ours, ref))[:5]
+
+
+def load_and_build(spec, path):
+    from leaner.train import load_weights
+
+    model = build_model(spec["model"])
+    load_weights(model, path)
+    return model
+
+
+def test_a_single_full_width_head_is_singular_at_init(tmp_path, digits_manifest):
+    """The construction of the issue: float64 says ~1e17, so the stage records +inf and a
+    singular fraction of 1, never a magnitude; the summary counts it."""
+    from leaner.train import save_weights
+
+    spec, model = _single_head_vit(0.0)
+    path = tmp_path / "init.safetensors"
+    save_weights(model, path, spec)
+    row = next(r for r in conditioning_rows(spec, {"init": (0, str(path))}, str(digits_manifest))
+               if r["matrix"] == "heads_concat")
+    assert row["singular_fraction"] == 1.0
+    assert row["kappa_median"] == math.inf and row["kappa_gmean"] == math.inf
+
+
+def test_summary_treats_singular_samples_as_ranks():
+    s = summarize(torch.tensor([2.0, 8.0, math.inf, math.nan]))
+    assert s["singular_fraction"] == pytest.approx(1 / 3)
+    assert s["kappa_median"] == 8.0 and s["kappa_p90"] == math.inf
+    assert s["kappa_mean"] == math.inf and s["kappa_gmean"] == math.inf
+    s = summarize(torch.tensor([math.inf, math.inf]))
+    assert s["kappa_median"] == math.inf and s["singular_fraction"] == 1.0
+    assert summarize(torch.tensor([2.0, 8.0]))["singular_fraction"] == 0.0
+
+
+def test_singular_threshold_follows_the_shape():
+    assert singular_kappa(17, 64) == pytest.approx(1 / (2.220446049250313e-16 * 64))
+    near = torch.diag(torch.tensor([1.0, 1e-16], dtype=torch.float64))  # sigma_min below eps * 2
+    assert kappa(near).item() == math.inf
+    assert kappa(torch.diag(torch.tensor([1.0, 1e-12], dtype=torch.float64))).item() == pytest.approx(1e12)
+
+
+# ----------------------------------------------------------------------------- the Jacobian
+
+def test_jacobian_kappa_of_a_linear_map_with_known_singular_values():
+    """f(X) = X M^T has Jacobian I (x) M: kappa(J) = kappa(M), exactly and by Lanczos."""
+    gen = torch.Generator().manual_seed(0)
+    m = _with_singular_values(torch.logspace(0, -4, 6, dtype=torch.float64).tolist(), 6, 6, gen)
+    x = torch.randn(3, 6, dtype=torch.float64, generator=gen)
+    f = lambda z: z @ m.T  # noqa: E731
+    exact = block_kappa(f, x)
+    lanczos = block_kappa(f, x, exact_max=0, steps=18)
+    assert exact["method"] == "exact" and lanczos["method"] == "lanczos"
+    assert exact["kappa"] == pytest.approx(1e4, rel=1e-9), exact
+    assert lanczos["kappa"] == pytest.approx(1e4, rel=1e-6) and lanczos["converged"]
+
+
+def _attention_block(heads=2, width=16, tokens=8, seed=0):
+    from leaner.models.vit import attention_with_head_dim
+
+    torch.manual_seed(seed)
+    attn = attention_with_head_dim(width // heads)(width, num_heads=heads, qkv_bias=True).double().eval()
+    x = torch.randn(tokens, width, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return attn, x
+
+
+def test_lanczos_estimate_against_the_exact_jacobian_of_an_attention_block():
+    """Exhausting the Krylov space (N*D steps) gives the exact kappa; after fewer steps sigma_max
+    has converged and the estimate is a lower bound of kappa, as interlacing promises, and a
+    sigma_min called converged is within its residual."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    attn, x = _attention_block()
+    f = lambda z: attn(z[None])[0]  # noqa: E731
+    with sdpa_kernel(SDPBackend.MATH):
+        exact = block_kappa(f, x)
+        full = block_kappa(f, x, exact_max=0, steps=x.numel())
+        short = block_kappa(f, x, exact_max=0, steps=24)
+        sv = exact_singular_values(f, x)
+        est = lanczos_extremes(f, x, 24)
+    assert exact["kappa"] == pytest.approx(float(sv[0] / sv[-1]), rel=1e-12)
+    assert full["kappa"] == pytest.approx(exact["kappa"], rel=1e-6) and full["converged"]
+    assert short["sigma_max"] == pytest.approx(exact["sigma_max"], rel=1e-6)
+    assert short["kappa"] <= exact["kappa"] * (1 + 1e-9)
+    assert est["residual_max"] <= 1e-6 * est["sigma_max"]
+    gap = min(abs(est["sigma_min"] - s) for s in sv.tolist())
+    assert gap <= est["residual_min"] * (1 + 1e-6) + 1e-12  # a singular value lies within the residual
+
+
+def test_jacobian_of_a_padded_sequence_is_the_real_tokens_block(tmp_path):
+    """Masked padding keys: the Jacobian over the first n tokens equals the (n*D) x (n*D) block of
+    the full Jacobian of the padded input."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from leaner.conditioning import jacobian_kappas
+
+    attn, x = _attention_block(tokens=8)
+    n = 5
+    mask = torch.zeros(1, 1, 1, 8, dtype=torch.bool)
+    mask[..., :n] = True
+    with sdpa_kernel(SDPBackend.MATH):
+        got = jacobian_kappas(attn, x[None], {"attn_mask": mask}, torch.tensor([n]), 1, 10_000, 8)[0]
+        full = torch.func.jacrev(lambda z: attn(z[None], attn_mask=mask)[0])(x).reshape(8 * 16, 8 * 16)
+    sv = torch.linalg.svdvals(full[: n * 16, : n * 16])
+    assert got["tokens"] == n and got["cols"] == n * 16
+    assert got["kappa"] == pytest.approx(float(sv[0] / sv[-1]), rel=1e-9)

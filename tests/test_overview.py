@@ -31,6 +31,17 @@ def test_verdicts_follow_the_interval_only():
     assert verdict(math.nan, math.nan) == "n/a (one seed)"
 
 
+def test_an_interval_that_sits_on_zero_is_unresolved():
+    """The README's old headline: [+0.001, +0.067] on one machine, [-0.00115, +0.066] on another;
+    both are within a quarter of the half-width of zero, so neither is called."""
+    from leaner.aggregate import resolve
+
+    assert resolve(0.001, 0.067) == "unresolved" and resolve(-0.00115, 0.066) == "unresolved"
+    assert verdict(-0.067, -0.001) == "unresolved"
+    assert resolve(0.009, 0.067) == "above" and resolve(-0.02, 0.067) == "includes zero"
+    assert resolve(-0.067, -0.009) == "below"
+
+
 def test_spearman_interval_covers_the_truth_and_refuses_tiny_samples():
     x = np.arange(12.0)
     rho, lo, hi, n = spearman_ci(x, x**3)

@@ -56,23 +56,54 @@ def welch(a, b) -> tuple[float, float, float]:
     return diff, diff - half, diff + half
 
 
+# A difference is called only when its 95% interval clears zero by a quarter of its half-width,
+# and "no difference" only when the interval reaches that far past zero on both sides. In between
+# the comparison is unresolved: a re-run on another CPU type (same seeds, different floating-point
+# path) moved the headline interval by 6.5% of its half-width, enough to flip a verdict that sat
+# on zero; the margin leaves four times that.
+RESOLVE_MARGIN = 0.25
+
+
+def resolve(lo: float, hi: float, margin: float = RESOLVE_MARGIN) -> str:
+    """'above' / 'below' zero, 'includes zero', 'unresolved' (within the margin) or 'n/a' (no interval)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "n/a"
+    room = margin * (hi - lo) / 2
+    if lo > room:
+        return "above"
+    if hi < -room:
+        return "below"
+    if lo < -room and hi > room:
+        return "includes zero"
+    return "unresolved"
+
+
 def _gmean(values) -> float:
+    """Geometric mean of positive kappas; +inf (a singular matrix) makes it +inf, NaN is left out."""
     v = np.asarray(values, float)
-    v = v[np.isfinite(v) & (v > 0)]
-    return float(np.exp(np.log(v).mean())) if len(v) else math.nan
+    v = v[~np.isnan(v) & (v > 0)]
+    if not len(v):
+        return math.nan
+    return math.inf if np.isinf(v).any() else float(np.exp(np.log(v).mean()))
+
+
+# Summary column prefix of each measured matrix (conditioning.MATRICES): kappa_{prefix}{checkpoint}_...
+KAPPA_PREFIX = {"heads_concat": "", "attn_proj_out": "out_", "jacobian": "jac_"}
 
 
 def _kappa_columns(cond: pd.DataFrame) -> dict:
-    """Summary kappa columns from one variant's conditioning.csv: layer-1 median and the
-    geometric mean over layers of the per-layer medians, per checkpoint and matrix."""
+    """Summary kappa columns from one variant's conditioning.csv, per checkpoint (init, final) and
+    matrix: layer-1 median, the geometric mean over layers of the per-layer medians (+inf when a
+    layer's median is singular) and the fraction of singular samples over all layers."""
     out = {}
-    short = {"heads_concat": "", "attn_proj_out": "out_"}
     for (ckpt, matrix), g in cond.groupby(["checkpoint", "matrix"]):
-        if ckpt not in ("init", "final"):
+        if ckpt not in ("init", "final") or matrix not in KAPPA_PREFIX:
             continue
-        prefix = f"kappa_{short[matrix]}{ckpt}"
+        prefix = f"kappa_{KAPPA_PREFIX[matrix]}{ckpt}"
         out[f"{prefix}_l1"] = float(g.loc[g["layer"] == 1, "kappa_median"].iloc[0]) if (g["layer"] == 1).any() else math.nan
         out[f"{prefix}_gmean"] = _gmean(g["kappa_median"])
+        if "singular_fraction" in g:
+            out[f"{prefix}_singular"] = float(g["singular_fraction"].mean())
     return out
 
 
@@ -97,7 +128,9 @@ def kappa_through_training(summary: pd.DataFrame, conditioning_paths: list[str])
             rows.append({"variant": variant, **v.to_dict(), "checkpoint": ckpt, "step": int(step),
                          "fraction": step / v["steps"] if v["steps"] else math.nan, "matrix": matrix,
                          "kappa_l1": float(l1.iloc[0]) if len(l1) else math.nan,
-                         "kappa_gmean": _gmean(g["kappa_median"])})
+                         "kappa_gmean": _gmean(g["kappa_median"]),
+                         "singular_fraction": float(g["singular_fraction"].mean()) if "singular_fraction" in g
+                         else math.nan})
     frame = pd.DataFrame(rows)
     if "total_heads" not in frame and len(frame):
         frame["total_heads"] = frame["heads"]
@@ -182,7 +215,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
                     "n": n, "diverged": int((g["status"] != "ok").sum())})
-        for col in ("kappa_init_gmean", "kappa_final_gmean"):
+        for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
             if col in g:
                 row[col] = _gmean(g[col])
         rows.append(row)
@@ -237,7 +270,8 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
                      mode: str = "max") -> pd.DataFrame:
     """Each shallower configuration against the baseline: the metric, its difference with a Welch
     95% interval, and the parameter reduction. `mode` says which way is better (max: accuracy,
-    min: a loss); a difference is called one only when its interval excludes 0."""
+    min: a loss); a difference is called one only when its interval clears 0 by the margin
+    (`resolve`), else it is "no difference" or "unresolved"."""
     configs = by_config(summary, metric)
     base = pick_baseline(configs, baseline)
     base_vals = _values(summary, base, metric)
@@ -245,10 +279,9 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
     for _, cfg in configs[configs["depth"] < base["depth"]].iterrows():
         vals = _values(summary, cfg, metric)
         diff, lo, hi = welch(vals, base_vals)
-        sign = 1 if mode == "max" else -1
-        verdict = "n/a" if math.isnan(lo) else (
-            "better" if sign * lo > 0 and sign * hi > 0 else "worse" if sign * lo < 0 and sign * hi < 0
-            else "no difference")
+        side = resolve(lo, hi)
+        verdict = {"above": "better" if mode == "max" else "worse", "below": "worse" if mode == "max" else "better",
+                   "includes zero": "no difference"}.get(side, side)
         rows.append({**{k: cfg[k] for k in ARCH}, "protocols": cfg["protocols"], "params": cfg["params"],
                      "param_reduction_pct": 100.0 * (1 - cfg["params"] / base["params"]),
                      f"{metric}_mean": cfg[f"{metric}_mean"], f"{metric}_lo": cfg[f"{metric}_lo"],

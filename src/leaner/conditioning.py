@@ -1,11 +1,20 @@
-"""Condition numbers of attention, as P1's Theorem 3.2 defines them.
+"""Condition numbers of attention, as P1's Theorem 3.2 defines them, and of its Jacobian.
 
 kappa(A) = sigma_max / sigma_min of A = [A_1 ... A_h] in R^{N x h*d}, the concatenated head outputs
-softmax(Q_i K_i^T / sqrt(d)) V_i *before* the output projection, per layer and per input, from a
-float64 SVD (sigma_min is the min(N, h*d)-th singular value). timm's Attention feeds exactly that
-tensor into `attn.proj`, so a forward pre-hook there captures it without a second attention
-implementation; a forward hook on the same module gives the block's attention output after the
-projection, recorded alongside.
+softmax(Q_i K_i^T / sqrt(d)) V_i *before* the output projection, per layer and per input
+(sigma_min is the min(N, h*d)-th singular value). timm's Attention feeds exactly that tensor into
+`attn.proj`, so a forward pre-hook there captures it without a second attention implementation; a
+forward hook on the same module gives the block's attention output after the projection, recorded
+alongside. The third measurement is kappa of the Jacobian of the attention block's output with
+respect to its input (`jacobian.py`), on the first few probe inputs.
+
+Everything is float64: the probe casts the saved weights and the inputs to float64 and runs
+attention through PyTorch's reference (math) kernel, so a kappa of 1e10 is a measurement and not
+float32 rounding (a float32 forward pass cannot resolve kappa above about 1e6).
+
+A matrix whose sigma_min cannot be told from zero is *singular* and its kappa is +inf (see
+`singular_kappa`); summaries keep it as +inf (a rank, not a magnitude) and count it in
+`singular_fraction`.
 """
 
 from __future__ import annotations
@@ -16,11 +25,27 @@ from contextlib import contextmanager
 
 import torch
 
-MATRICES = ("heads_concat", "attn_proj_out")
+MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
+EPS64 = float(torch.finfo(torch.float64).eps)
+
+
+def singular_kappa(rows: int, cols: int) -> float:
+    """The kappa above which an N x C float64 matrix is recorded as singular: 1 / (eps * max(N, C)).
+
+    Why: LAPACK's SVD is backward stable, i.e. it returns the exact singular values of A + E with
+    ||E||_2 <= p(N, C) * eps * ||A||_2, p a modest function of the dimensions (max(N, C) is the
+    usual first-order size), and by Weyl's inequality every computed sigma_i is within ||E||_2 of
+    the true one. A computed sigma_min below eps * max(N, C) * sigma_max is therefore within
+    rounding of zero: the matrix is indistinguishable from a singular one, and the ratio is noise.
+    Forming A in float64 adds errors of the same order (each entry is a sum over at most max(N, C)
+    products). For the default ViT (N = 17, C = 64) the threshold is 7.0e13; for ViT-B (197 x 768)
+    5.9e12; below it float64 resolves kappa (to about kappa * eps * max(N, C) relative)."""
+    return 1.0 / (EPS64 * max(rows, cols))
 
 
 def kappa(mats: torch.Tensor) -> torch.Tensor:
-    """sigma_max / sigma_min over the last two dims, in float64; NaN for a non-finite matrix.
+    """sigma_max / sigma_min over the last two dims, in float64; +inf for a singular matrix
+    (`singular_kappa`), NaN for a non-finite one.
 
     A matrix and its transpose have the same singular values; LAPACK is handed the tall one. For a
     wide row-major (N, C) matrix that is the transposed view, which is already column-major: no
@@ -30,33 +55,53 @@ def kappa(mats: torch.Tensor) -> torch.Tensor:
     if not finite.all():
         mats = torch.where(finite[..., None, None], mats, torch.zeros_like(mats))
     sv = torch.linalg.svdvals(mats.mT if mats.shape[-2] < mats.shape[-1] else mats)
-    out = sv[..., 0] / sv[..., -1]
+    return _kappa_from(sv[..., 0], sv[..., -1], finite, singular_kappa(*mats.shape[-2:]))
+
+
+def _kappa_from(sigma_max: torch.Tensor, sigma_min: torch.Tensor, finite: torch.Tensor, limit: float) -> torch.Tensor:
+    singular = sigma_min <= sigma_max / limit  # also a zero matrix
+    out = torch.where(singular, torch.full_like(sigma_max, math.inf), sigma_max / sigma_min.clamp_min(1e-300))
     return torch.where(finite, out, torch.full_like(out, math.nan))
 
 
 def summarize(k: torch.Tensor) -> dict[str, float]:
-    """Mean, median, 90th percentile and geometric mean (kappa is heavy-tailed) over samples."""
-    k = k[~torch.isnan(k)].to(torch.float64)
+    """Over samples: mean, median, 90th percentile and geometric mean (kappa is heavy-tailed), and
+    the fraction of singular samples. Singular samples count as +inf, so they push the order
+    statistics up as ranks do: the median is +inf when at least half are singular, the mean and
+    the geometric mean as soon as one is. The median is the lower median and the 90th percentile
+    the next order statistic above its position (no interpolation with +inf). NaN (a non-finite
+    matrix) is left out."""
+    k = k[~torch.isnan(k)].to(torch.float64).cpu()
     if k.numel() == 0:
-        return {"kappa_mean": math.nan, "kappa_median": math.nan, "kappa_p90": math.nan, "kappa_gmean": math.nan}
+        return {"kappa_mean": math.nan, "kappa_median": math.nan, "kappa_p90": math.nan, "kappa_gmean": math.nan,
+                "singular_fraction": math.nan}
+    singular = torch.isinf(k)
     return {"kappa_mean": k.mean().item(), "kappa_median": k.median().item(),
-            "kappa_p90": torch.quantile(k, 0.9).item(), "kappa_gmean": k.log().mean().exp().item()}
+            "kappa_p90": torch.quantile(k, 0.9, interpolation="higher").item(),
+            "kappa_gmean": math.inf if singular.any() else k.log().mean().exp().item(),
+            "singular_fraction": singular.double().mean().item()}
 
 
 @contextmanager
-def capture_attention(model):
+def capture_attention(model, inputs: bool = False):
     """Within the block, `captured[layer][matrix]` collects the tensors of every forward pass:
-    'heads_concat' (B, N, h*d) entering attn.proj, 'attn_proj_out' (B, N, D) leaving it."""
+    'heads_concat' (B, N, h*d) entering attn.proj, 'attn_proj_out' (B, N, D) leaving it, and with
+    `inputs` also 'input': (x, keyword arguments) each attention module was called with."""
     from .models import attention_modules
 
-    captured: dict[int, dict[str, list[torch.Tensor]]] = {}
+    captured: dict[int, dict[str, list]] = {}
     handles = []
     for layer, attn in attention_modules(model):
-        slot = captured.setdefault(layer, {m: [] for m in MATRICES})
+        slot = captured.setdefault(layer, {"heads_concat": [], "attn_proj_out": []})
         handles.append(attn.proj.register_forward_pre_hook(
             lambda mod, args, slot=slot: slot["heads_concat"].append(args[0].detach())))
         handles.append(attn.proj.register_forward_hook(
             lambda mod, args, output, slot=slot: slot["attn_proj_out"].append(output.detach())))
+        if inputs:
+            slot["input"] = []
+            handles.append(attn.register_forward_pre_hook(
+                lambda mod, args, kwargs, slot=slot: slot["input"].append((args[0].detach(), dict(kwargs))),
+                with_kwargs=True))
     try:
         yield captured
     finally:
@@ -76,32 +121,91 @@ def kappa_of_rows(mats: torch.Tensor, lengths: torch.Tensor | None = None) -> to
     return out
 
 
-@torch.no_grad()
+@contextmanager
+def float64_probe(model, inputs: torch.Tensor):
+    """The model and (float) inputs in float64, attention through the reference math kernel (the
+    fused kernels have no float64 path on every device and no forward-mode derivative)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model.to(torch.float64).eval()
+    with sdpa_kernel(SDPBackend.MATH):
+        yield inputs.to(torch.float64) if inputs.is_floating_point() else inputs
+
+
+def jacobian_kappas(attn, x: torch.Tensor, kwargs: dict, lengths: torch.Tensor | None, count: int,
+                    exact_max: int, steps: int) -> list[dict]:
+    """kappa of the Jacobian of one attention module at each of the first `count` sequences of its
+    input batch x (B, N, D), over the real tokens of padded sequences (their padding is masked as
+    keys, so the real tokens' outputs do not depend on it). Exact for all of them when the largest
+    Jacobian has at most `exact_max` rows, else the Lanczos estimate for all (one method per row)."""
+    from .jacobian import block_kappa
+
+    count = min(count, len(x))
+    sizes = [x.shape[1] if lengths is None else int(lengths[i]) for i in range(count)]
+    exact = max(sizes, default=0) * x.shape[-1] <= exact_max
+    out = []
+    for i, n in enumerate(sizes):
+        kw = {k: v[i:i + 1, ..., :n] if torch.is_tensor(v) else v for k, v in kwargs.items()}
+        res = block_kappa(lambda z, kw=kw: attn(z[None], **kw)[0], x[i, :n], math.inf if exact else 0, steps)
+        limit = singular_kappa(n * x.shape[-1], n * x.shape[-1])
+        sigmas = torch.tensor([res["sigma_max"], res["sigma_min"]], dtype=torch.float64)
+        res["kappa"] = float(_kappa_from(sigmas[0], sigmas[1], torch.tensor(True), limit))
+        res["tokens"], res["cols"] = n, n * x.shape[-1]
+        out.append(res)
+    return out
+
+
 def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64,
                  lengths: torch.Tensor | None = None) -> dict[int, dict[str, torch.Tensor]]:
-    """Per-sample kappa for every layer and matrix: {layer: {matrix: tensor (samples,)}}."""
-    return {layer: {name: ks for name, (ks, _) in mats.items()}
-            for layer, mats in _layer_kappas_and_shapes(model, inputs, batch_size, lengths).items()}
+    """Per-sample kappa of the head-output concat and the block output, every layer, float64:
+    {layer: {matrix: tensor (samples,)}}."""
+    with float64_probe(model, inputs) as inputs:
+        rows = _layer_kappas(model, inputs, batch_size, lengths, {})
+    return {layer: {name: r["kappas"] for name, r in mats.items()} for layer, mats in rows.items()}
 
 
-def _layer_kappas_and_shapes(model, inputs: torch.Tensor, batch_size: int = 64, lengths: torch.Tensor | None = None):
-    model.eval()
-    out: dict[int, dict[str, list]] = {}
+@torch.no_grad()
+def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.Tensor | None,
+                  jacobian: dict) -> dict[int, dict[str, dict]]:
+    """{layer: {matrix: {"kappas": per-sample tensor, "shape": (tokens, cols), and for the
+    Jacobian "method", "rel_residual" (largest), "converged_fraction"}}}. `jacobian`: samples
+    (0: none), exact_max, lanczos_steps."""
+    from .models import attention_modules
+
+    modules = dict(attention_modules(model))
+    out: dict[int, dict[str, dict]] = {}
     for i in range(0, len(inputs), batch_size):
-        with capture_attention(model) as captured:
-            model(inputs[i:i + batch_size])
         part = None if lengths is None else lengths[i:i + batch_size]
+        want_jac = i == 0 and jacobian.get("samples", 0) > 0
+        with capture_attention(model, inputs=want_jac) as captured:
+            model(inputs[i:i + batch_size])
         for layer, mats in captured.items():
-            for name, tensors in mats.items():
-                slot = out.setdefault(layer, {}).setdefault(name, [[], tuple(tensors[0].shape[-2:])])
-                slot[0].append(kappa_of_rows(torch.cat(tensors), part).cpu())
-    return {layer: {name: (torch.cat(ks), shape) for name, (ks, shape) in mats.items()} for layer, mats in out.items()}
+            for name in ("heads_concat", "attn_proj_out"):
+                slot = out.setdefault(layer, {}).setdefault(name, {"kappas": [], "shape": tuple(mats[name][0].shape[-2:])})
+                slot["kappas"].append(kappa_of_rows(torch.cat(mats[name]), part).cpu())
+            if want_jac:
+                x, kwargs = mats["input"][0]
+                with torch.enable_grad():
+                    res = jacobian_kappas(modules[layer], x, kwargs, part, jacobian["samples"],
+                                          jacobian["exact_max"], jacobian["lanczos_steps"])
+                methods = {r["method"] for r in res}
+                out[layer]["jacobian"] = {
+                    "kappas": [torch.tensor([r["kappa"] for r in res], dtype=torch.float64)],
+                    "shape": (max(r["tokens"] for r in res), max(r["cols"] for r in res)),
+                    "method": methods.pop() if len(methods) == 1 else "mixed",
+                    "rel_residual": max(r["rel_residual"] for r in res),
+                    "converged_fraction": sum(r["converged"] for r in res) / len(res)}
+    for mats in out.values():
+        for slot in mats.values():
+            slot["kappas"] = torch.cat(slot["kappas"])
+    return out
 
 
 def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
                       device: str | None = None, gpu_share: int | None = None) -> list[dict]:
-    """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats) for each named checkpoint
-    {name: (step, safetensors path)}, over the fixed evaluation batch of the study."""
+    """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method)
+    for each named checkpoint {name: (step, safetensors path)}, over the fixed evaluation batch of
+    the study (the Jacobian over its first `conditioning.jacobian_samples` inputs)."""
     from .models import build_model
     from .tasks import make_task
     from .devices import pick_device
@@ -109,22 +213,29 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
     dev = pick_device(device, gpu_share)
     task = make_task(spec, data_path, dev)
-    n = spec["conditioning"]["samples"]
+    cond = spec["conditioning"]
+    n = cond["samples"]
     inputs = task.probe_inputs(n).to(dev)
     lengths = task.probe_lengths(n) if hasattr(task, "probe_lengths") else None
+    jacobian = {"samples": cond.get("jacobian_samples", 0), "exact_max": cond.get("jacobian_exact_max", 0),
+                "lanczos_steps": cond.get("lanczos_steps", 1)}
     m = spec["model"]
     rows = []
     for name, (step, path) in checkpoints.items():
         model = build_model(m)
         load_weights(model, path)
         model.to(dev)
-        with torch.no_grad():
-            for layer, mats in _layer_kappas_and_shapes(model, inputs, lengths=lengths).items():
-                for matrix, (ks, (tokens, cols)) in mats.items():
-                    rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
-                                 "heads": m["heads"] * m.get("modules", 1), "head_dim": m["head_dim"],
-                                 "width": m.get("width", m.get("d_model")), "cols": cols, "tokens": tokens,
-                                 "samples": int(ks.numel()), **summarize(ks)})
+        with float64_probe(model, inputs) as probe:
+            measured = _layer_kappas(model, probe, 64, lengths, jacobian)
+        for layer, mats in measured.items():
+            for matrix, slot in mats.items():
+                tokens, cols = slot["shape"]
+                rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
+                             "heads": m["heads"] * m.get("modules", 1), "head_dim": m["head_dim"],
+                             "width": m.get("width", m.get("d_model")), "cols": cols, "tokens": tokens,
+                             "samples": int(slot["kappas"].numel()), **summarize(slot["kappas"]),
+                             "method": slot.get("method", "svd"), "rel_residual": slot.get("rel_residual", 0.0),
+                             "converged_fraction": slot.get("converged_fraction", 1.0)})
     return rows
 
 

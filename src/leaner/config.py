@@ -47,7 +47,7 @@ STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline", "paper
                 "language_model": ("by_config", "lean_vs_baseline", "paper_comparison"),
                 "glue": ("by_config", "lean_vs_baseline", "glue_tasks", "paper_comparison")}
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).
-OVERVIEW_TABLES = ("kappa_rank_error", "heads_effect", "kappa_error_correlation")
+OVERVIEW_TABLES = ("kappa_rank_error", "heads_effect", "kappa_error_correlation", "headline")
 THEORY_TABLES = ("gaussian_conditioning", "paper_comparison")
 
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -107,7 +107,10 @@ TASK_RECIPE_DEFAULTS = {
 # Fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF]).
 FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                             "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}
-CONDITIONING_DEFAULTS = {"samples": 256, "steps": []}
+# jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact up to
+# jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)
+CONDITIONING_DEFAULTS = {"samples": 256, "steps": [], "jacobian_samples": 4, "jacobian_exact_max": 1200,
+                         "lanczos_steps": 64}
 RESOURCE_DEFAULTS = {"gpu": 0, "jobs_per_gpu": 1, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
 THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
                    "heads": [1, 2, 4, 8, 12, 16, 24, 32]}

@@ -49,15 +49,20 @@ def _explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) -> pd.DataFrame:
+    """Per key: mean with its 95% interval over the rows (log: geometric). A +inf value (a singular
+    kappa) makes the point +inf, drawn as an off-scale marker (`_offscale`); NaN is left out."""
     rows = []
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
-        vals = vals[np.isfinite(vals)]
+        vals = vals[~np.isnan(vals)]
+        singular = bool(np.isposinf(vals).any())
         if log:
             vals = np.log10(vals[vals > 0])
         mean, lo, hi, n = ci95(vals)
         if log:
             mean, lo, hi = (10**x if not math.isnan(x) else x for x in (mean, lo, hi))
+        if singular:
+            mean, lo, hi = math.inf, math.nan, math.nan
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({"mean": mean, "lo": lo, "hi": hi, "n": n, "params": g["params_total"].iloc[0]
                     if "params_total" in g else None, "diverged": int((g.get("status", "ok") != "ok").sum())})
@@ -66,6 +71,9 @@ def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) ->
 
 
 def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"):
+    """Mean with its interval; +inf points (singular) are left to `_offscale`."""
+    finite = np.isfinite(agg["mean"].to_numpy(float))
+    x, agg = (x[finite] if hasattr(x, "__getitem__") else x), agg[finite]
     lo = (agg["mean"] - agg["lo"]).fillna(0).clip(lower=0)
     hi = (agg["hi"] - agg["mean"]).fillna(0).clip(lower=0)
     ax.errorbar(x, agg["mean"], yerr=[lo, hi], color=color, label=label, linestyle=linestyle, marker=marker,
@@ -74,6 +82,33 @@ def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"
     if len(dv):
         ax.scatter(dv[x.name] if hasattr(x, "name") else dv.index, dv["mean"], marker="x", s=80, color="red",
                    zorder=5, label="diverged run(s)")
+
+
+SINGULAR_NOTE = ("Open triangles on the top edge: singular (sigma_min within float64 rounding of zero, "
+                 "kappa above 1/(eps*max(N, C))); they are ranks above every drawn value, not magnitudes.")
+
+
+def _offscale(ax, xs, color, axis: str = "y") -> bool:
+    """Open triangles on the top (or right) edge of the axes at `xs`: points whose kappa is +inf."""
+    from matplotlib.transforms import blended_transform_factory
+
+    xs = list(xs)
+    if not xs:
+        return False
+    if axis == "y":
+        ax.scatter(xs, [0.97] * len(xs), transform=blended_transform_factory(ax.transData, ax.transAxes),
+                   marker="^", s=60, facecolors="none", edgecolors=[color], linewidths=1.5, zorder=6, clip_on=False)
+    else:
+        ax.scatter([0.97] * len(xs), xs, transform=blended_transform_factory(ax.transAxes, ax.transData),
+                   marker=">", s=60, facecolors="none", edgecolors=[color], linewidths=1.5, zorder=6, clip_on=False)
+    return True
+
+
+def _singular_handle():
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="grey", marker="^", markerfacecolor="none", linestyle="none",
+                  label="singular (off scale)")
 
 
 def _mlp_label(ratio: float) -> str:
@@ -140,33 +175,50 @@ def _heads_figure(summary: pd.DataFrame):
     return fig, [(ax, title, sub) for ax, (title, sub) in zip(axes, panels)], depths, palette
 
 
+# The three measurements (conditioning.MATRICES) and their summary column prefixes.
+KAPPA_SERIES = (("", "head outputs [A_1 ... A_h] before W_O"), ("out_", "attention block output after W_O"),
+                ("jac_", "Jacobian of the attention block"))
+
+
 def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
-    """P1 Fig. 2: kappa of the head-output concat vs heads, per protocol; init dashed, trained solid."""
+    """P1 Fig. 2, for each of the three measurements (a row each: the head-output concat, the
+    block output after W_O, the block's Jacobian): kappa vs heads, a column per protocol; init
+    dashed, trained solid; singular points as open triangles on the top edge."""
     from matplotlib.lines import Line2D
 
-    fig, panels, depths, palette = _heads_figure(summary)
+    plt, sns = _plt()
+    frame = _explode_protocols(summary)
+    panels = _heads_panels(frame)
+    depths = sorted(frame["depth"].unique())
+    palette = dict(zip(depths, sns.color_palette("viridis", len(depths))))
+    series = [(p, name) for p, name in KAPPA_SERIES if f"kappa_{p}final_gmean" in summary]
+    fig, axes = _grid(plt, len(series), len(panels), width=5.2, height=3.9)
     styles = {"init": "--", "final": "-"}
-    for ax, title, sub in panels:
-        for depth in depths:
-            for ckpt, ls in styles.items():
-                col = f"kappa_{ckpt}_gmean"
-                if col not in sub:
-                    continue
-                agg = _agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa", log=True)
-                if len(agg):
-                    _errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
-        _log_y(ax)
-        _heads_axis(ax, sub["heads"])
-        ax.set_xlabel("heads h")
-        ax.set_ylabel("kappa (geometric mean over layers)")
-        ax.set_title(title)
-        handles = [Line2D([], [], color=palette[d], marker="o", label=f"depth {d}") for d in depths
-                   if (sub["depth"] == d).any()]
-        handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
-                    for c, ls in styles.items()]
-        ax.legend(handles=handles, fontsize=8)
-    fig.suptitle(f"{study}: condition number of the concatenated head outputs vs heads")
-    fig.text(0.01, -0.01, KAPPA_NOTE, fontsize=8, wrap=True, ha="left", va="top")
+    any_singular = False
+    for row, (col_prefix, name) in enumerate(series):
+        for ax, (title, sub) in zip(axes[row], panels):
+            for depth in depths:
+                for ckpt, ls in styles.items():
+                    col = f"kappa_{col_prefix}{ckpt}_gmean"
+                    if col not in sub:
+                        continue
+                    agg = _agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa", log=True)
+                    if len(agg):
+                        _errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
+                        any_singular |= _offscale(ax, agg.loc[np.isinf(agg["mean"]), "heads"], palette[depth])
+            _log_y(ax)
+            _heads_axis(ax, sub["heads"])
+            ax.set_xlabel("heads h")
+            ax.set_ylabel("kappa (geo. mean over layers)")
+            ax.set_title(f"{title}\n{name}", fontsize=9)
+            handles = [Line2D([], [], color=palette[d], marker="o", label=f"depth {d}") for d in depths
+                       if (sub["depth"] == d).any()]
+            handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
+                        for c, ls in styles.items()]
+            ax.legend(handles=handles + ([_singular_handle()] if any_singular else []), fontsize=7)
+    fig.suptitle(f"{study}: condition number vs heads, three measurements (rows)")
+    fig.text(0.01, -0.01, KAPPA_NOTE + (" " + SINGULAR_NOTE if any_singular else ""), fontsize=8, wrap=True,
+             ha="left", va="top")
     fig.tight_layout()
     return save(fig, prefix)
 
@@ -356,6 +408,7 @@ def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
                 if len(g) and col in g:
                     agg = _agg(g.assign(kappa=g[col]), ["head_dim"], "kappa", log=True)
                     _errorbars(ax, agg["head_dim"], agg, color, None, ls)
+                    _offscale(ax, agg.loc[np.isinf(agg["mean"]), "head_dim"], color)
         _log_y(ax)
         _rank_axis(ax, summary["head_dim"])
         ax.set_ylabel("kappa (geometric mean over layers)")
@@ -394,8 +447,9 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
         sub = frame[frame["panel"] == panel]
         for (h, depth), g in sub.groupby(["total_heads", "depth"], sort=True):
             agg = _agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean", log=True)
-            ax.plot(agg["x"], agg["mean"], color=palette[h], linestyle=styles[depth], marker="o", markersize=4,
-                    label=f"{h} head{'s' if h > 1 else ''}, depth {depth}")
+            ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
+                    marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''}, depth {depth}")
+            _offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
             if (agg["n"] > 1).any():
                 ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
                                 color=palette[h], alpha=0.15, linewidth=0)

@@ -7,7 +7,7 @@ same knob, so every study is put on the same footing here:
 - a *comparison* holds everything but the head count fixed (study, depth, protocol, MLP ratio;
   for P2 also W, d, N, positions) and sets the configuration with the most heads against the one
   with the fewest: the error difference with a Welch 95% interval over seeds, and a verdict
-  (help / hurt / no difference) only when the interval says so;
+  (help / hurt / no difference) only when the interval says so with a margin, else unresolved;
 - the *relative error* of each configuration is its error over the error of the fewest-heads
   configuration of its comparison group, plotted against heads, head rank as a fraction of the
   model width (1 = a single full-rank head), and depth;
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import _gmean, ci95, welch, write_table
+from .aggregate import _gmean, ci95, resolve, welch, write_table
 from .figures import _explode_protocols
 from .io import atomic_path
 
@@ -64,7 +64,8 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
                      "kappa_init": _gmean(g.get("kappa_init_gmean", [])),
-                     "kappa_final": _gmean(g.get("kappa_final_gmean", []))})
+                     "kappa_final": _gmean(g.get("kappa_final_gmean", [])),
+                     "kappa_jac_final": _gmean(g.get("kappa_jac_final_gmean", []))})
     return pd.DataFrame(rows)
 
 
@@ -93,14 +94,10 @@ def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "er
 
 
 def verdict(lo: float, hi: float) -> str:
-    """On an error difference (more heads minus fewer heads): lower error is better."""
-    if math.isnan(lo):
-        return "n/a (one seed)"
-    if hi < 0:
-        return "more heads help"
-    if lo > 0:
-        return "more heads hurt"
-    return "no difference"
+    """On an error difference (more heads minus fewer heads): lower error is better; called only
+    with the margin of `aggregate.resolve`, else unresolved."""
+    return {"n/a": "n/a (one seed)", "below": "more heads help", "above": "more heads hurt",
+            "includes zero": "no difference", "unresolved": "unresolved"}[resolve(lo, hi)]
 
 
 def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
@@ -126,12 +123,13 @@ MIN_N_INTERVAL = 5  # below this, Fisher's z gives no usable interval (at n = 4 
 
 def spearman_ci(x, y) -> tuple[float, float, float, int]:
     """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.;
-    |rho| capped at 0.99 for the interval, which is degenerate at 1); no interval below 5 points."""
+    |rho| capped at 0.99 for the interval, which is degenerate at 1); no interval below 5 points.
+    +inf (a singular kappa) takes part as the largest rank; NaN is left out."""
     from scipy import stats
 
     x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
+    ok = ~np.isnan(x) & ~np.isnan(y)
+    x, y = stats.rankdata(x[ok]), stats.rankdata(y[ok])
     n = len(x)
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan, math.nan, n
@@ -150,9 +148,12 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
         configs_once = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
         rho, lo, hi, n = spearman_ci(configs_once["kappa_final"], configs_once["error_mean"])
         rho_t, lo_t, hi_t, _ = spearman_ci(configs_once["kappa_init"], configs_once["kappa_final"])
+        jac = configs_once.get("kappa_jac_final", pd.Series(math.nan, index=configs_once.index))
+        rho_j, lo_j, hi_j, _ = spearman_ci(jac, configs_once["error_mean"])
         rows.append({"study": study, "family": g["family"].iloc[0], "configurations": n,
                      "rho_kappa_error": rho, "lo": lo, "hi": hi,
-                     "rho_init_final": rho_t, "lo_init_final": lo_t, "hi_init_final": hi_t})
+                     "rho_init_final": rho_t, "lo_init_final": lo_t, "hi_init_final": hi_t,
+                     "rho_jacobian_error": rho_j, "lo_jacobian": lo_j, "hi_jacobian": hi_j})
     frame = pd.DataFrame(rows)
     if len(frame):
         pooled_rows = []
@@ -163,7 +164,8 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
             pooled = {"study": "pooled" if family == "all" else f"pooled {family}", "family": family,
                       "configurations": int(usable["configurations"].sum())}
             for col, lo_col, hi_col in (("rho_kappa_error", "lo", "hi"),
-                                        ("rho_init_final", "lo_init_final", "hi_init_final")):
+                                        ("rho_init_final", "lo_init_final", "hi_init_final"),
+                                        ("rho_jacobian_error", "lo_jacobian", "hi_jacobian")):
                 pooled.update(zip((col, lo_col, hi_col), _pool(usable[col], usable["configurations"])))
             pooled_rows.append(pooled)
         frame = pd.concat([frame, pd.DataFrame(pooled_rows)], ignore_index=True)
@@ -181,6 +183,49 @@ def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
 
 
+def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFrame:
+    """The findings the README states, one row each, all with a verdict under the margin of
+    `aggregate.resolve`: every most-vs-fewest-heads comparison (error, more heads minus fewer) and,
+    for each P1 study that varies depth, P1's trade: the shallowest model with the most heads
+    against the deepest with the fewest at the same width and MLP (the study's metric, shallow
+    minus deep; `lean_vs_baseline` with its default baseline)."""
+    from .aggregate import METRIC, lean_vs_baseline
+
+    rows = [{"study": r["study"], "comparison": f"{r['group']}: heads {r['heads']}", "measure": "error",
+             "delta": r["delta_error"], "lo": r["delta_lo"], "hi": r["delta_hi"], "n": r["n"],
+             "verdict": r["verdict"]} for _, r in effects.iterrows()]
+    for summary in summaries:
+        task = summary["task"].iloc[0] if len(summary) else None
+        if task is None or FAMILY[task] != "P1" or summary["depth"].nunique() < 2:
+            continue
+        metric, mode = METRIC[task]
+        lean = lean_vs_baseline(summary, {}, metric, mode)
+        base = lean.iloc[0] if len(lean) else None
+        if base is None:
+            continue
+        same = lean[(lean["width"] == summary["width"].max()) & (lean["depth"] == lean["depth"].min())]
+        same = same[same["mlp_hidden"] == same["mlp_hidden"].min()]
+        if not len(same):
+            continue
+        r = same.loc[same["heads"].idxmax()]
+        rows.append({"study": summary["study"].iloc[0],
+                     "comparison": f"L{r['depth']}/H{r['heads']} ({r['params'] / 1e3:.1f}k params) against "
+                                   f"{r['baseline'].split('-D')[0].replace('-', '/')} ({r['baseline_params'] / 1e3:.1f}k)",
+                     "measure": metric, "delta": r[f"delta_{metric}"], "lo": r["delta_lo"], "hi": r["delta_hi"],
+                     "n": str(r["n"]), "verdict": r["verdict"]})
+    return pd.DataFrame(rows, columns=["study", "comparison", "measure", "delta", "lo", "hi", "n", "verdict"])
+
+
+def headline_markdown(frame: pd.DataFrame) -> str:
+    """The README's findings table: the difference and its 95% interval to 3 decimals, the verdict."""
+    lines = ["| study | comparison | measure | difference [95% CI] | n | verdict |", "|---|---|---|---|---|---|"]
+    for _, r in frame.iterrows():
+        ci = "" if math.isnan(r["lo"]) else f" [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+        lines.append(f"| `{r['study']}` | {r['comparison']} | {r['measure']} | {r['delta']:+.3f}{ci} | {r['n']} | "
+                     f"{r['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- the paragraph
 
 def _fmt_ci(rho: float, lo: float, hi: float) -> str:
@@ -195,14 +240,15 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
     paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
              f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
              f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
-             f"is called one only when its interval excludes zero."]
+             f"is called one only when its interval clears zero by a quarter of its half-width (else it is "
+             f"unresolved: a re-run on another machine could reverse it)."]
     for family, label in (("P1", "P1's tasks (more heads at equal or lower head rank)"),
                           ("P2", "P2's nearest-point task (rank d/h)")):
         e = effects[effects["family"] == family] if len(effects) else effects
         if not len(e):
             continue
         counts = e["verdict"].value_counts()
-        parts = [f"{counts.get(v, 0)} {v}" for v in ("more heads help", "more heads hurt", "no difference",
+        parts = [f"{counts.get(v, 0)} {v}" for v in ("more heads help", "more heads hurt", "no difference", "unresolved",
                                                      "n/a (one seed)") if counts.get(v, 0)]
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
@@ -345,6 +391,7 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
     configs = configurations(summaries)
     effects = heads_effect(configs)
     corr = kappa_error_correlation(configs)
+    heads = headline(summaries, effects)
     paths = overview_figure(configs, corr, Path(fig_dir) / "all_studies-overview")
     shown = configs.drop(columns=["errors"])
     paths += write_table(shown, Path(table_dir) / "all_studies-kappa_rank_error",
@@ -354,10 +401,14 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
     paths += write_table(corr, Path(table_dir) / "all_studies-kappa_error_correlation",
                          "Spearman rho of kappa after training with error, and of kappa at init with after "
                          "training, per study over configurations (Fisher-z 95% interval), and pooled")
+    paths += write_table(heads, Path(table_dir) / "all_studies-headline",
+                         "The headline comparisons: difference with its Welch 95% interval and a verdict only where "
+                         "the interval clears zero by a quarter of its half-width (else unresolved)")
     paras = findings(configs, effects, corr)
     prefix = Path(findings_prefix)
     with atomic_path(prefix.with_suffix(".md")) as tmp:
-        tmp.write_text("# Both papers in one view\n\n" + "\n\n".join(paras) + "\n")
+        tmp.write_text("# Both papers in one view\n\n" + "\n\n".join(paras) + "\n\n## Headline comparisons\n\n"
+                       + headline_markdown(heads))
     with atomic_path(prefix.with_suffix(".html")) as tmp:
         tmp.write_text(_html_page("Both papers in one view", paras,
                                   [("Most against fewest heads", effects), ("kappa and error", corr)]))
