@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import ci95
-from .config import STUDY_FIGURES
+from .config import STUDY_FIGURES, grid_points, study_outputs
 from .io import atomic_path
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
@@ -411,10 +411,14 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
     return save(fig, prefix)
 
 
-def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None) -> list[Path]:
-    """results/figures/{study}-{name}.{png,pdf} for each of the task's STUDY_FIGURES."""
+def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
+                        names: list[str] | None = None) -> list[Path]:
+    """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
+    STUDY_FIGURES that the study's grid gives something to show (config.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
+    if names is None:
+        names = study_outputs(task, grid_points(summary.to_dict("records")))[0]
     kappa = pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame()
     makers = {
         "kappa_through_training": lambda s, p, n: kappa_through_training(kappa, p, n),
@@ -430,7 +434,10 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
         "perfect_angle": perfect_angle, "kappa_vs_rank": kappa_vs_rank,
     }
     out = Path(fig_dir)
-    return [p for name in STUDY_FIGURES[task] for p in makers[name](summary, out / f"{study}-{name}", study)]
+    unknown = [name for name in names if name not in STUDY_FIGURES[task]]
+    if unknown:
+        raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_FIGURES[task])})")
+    return [p for name in names for p in makers[name](summary, out / f"{study}-{name}", study)]
 
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:
