@@ -1,4 +1,5 @@
-"""Which figures and tables a study gets: those its grid gives something to show."""
+"""Which figures and tables a study gets (from its grid), and what is on them: readable log
+ticks, a y label and a legend on every panel that needs one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from conftest import TINY, snakemake
 
+from leaner import figures
 from leaner.cli import main
 from leaner.config import build_plan, grid_points, study_outputs
 
@@ -101,7 +103,7 @@ def test_a_summary_gives_the_names_its_grid_gives():
         assert study_outputs(study.task, grid_points(rows), study.baseline) == study.outputs(), name
 
 
-# ----------------------------------------------------------------------------- the commands
+# ----------------------------------------------------------------------------- the figures themselves
 
 def p1_summary(mlp_ratios=(2,), heads=(1, 2, 4), depths=(1, 2)) -> pd.DataFrame:
     rows = []
@@ -120,6 +122,21 @@ def p1_summary(mlp_ratios=(2,), heads=(1, 2, 4), depths=(1, 2)) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def p2_summary() -> pd.DataFrame:
+    rows = []
+    for modules in (1, 2):
+        for heads in (1, 2, 4):
+            for seed in (0, 1):
+                rows.append({"study": "p", "task": "nearest_point", "variant": f"W{modules}-H{heads}-s{seed}",
+                             "depth": 1,
+                             "heads": heads, "modules": modules, "head_dim": 16 // heads, "dim": 16, "tokens": 8,
+                             "posn": "none", "seed": seed, "protocols": np.nan, "status": "ok", "steps": 20,
+                             "params_total": 500, "best_train_loss": 0.01 * heads**3 + 0.001 * seed,
+                             "kappa_init_gmean": 800 / heads, "kappa_final_gmean": 100 / heads,
+                             "qk_angle_deg_min": 170 + seed})
+    return pd.DataFrame(rows)
+
+
 def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in summary.iterrows():
@@ -128,6 +145,66 @@ def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
                          "matrix": "heads_concat", "kappa_l1": 1e6 / (1 + step), "kappa_gmean": 1e6 / (1 + step),
                          "total_heads": r["heads"]})
     return pd.DataFrame(rows)
+
+
+def drawn(monkeypatch, make, *args):
+    """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    make(*args)
+    fig = shown[0]
+    fig.canvas.draw()
+    return fig
+
+
+def tick_labels(ax, which="y") -> list[str]:
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    lo, hi = sorted(axis.get_view_interval())
+    return [t.get_text() for t, v in zip(axis.get_ticklabels(), axis.get_ticklocs()) if lo <= v <= hi and t.get_text()]
+
+
+def test_log_ticks_are_powers_of_ten_when_wide_and_plain_numbers_when_narrow():
+    assert figures._log_label(1e8, 1e3, 1e9, [1e4, 1e6, 1e8]) == r"$\mathdefault{10^{8}}$"
+    assert figures._log_label(1e5, 1e3, 1e9, [1e4, 1e5, 1e8]) == r"$\mathdefault{10^{5}}$"
+    assert [figures._log_label(v, 0.3, 6, [0.5, 1, 2, 5]) for v in (0.5, 1, 2, 5)] == ["0.5", "1", "2", "5"]
+    # narrow but large: every label of that axis as a x 10^k, never 100000 beside 1e+06
+    assert [figures._log_label(v, 9e4, 6e5, [1e5, 2e5, 5e5]) for v in (1e5, 2e5)] == [
+        r"$\mathdefault{10^{5}}$", r"$\mathdefault{2\times10^{5}}$"]
+    for lo, hi in ((1.2, 13), (0.9, 1.15), (3, 40), (1e-3, 1e4)):
+        inside = [t for t in figures._log_ticks(lo, hi) if lo <= t <= hi]
+        assert len(inside) >= 2, (lo, hi, inside)
+
+
+def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
+    summary = p1_summary(mlp_ratios=(2, 4))
+    kappa = p1_kappa(summary)
+    theory = pd.DataFrame([{"protocol": proto, "tokens": 17, "head_dim": 8 if proto == "fixed_head_dim" else 64 // h,
+                            "width": 8 * h if proto == "fixed_head_dim" else 64, "heads": h,
+                            "kappa_mean": k, "kappa_std": 0.1, "kappa_formula": k}
+                           for proto in ("fixed_head_dim", "fixed_width") for h, k in ((4, 9.0), (8, 3.1), (16, 2.0))])
+    made = {"kappa_vs_heads": (figures.kappa_vs_heads, summary, "x", "s"),
+            "accuracy_vs_heads": (figures.metric_vs_heads, summary, "x", "s"),
+            "accuracy_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s"),
+            "kappa_through_training": (figures.kappa_through_training, kappa, "x", "s"),
+            "loss_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "eval_loss"),
+            "glue_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "glue_avg"),
+            "glue_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s", "glue_avg"),
+            "mse_vs_rank": (figures.mse_vs_rank, p2_summary(), "x", "p"),
+            "kappa_vs_rank": (figures.kappa_vs_rank, p2_summary(), "x", "p"),
+            "perfect_angle": (figures.perfect_angle, p2_summary(), "x", "p"),
+            "theory": (figures.theory_curves, theory, "x")}
+    for name, (make, *args) in made.items():
+        fig = drawn(monkeypatch, make, *args)
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert panels, name
+        for ax in panels:
+            assert ax.get_ylabel(), (name, ax.get_title())
+            assert ax.get_legend() is not None, (name, ax.get_title())
+            labels = tick_labels(ax)
+            assert len(labels) >= 2, (name, ax.get_title(), labels)
+            if ax.get_yscale() == "log":  # one style per axis: all math text or all plain
+                assert len({label.startswith("$") for label in labels}) == 1, (name, labels)
+                assert not any("e+" in label or "e-" in label for label in labels), (name, labels)
 
 
 def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
