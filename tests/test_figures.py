@@ -207,6 +207,24 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
                 assert not any("e+" in label or "e-" in label for label in labels), (name, labels)
 
 
+def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
+    from leaner import overview
+
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    configs = overview.configurations([p1_summary()])
+    overview.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
+    fig = shown[0]
+    fig.canvas.draw()
+    assert len(fig.axes) == 4
+    for ax in fig.axes:
+        assert ax.get_ylabel() and ax.get_legend() is not None, ax.get_title()
+        assert ax.get_legend().get_texts()[0].get_text().startswith("s")
+        for which in ("x", "y"):
+            labels = tick_labels(ax, which)
+            assert len(labels) >= 2 and not any(re.search(r"\de[+-]", label) for label in labels), (which, labels)
+
+
 def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
     summary = p1_summary()  # one MLP width, heads and depth vary
     summary.to_csv(tmp_path / "summary.csv", index=False)
