@@ -22,19 +22,23 @@ rule summary:
         " --out {output.summary:q} --kappa-out {output.kappa:q} > {log:q} 2>&1"
 
 
-# Figures and tables depend on the study's task: one rule of each per task.
-for task in STUDY_FIGURES:
+# Figures and tables depend on the study's grid: one rule of each per study, making the
+# names config.study_outputs gives it (those with something to show).
+for study_name in STUDIES:
+    study_figures, study_tables = PLAN.studies[study_name].outputs()
 
     rule:
         name:
-            f"figures_{task}"
+            f"figures_{study_name}"
         input:
             summary="results/{study}/summary.csv",
             kappa="results/{study}/kappa_through_training.csv",
         output:
-            figure_files("{study}", STUDY_FIGURES[task], category="{study}"),
+            figure_files("{study}", study_figures, category="{study}"),
+        params:
+            names=study_figures,
         wildcard_constraints:
-            study=studies_of(task),
+            study=study_name,
         localrule: True
         log:
             "logs/figures/{study}.log",
@@ -42,20 +46,21 @@ for task in STUDY_FIGURES:
             "../envs/leaner.yaml"
         shell:
             "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --study {wildcards.study:q}"
-            " --outdir results/figures > {log:q} 2>&1"
+            " --names {params.names:q} --outdir results/figures > {log:q} 2>&1"
 
     rule:
         name:
-            f"tables_{task}"
+            f"tables_{study_name}"
         input:
             "results/{study}/summary.csv",
         output:
-            table_files("{study}", STUDY_TABLES[task], category="{study}"),
+            table_files("{study}", study_tables, category="{study}"),
         params:
             baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
             checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
+            names=study_tables,
         wildcard_constraints:
-            study=studies_of(task),
+            study=study_name,
         localrule: True
         log:
             "logs/tables/{study}.log",
@@ -63,7 +68,7 @@ for task in STUDY_FIGURES:
             "../envs/leaner.yaml"
         shell:
             "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
-            " --checks {params.checks:q} --outdir results/tables > {log:q} 2>&1"
+            " --checks {params.checks:q} --names {params.names:q} --outdir results/tables > {log:q} 2>&1"
 
 
 # Both papers in one view: every configuration of every study on common axes, the heads

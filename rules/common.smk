@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from leaner.config import OVERVIEW_TABLES, STUDY_FIGURES, STUDY_TABLES, THEORY_TABLES
+from leaner.config import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.config import ConfigError, build_plan, load_yaml, merge_cli_config
 from leaner.data.glue import TASKS as GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
@@ -128,19 +128,13 @@ def study_files(wildcards, name):
     return [f"{d}/{name}" for d in variant_dirs(wildcards.study)]
 
 
-def studies_of(task):
-    """Wildcard constraint: the studies of one task (a pattern matching nothing if none)."""
-    names = [s for s in STUDIES if PLAN.studies[s].task == task]
-    return "|".join(names) if names else "(?!x)x"
-
-
 def final_outputs():
     out = []
     for study in STUDIES:
-        task = PLAN.studies[study].task
+        figures, tables = PLAN.studies[study].outputs()
         out.append(f"results/{study}/summary.csv")
-        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=STUDY_FIGURES[task], ext=FIG_EXT)
-        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=STUDY_TABLES[task], ext=TABLE_EXT)
+        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=figures, ext=FIG_EXT)
+        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=tables, ext=TABLE_EXT)
     out += expand("results/tables/all_studies-{table}.{ext}", table=OVERVIEW_TABLES + ("job_costs",), ext=TABLE_EXT)
     out += expand("results/figures/all_studies-overview.{ext}", ext=FIG_EXT)
     out += ["results/overview/findings.md", "results/overview/findings.html", "results/overview/config.yaml"]

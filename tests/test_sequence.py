@@ -193,8 +193,10 @@ def test_tiny_sequence_studies_through_snakemake(tmp_path):
         for name in ("by_config", "lean_vs_baseline"):
             assert (tmp_path / "results" / "tables" / f"{study}-{name}.md").stat().st_size > 0
     assert pd.read_csv(tmp_path / "results/tiny_lm/summary.csv")["eval_loss"].max() < math.log(257)  # learned
-    for fig in ("tiny_listops-accuracy_vs_heads", "tiny_listops-kappa_vs_heads", "tiny_lm-loss_vs_heads"):
+    for fig in ("tiny_listops-kappa_through_training", "tiny_lm-kappa_through_training"):
         assert (tmp_path / "results" / "figures" / f"{fig}.png").stat().st_size > 10_000
+    # one head count: nothing to plot against heads (tests/test_figures.py draws those figures)
+    assert not list((tmp_path / "results" / "figures").glob("*_vs_heads.png"))
     cond = pd.read_csv(next((tmp_path / "results" / "tiny_listops").glob("*/conditioning.csv")))
     assert set(cond["checkpoint"]) == {"init", "final"}
     metrics = json.loads(next((tmp_path / "results" / "tiny_lm").glob("*/metrics.json")).read_text())
@@ -269,4 +271,5 @@ def test_bert_pretraining_then_glue_finetuning_through_snakemake(tmp_path):
     assert {"glue_sst2", "glue_stsb", "glue_mnli", "glue_avg"} <= set(summary.columns) and len(summary) == 2
     table = pd.read_csv(work / "results" / "tables" / "tiny_bert-glue_tasks.csv")
     assert list(table["depth"]) == [1, 2] and table["glue_avg"].notna().all()
-    assert (work / "results" / "figures" / "tiny_bert-glue_vs_heads.png").stat().st_size > 10_000
+    assert (work / "results" / "figures" / "tiny_bert-kappa_through_training.png").stat().st_size > 10_000
+    assert not (work / "results" / "figures" / "tiny_bert-glue_vs_heads.png").exists()  # one head count

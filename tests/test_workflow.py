@@ -56,9 +56,10 @@ def test_tiny_study_end_to_end(tiny_run):
     assert set(through["step"]) == {0, 10, 34, 69} and set(through["fraction"].round(3)) == {0, 0.145, 0.493, 1}
     assert (through["kappa_gmean"] >= 1).all()
 
-    for fig in ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"):
+    for fig in ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training"):
         for ext in ("png", "pdf"):
             assert (work / "results" / "figures" / f"tiny-{fig}.{ext}").stat().st_size > 5000
+    assert not (work / "results" / "figures" / "tiny-accuracy_vs_mlp.png").exists()  # one MLP width
     lean = pd.read_csv(work / "results" / "tables" / "tiny-lean_vs_baseline.csv")
     assert set(lean["depth"]) == {1}
     assert (lean["baseline"] == "L2-H1-D16-mlp32").all()
@@ -77,9 +78,9 @@ def test_tiny_study_end_to_end(tiny_run):
     assert list(checks.columns) == ["check", "expected", "observed", "pass"]
     assert checks["check"].str.contains("MSE\\(rank d/2\\) / MSE\\(rank d\\)").sum() == 1
     assert checks["check"].str.startswith("fig_perfect").sum() == 1
-    for fig in ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                "perfect_angle", "kappa_vs_rank", "kappa_through_training"):
+    for fig in ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training"):
         assert (work / "results" / "figures" / f"tiny_nearest-{fig}.png").stat().st_size > 5000
+    assert not list((work / "results" / "figures").glob("tiny_nearest-mse_vs_rank_by_*"))  # one d, N, posn
     both = pd.read_csv(work / "results" / "tables" / "all_studies-kappa_rank_error.csv")
     assert set(both["study"]) == {"tiny", "tiny_nearest"}
     assert {"heads", "rank", "depth", "error_mean", "kappa_final"} <= set(both.columns)
@@ -239,8 +240,8 @@ def test_adding_a_head_count_schedules_only_the_new_variants(tiny_run, tmp_path)
     assert counts["train"] == 2 and counts["conditioning"] == 2, out[-3000:]
     assert set(re.findall(r"variant=(\S+)", out)) == new
     # and the aggregates of that study downstream, nothing of the other study
-    assert counts["summary"] == 1 and counts["figures_image_classification"] == 1
-    assert counts["tables_image_classification"] == 1 and "figures_nearest_point" not in counts
+    assert counts["summary"] == 1 and counts["figures_tiny"] == 1
+    assert counts["tables_tiny"] == 1 and "figures_tiny_nearest" not in counts
 
 
 def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import ACCEPTANCE_CHECKS, STUDY_TABLES
+from .config import ACCEPTANCE_CHECKS, STUDY_TABLES, grid_points, study_outputs
 from .io import atomic_path, read_json, write_csv
 
 ARCH = ["depth", "heads", "width", "head_dim", "mlp_hidden"]
@@ -354,10 +354,16 @@ def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
-                       checks=ACCEPTANCE_CHECKS) -> list[Path]:
-    """results/tables/{study}-{name}.{csv,md,tex} for each of the task's STUDY_TABLES."""
+                       checks=ACCEPTANCE_CHECKS, names: list[str] | None = None) -> list[Path]:
+    """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names`; by default the task's
+    STUDY_TABLES that the study's grid gives something to show (config.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
+    if names is None:
+        names = study_outputs(task, grid_points(summary.to_dict("records")), baseline)[1]
+    unknown = [name for name in names if name not in STUDY_TABLES[task]]
+    if unknown:
+        raise ValueError(f"no table {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_TABLES[task])})")
     metric, mode = METRIC[task]
     checks = ACCEPTANCE_CHECKS if checks is None else checks
     makers = {
@@ -375,7 +381,7 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
                                      f"{study}: the paper's reported numbers beside ours, with the setting of each"),
     }
     paths = []
-    for name in STUDY_TABLES[task]:
+    for name in names:
         frame, caption = makers[name]()
         paths += write_table(frame, Path(table_dir) / f"{study}-{name}", caption)
     return paths

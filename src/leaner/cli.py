@@ -78,7 +78,7 @@ def cmd_glue_scores(a):
 def cmd_tables(a):
     from .aggregate import write_study_tables
 
-    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks)
+    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks, a.names)
 
 
 def cmd_job_costs(a):
@@ -157,7 +157,7 @@ def cmd_overview(a):
 def cmd_figures(a):
     from .figures import write_study_figures
 
-    write_study_figures(a.summary, a.study, a.outdir, a.kappa)
+    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names)
 
 
 def cmd_theory_report(a):
@@ -245,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--study", required=True)
     s.add_argument("--baseline", type=_json_arg, default={})
     s.add_argument("--checks", type=_json_arg, default=None, help="acceptance checks to run (JSON list)")
+    s.add_argument("--names", nargs="+", default=None,
+                   help="the tables to write (default: those the study's grid gives something to show)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_tables)
 
@@ -285,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--summary", required=True)
     s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
     s.add_argument("--study", required=True)
+    s.add_argument("--names", nargs="+", default=None,
+                   help="the figures to make (default: those the study's grid gives something to show)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_figures)
 

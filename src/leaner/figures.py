@@ -10,12 +10,17 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import ci95
-from .config import STUDY_FIGURES
+from .config import STUDY_FIGURES, grid_points, study_outputs
 from .io import atomic_path
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
               "matrix is nearly rank one and kappa is orders of magnitude above the Gaussian prediction; "
               "only the trend with heads is comparable to Theorem 3.2.")
+
+
+METRIC_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "glue_avg": "GLUE average"}
+METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (evaluation split, nats/token)",
+                 "glue_avg": "GLUE average score (evaluation splits)"}
 
 
 def _plt():
@@ -115,13 +120,91 @@ def _mlp_label(ratio: float) -> str:
     return f"MLP ratio {ratio:g}"
 
 
-def _log_y(ax):
-    """Log y axis with plain-number labels, also when it spans less than a decade."""
+WIDE_DECADES = 2.0  # a log axis spanning more than this many decades is labelled at powers of ten only
+
+
+def _decades(axis) -> tuple[float, float, float]:
+    lo, hi = sorted(axis.get_view_interval())
+    lo = lo if lo > 0 else hi / 10
+    return lo, hi, math.log10(hi / lo) if hi > lo > 0 else 0.0
+
+
+def _sci(value: float) -> str:
+    """2e+06 -> 2×10⁶ and 1e+06 -> 10⁶, as math text."""
+    exp = math.floor(math.log10(abs(value)) + 1e-9)
+    mant = round(value / 10**exp, 3)
+    power = rf"10^{{{exp}}}"
+    return rf"$\mathdefault{{{power}}}$" if mant == 1 else rf"$\mathdefault{{{mant:g}\times{power}}}$"
+
+
+def _plain(value: float) -> str:
+    return np.format_float_positional(float(f"{value:.4g}"), trim="-")
+
+
+def _log_ticks(lo: float, hi: float) -> np.ndarray:
+    """Tick values of a log axis over [lo, hi]: over more than WIDE_DECADES, powers of ten; else
+    1-2-5 steps, or evenly spaced round numbers where those leave fewer than three ticks."""
     from matplotlib import ticker
 
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if last - first > 0 and math.log10(hi / lo) > WIDE_DECADES:
+        stride = math.ceil((last - first + 1) / 8)  # at most 8 labels
+        return np.array([10.0**e for e in range(first - first % stride, last + 1, stride)])
+    ticks = np.array([m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)])
+    if ((ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))).sum() >= 3:
+        return ticks
+    ticks = ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    return ticks[ticks > 0]
+
+
+def _log_label(value: float, lo: float, hi: float, shown) -> str:
+    """One style per axis: 10^k over more than WIDE_DECADES; below, plain numbers, or a×10^k for
+    every label when one of them would need an exponent."""
+    if value <= 0:
+        return ""
+    if math.log10(hi / lo) <= WIDE_DECADES and all(1e-3 <= t < 1e5 for t in shown):
+        return _plain(value)
+    return _sci(value)
+
+
+def _readable_log(axis):
+    """Readable labels on a log axis (ax.xaxis or ax.yaxis), chosen when the figure is drawn, so
+    from its final limits: _log_ticks, _log_label; minor ticks unlabelled."""
+    from matplotlib import ticker
+
+    class Locator(ticker.Locator):
+        def __call__(self):
+            return self.tick_values(*_decades(self.axis)[:2])
+
+        def tick_values(self, vmin, vmax):
+            return _log_ticks(min(vmin, vmax), max(vmin, vmax))
+
+    class Formatter(ticker.Formatter):
+        ticks: tuple = ()
+
+        def set_locs(self, locs):
+            self.ticks = tuple(locs)
+
+        def __call__(self, x, pos=None):
+            lo, hi, _ = _decades(self.axis)
+            shown = [t for t in self.ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)] or [x]
+            return _log_label(x, lo, hi, shown)
+
+    axis.set_major_locator(Locator())
+    axis.set_major_formatter(Formatter())
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs=tuple(range(2, 10)), numticks=40))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _log_y(ax):
+    """Log y axis with readable labels: 10^k over more than two decades, plain numbers below."""
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+    _readable_log(ax.yaxis)
+
+
+def _log_x(ax):
+    ax.set_xscale("log")
+    _readable_log(ax.xaxis)
 
 
 def _heads_axis(ax, heads):
@@ -237,10 +320,10 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
                             xytext=(5, -12 if depth == depths[0] else 6), fontsize=7, color=palette[depth])
         _heads_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
-        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.set_title(title)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{study}: {metric.replace('_', ' ')} vs heads per depth "
+    fig.suptitle(f"{study}: {METRIC_NAMES.get(metric, metric)} vs heads per depth "
                  f"(labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
@@ -275,10 +358,11 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
         ax.set_xticklabels([str(int(w)) for w in sorted(widths)])
         ax.minorticks_off()
         ax.set_xlabel("MLP hidden width")
-        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.set_title(proto)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{study}: {metric.replace('_', ' ')} vs MLP width (labels: parameters; {_spread_note(summary)})")
+    fig.suptitle(f"{study}: {METRIC_NAMES.get(metric, metric)} vs MLP width "
+                 f"(labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
 
@@ -288,7 +372,7 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     plt, sns = _plt()
     from matplotlib.lines import Line2D
 
-    fig, axes = _grid(plt, 1, 2)
+    fig, axes = _grid(plt, 1, 2, height=4.8)  # the legends sit below the panels
     for ax, proto, fixed, title in ((axes[0][0], "fixed_head_dim", "head_dim", "head dim d fixed, D = h*d"),
                                     (axes[0][1], "fixed_width", "width", "width D fixed, d = D/h (control)")):
         sub = theory[(theory["protocol"] == proto) & (theory["width"] > theory["tokens"])]
@@ -306,7 +390,8 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
         ax.set_title(title)
         handles, _ = ax.get_legend_handles_labels()
         handles.append(Line2D([], [], color="grey", linestyle="--", label="closed form (√D+√N)/(√D−√N)"))
-        ax.legend(handles=handles, fontsize=7)
+        # below the panel: the curves fill it
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.19), ncol=2)
     fig.suptitle("Theorem 3.2: conditioning of concatenated Gaussian heads (mean ± sd over draws; "
                  "only D > N, the theorem's regime)")
     fig.tight_layout()
@@ -379,7 +464,7 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     plt, sns = _plt()
     fig, (ax,) = _panel_axes(plt, 1, width=5.5)
     single = summary[(summary["depth"] == 1) & (summary["heads"] == 1)]
-    if not len(single) or "qk_angle_deg_mean" not in single:
+    if not len(single) or "qk_angle_deg_min" not in single:
         ax.text(0.5, 0.5, "no 1-layer, 1-head model in this study", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_axis_off()
@@ -465,10 +550,14 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
     return save(fig, prefix)
 
 
-def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None) -> list[Path]:
-    """results/figures/{study}-{name}.{png,pdf} for each of the task's STUDY_FIGURES."""
+def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
+                        names: list[str] | None = None) -> list[Path]:
+    """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
+    STUDY_FIGURES that the study's grid gives something to show (config.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
+    if names is None:
+        names = study_outputs(task, grid_points(summary.to_dict("records")))[0]
     kappa = pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame()
     makers = {
         "kappa_through_training": lambda s, p, n: kappa_through_training(kappa, p, n),
@@ -484,7 +573,10 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
         "perfect_angle": perfect_angle, "kappa_vs_rank": kappa_vs_rank,
     }
     out = Path(fig_dir)
-    return [p for name in STUDY_FIGURES[task] for p in makers[name](summary, out / f"{study}-{name}", study)]
+    unknown = [name for name in names if name not in STUDY_FIGURES[task]]
+    if unknown:
+        raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_FIGURES[task])})")
+    return [p for name in names for p in makers[name](summary, out / f"{study}-{name}", study)]
 
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:

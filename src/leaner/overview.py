@@ -318,7 +318,7 @@ def _association(lo: float, hi: float) -> str:
 # ----------------------------------------------------------------------------- figure
 
 def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
-    from .figures import _log_y, _plt, save
+    from .figures import _log_x, _log_y, _plt, save
 
     plt, sns = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
@@ -333,17 +333,21 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
               (axes[1][0], "depth", "depth_group", "relative_error_depth", "depth (layers)",
                "error / error of the shallowest", "more layers, heads and rank fixed"))
     for ax, x, group, y, xlabel, ylabel, title in panels:
+        drawn = []  # the studies with a line here, for the legend
         for _, g in configs.groupby(["study", group], sort=False):
             g = g.dropna(subset=[y]).sort_values(x)
             if g[x].nunique() < 2:
                 continue
+            drawn.append((g["study"].iloc[0], g["family"].iloc[0]))
             lo = (g[y] - g[f"{y}_lo"]).clip(lower=0).fillna(0)
             hi = (g[f"{y}_hi"] - g[y]).clip(lower=0).fillna(0)
             ax.errorbar(g[x], g[y], yerr=[lo, hi], color=palette[g["study"].iloc[0]],
                         marker=markers[g["family"].iloc[0]], markersize=4, linewidth=1, alpha=0.8, capsize=2)
         ax.axhline(1, color="grey", linestyle="--", linewidth=1)
-        if x != "depth":
-            ax.set_xscale("log", base=2)
+        if x == "heads":
+            _powers_of_two(ax, configs[x])
+        elif x == "rank_fraction":
+            _powers_of_two(ax, configs[x], fractions=True)
         else:
             from matplotlib.ticker import MaxNLocator
 
@@ -352,6 +356,11 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
+        if drawn:
+            ax.legend(handles=_study_handles(dict.fromkeys(drawn), palette, markers), fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no study varies {xlabel.split(' (')[0]} at fixed settings", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9, color="grey")
     ax = axes[1][1]
     for study, g in configs.groupby("study", sort=False):
         g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
@@ -360,7 +369,7 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
         tag = _fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
         ax.scatter(g["kappa_final"], scaled, color=palette[study], marker=markers[g["family"].iloc[0]], s=22,
                    label=f"{study}: rho {tag}")
-    ax.set_xscale("log")
+    _log_x(ax)
     _log_y(ax)
     ax.set_xlabel("kappa after training (geometric mean over layers and seeds)")
     ax.set_ylabel("error / the study's median error")
@@ -371,6 +380,27 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
     fig.suptitle("Both papers in one view: every configuration of every study (circles: P1's tasks, squares: P2's)")
     fig.tight_layout()
     return save(fig, prefix)
+
+
+def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
+    """Legend entries: each study's colour with its family's marker (P1 circles, P2 squares)."""
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], color=palette[study], marker=markers[family], markersize=5, linewidth=1,
+                   label=f"{study} ({family})") for study, family in drawn]
+
+
+def _powers_of_two(ax, values: pd.Series, fractions: bool = False):
+    """Log-2 x axis ticked at the powers of two the data spans: 1, 2, 4, ... or 1/64, ..., 1/2, 1."""
+    ax.set_xscale("log", base=2)
+    v = values[values > 0]
+    if not len(v):
+        return
+    lo, hi = math.floor(math.log2(v.min())), math.ceil(math.log2(v.max()))
+    exps = range(lo, hi + 1, math.ceil((hi - lo + 1) / 8))  # at most 8 labels
+    ax.set_xticks([2.0**e for e in exps])
+    ax.set_xticklabels([f"1/{2**-e}" if fractions and e < 0 else f"{2**e:g}" for e in exps])
+    ax.minorticks_off()
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -1,0 +1,260 @@
+"""Which figures and tables a study gets (from its grid), and what is on them: readable log
+ticks, a y label and a legend on every panel that needs one."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import TINY, snakemake
+
+from leaner import figures
+from leaner.cli import main
+from leaner.config import build_plan, grid_points, study_outputs
+
+CONFIG = yaml.safe_load(TINY.read_text())
+
+
+def outputs(study: str, **grid) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The figure and table names of one study of the tiny config, its grid replaced by `grid`
+    (a list: several grids) or updated with it."""
+    config = copy.deepcopy(CONFIG)
+    st = config["studies"][study]
+    st.update({k: grid.pop(k) for k in ("baseline",) if k in grid})
+    if "grids" in grid:
+        st["grid"] = grid.pop("grids")
+    elif grid:
+        st["grid"] = {**st["grid"], **grid}
+    return build_plan(config).studies[study].outputs()
+
+
+def test_the_tiny_config_lists_only_what_its_grid_shows():
+    plan = build_plan(copy.deepcopy(CONFIG))
+    # one MLP width; P2 with one d, one N, one positional encoding
+    assert plan.studies["tiny"].outputs() == (
+        ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training"),
+        ("by_config", "lean_vs_baseline", "paper_comparison"))
+    assert plan.studies["tiny_nearest"].outputs() == (
+        ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
+        ("by_config", "acceptance", "paper_comparison"))
+
+
+P1 = {"protocol": ["fixed_width"], "width": [16], "seeds": [0]}
+
+
+def test_vs_mlp_only_where_one_point_has_two_mlp_widths():
+    two_at_one_point = [{**P1, "depth": [1], "heads": [1, 2], "mlp_ratio": [2]},
+                        {**P1, "depth": [1], "heads": [2], "mlp_ratio": [4]}]
+    assert "accuracy_vs_mlp" in outputs("tiny", grids=two_at_one_point)[0]
+    # two MLP widths, but never at the same (protocol, depth, heads): nothing to draw a line through
+    apart = [{**P1, "depth": [1], "heads": [1, 2], "mlp_ratio": [2]},
+             {**P1, "depth": [2], "heads": [2], "mlp_ratio": [4]}]
+    assert "accuracy_vs_mlp" not in outputs("tiny", grids=apart)[0]
+    assert "accuracy_vs_mlp" not in outputs("tiny", grids=[{**P1, "depth": [1, 2], "heads": [1, 2],
+                                                            "mlp_ratio": [2]}])[0]
+
+
+def test_vs_heads_only_where_heads_vary_along_a_curve():
+    figs, _ = outputs("tiny", grids=[{**P1, "depth": [1, 2], "heads": [2], "mlp_ratio": [2]}])
+    assert figs == ("kappa_through_training",)
+    # one head count per depth: points, no curve
+    figs, _ = outputs("tiny", grids=[{**P1, "depth": [1], "heads": [1], "mlp_ratio": [2]},
+                                     {**P1, "depth": [2], "heads": [2], "mlp_ratio": [2]}])
+    assert "accuracy_vs_heads" not in figs and "kappa_vs_heads" not in figs
+
+
+def test_lean_vs_baseline_only_with_a_shallower_configuration():
+    assert "lean_vs_baseline" in outputs("tiny")[1]
+    assert "lean_vs_baseline" not in outputs("tiny", grids=[{**P1, "depth": [2], "heads": [1, 2],
+                                                             "mlp_ratio": [2]}])[1]
+    # the configured baseline is the shallowest model: nothing below it
+    assert "lean_vs_baseline" not in outputs("tiny", grids=[{**P1, "depth": [1, 2], "heads": [1, 2],
+                                                             "mlp_ratio": [2]}], baseline={"depth": 1})[1]
+
+
+@pytest.mark.parametrize("axis, values, name", [("tokens", [4, 8], "mse_vs_rank_by_tokens"),
+                                                ("dim", [8, 16], "mse_vs_rank_by_dim"),
+                                                ("posn", ["none", "additive"], "mse_vs_rank_by_posn")])
+def test_p2_lines_by_an_axis_only_where_it_varies(axis, values, name):
+    figs, _ = outputs("tiny_nearest", **{axis: values})
+    assert name in figs
+    assert not {"mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn"} - {name} & set(figs)
+    assert name not in outputs("tiny_nearest")[0]
+
+
+def test_rank_and_single_head_figures_follow_the_grid():
+    figs, _ = outputs("tiny_nearest", heads=[2])  # one rank, no 1-head model
+    assert figs == ("kappa_through_training",)
+    figs, _ = outputs("tiny_nearest", heads=[1, 2], depth=[2])
+    assert "perfect_angle" not in figs and "mse_vs_rank" in figs
+
+
+def test_a_summary_gives_the_names_its_grid_gives():
+    """The figures and tables commands, without --names, decide from summary.csv as the workflow
+    decides from the config (protocols joined by ';'; P2's empty protocols read back as NaN)."""
+    plan = build_plan(copy.deepcopy(CONFIG))
+    for name, study in plan.studies.items():
+        rows = [{**v.model, "protocols": ";".join(v.protocols) or np.nan, "seed": v.seed}
+                for v in study.variants.values()]
+        assert study_outputs(study.task, grid_points(rows), study.baseline) == study.outputs(), name
+
+
+# ----------------------------------------------------------------------------- the figures themselves
+
+def p1_summary(mlp_ratios=(2,), heads=(1, 2, 4), depths=(1, 2)) -> pd.DataFrame:
+    rows = []
+    for depth in depths:
+        for h in heads:
+            for ratio in mlp_ratios:
+                for seed in (0, 1):
+                    acc = 0.5 + 0.05 * h - 0.02 * depth + 0.01 * seed
+                    rows.append({"study": "s", "task": "image_classification",
+                                 "variant": f"L{depth}-H{h}-r{ratio}-s{seed}",
+                                 "depth": depth, "heads": h, "width": 16, "head_dim": 16 // h, "mlp_hidden": 16 * ratio,
+                                 "mlp_ratio": ratio, "seed": seed, "protocols": "fixed_width", "status": "ok",
+                                 "params_total": 1000 * depth * ratio, "steps": 20, "eval_acc": acc, "error": 1 - acc,
+                                 "eval_loss": 3 - acc, "glue_avg": acc - 0.1,
+                                 "kappa_init_gmean": 3e7 / h**3, "kappa_final_gmean": 2e4 / h})
+    return pd.DataFrame(rows)
+
+
+def p2_summary() -> pd.DataFrame:
+    rows = []
+    for modules in (1, 2):
+        for heads in (1, 2, 4):
+            for seed in (0, 1):
+                rows.append({"study": "p", "task": "nearest_point", "variant": f"W{modules}-H{heads}-s{seed}",
+                             "depth": 1,
+                             "heads": heads, "modules": modules, "head_dim": 16 // heads, "dim": 16, "tokens": 8,
+                             "posn": "none", "seed": seed, "protocols": np.nan, "status": "ok", "steps": 20,
+                             "params_total": 500, "best_train_loss": 0.01 * heads**3 + 0.001 * seed,
+                             "kappa_init_gmean": 800 / heads, "kappa_final_gmean": 100 / heads,
+                             "qk_angle_deg_min": 170 + seed})
+    return pd.DataFrame(rows)
+
+
+def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in summary.iterrows():
+        for step, frac in ((0, 0.0), (10, 0.5), (20, 1.0)):
+            rows.append({**r.to_dict(), "checkpoint": f"step{step}", "step": step, "fraction": frac,
+                         "matrix": "heads_concat", "kappa_l1": 1e6 / (1 + step), "kappa_gmean": 1e6 / (1 + step),
+                         "total_heads": r["heads"]})
+    return pd.DataFrame(rows)
+
+
+def drawn(monkeypatch, make, *args):
+    """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    make(*args)
+    fig = shown[0]
+    fig.canvas.draw()
+    return fig
+
+
+def tick_labels(ax, which="y") -> list[str]:
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    lo, hi = sorted(axis.get_view_interval())
+    return [t.get_text() for t, v in zip(axis.get_ticklabels(), axis.get_ticklocs()) if lo <= v <= hi and t.get_text()]
+
+
+def test_log_ticks_are_powers_of_ten_when_wide_and_plain_numbers_when_narrow():
+    assert figures._log_label(1e8, 1e3, 1e9, [1e4, 1e6, 1e8]) == r"$\mathdefault{10^{8}}$"
+    assert figures._log_label(1e5, 1e3, 1e9, [1e4, 1e5, 1e8]) == r"$\mathdefault{10^{5}}$"
+    assert [figures._log_label(v, 0.3, 6, [0.5, 1, 2, 5]) for v in (0.5, 1, 2, 5)] == ["0.5", "1", "2", "5"]
+    # narrow but large: every label of that axis as a x 10^k, never 100000 beside 1e+06
+    assert [figures._log_label(v, 9e4, 6e5, [1e5, 2e5, 5e5]) for v in (1e5, 2e5)] == [
+        r"$\mathdefault{10^{5}}$", r"$\mathdefault{2\times10^{5}}$"]
+    for lo, hi in ((1.2, 13), (0.9, 1.15), (3, 40), (1e-3, 1e4)):
+        inside = [t for t in figures._log_ticks(lo, hi) if lo <= t <= hi]
+        assert len(inside) >= 2, (lo, hi, inside)
+
+
+def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
+    summary = p1_summary(mlp_ratios=(2, 4))
+    kappa = p1_kappa(summary)
+    theory = pd.DataFrame([{"protocol": proto, "tokens": 17, "head_dim": 8 if proto == "fixed_head_dim" else 64 // h,
+                            "width": 8 * h if proto == "fixed_head_dim" else 64, "heads": h,
+                            "kappa_mean": k, "kappa_std": 0.1, "kappa_formula": k}
+                           for proto in ("fixed_head_dim", "fixed_width") for h, k in ((4, 9.0), (8, 3.1), (16, 2.0))])
+    made = {"kappa_vs_heads": (figures.kappa_vs_heads, summary, "x", "s"),
+            "accuracy_vs_heads": (figures.metric_vs_heads, summary, "x", "s"),
+            "accuracy_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s"),
+            "kappa_through_training": (figures.kappa_through_training, kappa, "x", "s"),
+            "loss_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "eval_loss"),
+            "glue_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "glue_avg"),
+            "glue_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s", "glue_avg"),
+            "mse_vs_rank": (figures.mse_vs_rank, p2_summary(), "x", "p"),
+            "kappa_vs_rank": (figures.kappa_vs_rank, p2_summary(), "x", "p"),
+            "perfect_angle": (figures.perfect_angle, p2_summary(), "x", "p"),
+            "theory": (figures.theory_curves, theory, "x")}
+    for name, (make, *args) in made.items():
+        fig = drawn(monkeypatch, make, *args)
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert panels, name
+        for ax in panels:
+            assert ax.get_ylabel(), (name, ax.get_title())
+            assert ax.get_legend() is not None, (name, ax.get_title())
+            labels = tick_labels(ax)
+            assert len(labels) >= 2, (name, ax.get_title(), labels)
+            if ax.get_yscale() == "log":  # one style per axis: all math text or all plain
+                assert len({label.startswith("$") for label in labels}) == 1, (name, labels)
+                assert not any("e+" in label or "e-" in label for label in labels), (name, labels)
+
+
+def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
+    from leaner import overview
+
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    configs = overview.configurations([p1_summary()])
+    overview.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
+    fig = shown[0]
+    fig.canvas.draw()
+    assert len(fig.axes) == 4
+    for ax in fig.axes:
+        assert ax.get_ylabel() and ax.get_legend() is not None, ax.get_title()
+        assert ax.get_legend().get_texts()[0].get_text().startswith("s")
+        for which in ("x", "y"):
+            labels = tick_labels(ax, which)
+            assert len(labels) >= 2 and not any(re.search(r"\de[+-]", label) for label in labels), (which, labels)
+
+
+def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
+    summary = p1_summary()  # one MLP width, heads and depth vary
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    p1_kappa(summary).to_csv(tmp_path / "kappa.csv", index=False)
+    out = tmp_path / "out"
+    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
+                 "--study", "s", "--outdir", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["s-accuracy_vs_heads.png", "s-kappa_through_training.png",
+                                                         "s-kappa_vs_heads.png"]
+    # the workflow names them
+    named = tmp_path / "named"
+    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
+                 "--study", "s", "--names", "kappa_through_training", "--outdir", str(named)]) == 0
+    assert [p.name for p in named.glob("*.png")] == ["s-kappa_through_training.png"]
+    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--study", "s", "--names", "mse_vs_rank",
+                 "--outdir", str(named)]) == 1
+    tables = tmp_path / "tables"
+    assert main(["tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s", "--baseline",
+                 '{"depth": 1}', "--outdir", str(tables)]) == 0
+    assert sorted(p.name for p in tables.glob("*.csv")) == ["s-by_config.csv", "s-paper_comparison.csv"]
+
+
+@pytest.mark.workflow
+def test_a_dry_run_of_the_tiny_config_lists_only_what_its_grid_shows(tmp_path):
+    out = snakemake(tmp_path, "-n", "--cores", "1").stdout
+    listed = set(re.findall(r"results/(?:figures|tables)/([\w-]+)\.(?:png|csv)", out))
+    assert {"tiny-accuracy_vs_heads", "tiny-kappa_vs_heads", "tiny-kappa_through_training", "tiny-lean_vs_baseline",
+            "tiny_nearest-mse_vs_rank", "tiny_nearest-perfect_angle", "tiny_nearest-acceptance"} <= listed
+    for name in ("tiny-accuracy_vs_mlp", "tiny_nearest-mse_vs_rank_by_dim", "tiny_nearest-mse_vs_rank_by_posn",
+                 "tiny_nearest-mse_vs_rank_by_tokens"):
+        assert name not in out
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.MULTILINE))
+    assert jobs["figures_tiny"] == jobs["figures_tiny_nearest"] == jobs["tables_tiny"] == "1"
