@@ -258,3 +258,22 @@ def test_a_dry_run_of_the_tiny_config_lists_only_what_its_grid_shows(tmp_path):
         assert name not in out
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.MULTILINE))
     assert jobs["figures_tiny"] == jobs["figures_tiny_nearest"] == jobs["tables_tiny"] == "1"
+
+
+def test_singular_kappa_is_an_off_scale_marker_and_the_jacobian_a_row_of_its_own(monkeypatch):
+    """A +inf kappa (a singular block) is not plotted as a magnitude: the axis stays on the finite
+    values and an open triangle sits on the top edge; the Jacobian gets its own row of panels."""
+    summary = p1_summary()
+    summary["kappa_jac_init_gmean"] = 1e9
+    summary["kappa_jac_final_gmean"] = 1e8
+    summary.loc[summary["heads"] == 1, "kappa_init_gmean"] = np.inf
+    fig = drawn(monkeypatch, figures.kappa_vs_heads, summary, "unused", "s")
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2  # head outputs, Jacobian (no block-output column in this summary)
+    assert "Jacobian" in axes[1].get_title()
+    top = axes[0]
+    assert np.isfinite(top.get_ylim()).all() and top.get_ylim()[1] < 1e8
+    triangles = [c for c in top.collections if len(c.get_offsets()) and c.get_offsets()[0][1] == pytest.approx(0.97)]
+    assert triangles and triangles[0].get_offsets()[0][0] == 1  # at heads = 1
+    assert "singular" in " ".join(t.get_text() for t in fig.texts)
+    assert any("singular" in t.get_text() for t in top.get_legend().get_texts())

@@ -293,32 +293,42 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                      f"All studies pooled: {_fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
                      f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
                      f"studies with an interval).")
+        if "rho_jacobian_error" in pooled and not math.isnan(pooled["rho_jacobian_error"]):
+            jac = []
+            for family in ("P1", "P2"):
+                row = corr[corr["study"] == f"pooled {family}"]
+                if len(row):
+                    r = row.iloc[0]
+                    jac.append(f"{family}'s tasks {_fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
+                               f": {_association(r['lo_jacobian'], r['hi_jacobian'])}")
+            paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
+                         f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
+                         f"{_fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
         init = _fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
         lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
-        survives = ("too few configurations to say whether the ordering by kappa at initialisation survives"
-                    if math.isnan(lo_t) else
-                    "the ordering of configurations by kappa at initialisation survives training" if lo_t > 0 else
-                    "training reverses the ordering by kappa at initialisation" if hi_t < 0 else
-                    "the interval cannot tell whether the ordering by kappa at initialisation survives")
+        survives = {"n/a": "too few configurations to say whether the ordering by kappa at initialisation survives",
+                    "above": "the ordering of configurations by kappa at initialisation survives training",
+                    "below": "training reverses the ordering by kappa at initialisation",
+                    "includes zero": "the interval cannot tell whether the ordering by kappa at initialisation "
+                                     "survives",
+                    "unresolved": "unresolved: the interval comes within the margin of zero"}[resolve(lo_t, hi_t)]
         paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
                      f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
     return paras
 
 
 def _association(lo: float, hi: float) -> str:
-    if math.isnan(lo):
-        return "too few configurations for an interval"
-    if lo > 0:
-        return "better-conditioned attention goes with lower error"
-    if hi < 0:
-        return "better-conditioned attention goes with higher error"
-    return "the interval includes zero"
+    return {"n/a": "too few configurations for an interval",
+            "above": "better-conditioned attention goes with lower error",
+            "below": "better-conditioned attention goes with higher error",
+            "includes zero": "the interval includes zero",
+            "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]
 
 
 # ----------------------------------------------------------------------------- figure
 
 def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
-    from .figures import _log_x, _log_y, _plt, save
+    from .figures import _log_x, _log_y, _offscale, _plt, save
 
     plt, sns = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
@@ -362,21 +372,43 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
             ax.text(0.5, 0.5, f"no study varies {xlabel.split(' (')[0]} at fixed settings", ha="center",
                     va="center", transform=ax.transAxes, fontsize=9, color="grey")
     ax = axes[1][1]
+    singular = False
     for study, g in configs.groupby("study", sort=False):
         g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
         scaled = g["error_mean"] / g["error_mean"].median()
         r = corr[corr["study"] == study]
         tag = _fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
-        ax.scatter(g["kappa_final"], scaled, color=palette[study], marker=markers[g["family"].iloc[0]], s=22,
-                   label=f"{study}: rho {tag}")
+        tag_j = _fmt_ci(*r[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0]) \
+            if len(r) and "rho_jacobian_error" in r else "n/a"
+        color, marker = palette[study], markers[g["family"].iloc[0]]
+        for col, filled in (("kappa_final", True), ("kappa_jac_final", False)):
+            if col not in g or g[col].isna().all():
+                continue
+            finite = np.isfinite(g[col])
+            ax.scatter(g.loc[finite, col], scaled[finite], marker=marker, s=22, linewidths=1.2,
+                       facecolors=color if filled else "none", edgecolors=color,
+                       label=f"{study}: rho {tag}" + ("" if tag_j == "n/a" else f"; Jacobian {tag_j}")
+                       if filled else None)
+            singular |= _offscale(ax, scaled[~finite], color, axis="x")
     _log_x(ax)
     _log_y(ax)
     ax.set_xlabel("kappa after training (geometric mean over layers and seeds)")
     ax.set_ylabel("error / the study's median error")
     pooled = corr[corr["study"] == "pooled"]
     ax.set_title("kappa vs error, Spearman rho [95% CI]; pooled " +
-                 (_fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a"))
-    ax.legend(fontsize=7)
+                 (_fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a") +
+                 ("; Jacobian " + _fmt_ci(*pooled[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0])
+                  if len(pooled) and "rho_jacobian_error" in pooled else ""), fontsize=9)
+    from matplotlib.lines import Line2D
+
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="filled: head outputs before W_O"),
+                Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none",
+                       label="open: the block's Jacobian")]
+    if singular:
+        handles.append(Line2D([], [], color="grey", marker=">", markerfacecolor="none", linestyle="none",
+                              label="singular (off scale, right edge)"))
+    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))  # below: off the points
     fig.suptitle("Both papers in one view: every configuration of every study (circles: P1's tasks, squares: P2's)")
     fig.tight_layout()
     return save(fig, prefix)
