@@ -39,7 +39,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from leaner.config import RECIPE_DEFAULTS  # noqa: E402
+from leaner.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS  # noqa: E402
 
 
 def median_spread(values: list[float]) -> str:
@@ -75,7 +75,7 @@ def _spec(epochs: int, width: int, depth: int, heads: int) -> dict:
     recipe = {**RECIPE_DEFAULTS, "epochs": epochs, "batch_size": 64, "lr": 3e-3, "eval_every": 10_000,
               "checkpoint_every": 10_000_000}
     return {"study": "bench", "variant": "v", "task": "image_classification", "dataset": "digits", "seed": 0,
-            "model": model, "recipe": recipe, "conditioning": {"samples": 256}}
+            "model": model, "recipe": recipe, "conditioning": {**CONDITIONING_DEFAULTS, "samples": 256}}
 
 
 def bare_loop(spec: dict, manifest: str, steps: int) -> float:
@@ -223,7 +223,7 @@ def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) 
     frac = [c / trained["train_s"] for c in cond]
     text = table("2a. Conditioning stage of the trained variant of row 1",
                  ["measure", "median (min-max)"],
-                 [["conditioning s (256 probe images, init + final)", median_spread(cond)],
+                 [["conditioning s (256 probe images, init + final; the Jacobian on 4)", median_spread(cond)],
                   ["training s", f"{trained['train_s']:.4g}"],
                   ["fraction of training (target <= 5%)", median_spread([100 * f for f in frac]) + " %"]])
     rows = []

@@ -7,13 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_spec
-from leaner.conditioning import (capture_attention, conditioning_rows, kappa, layer_kappas, singular_kappa,
-                                 summarize)
+from reference_kappa import agrees, reference_kappas
+
+from leaner.conditioning import capture_attention, conditioning_rows, kappa, layer_kappas, singular_kappa, summarize
 from leaner.jacobian import block_kappa, exact_singular_values, lanczos_extremes
 from leaner.models import build_model
-from reference_kappa import agrees, reference_kappas
 
 
 def _with_singular_values(sv: list[float], rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -200,7 +199,7 @@ def test_jacobian_kappa_of_a_linear_map_with_known_singular_values():
     gen = torch.Generator().manual_seed(0)
     m = _with_singular_values(torch.logspace(0, -4, 6, dtype=torch.float64).tolist(), 6, 6, gen)
     x = torch.randn(3, 6, dtype=torch.float64, generator=gen)
-    f = lambda z: z @ m.T  # noqa: E731
+    f = lambda z: z @ m.T
     exact = block_kappa(f, x)
     lanczos = block_kappa(f, x, exact_max=0, steps=18)
     assert exact["method"] == "exact" and lanczos["method"] == "lanczos"
@@ -224,7 +223,7 @@ def test_lanczos_estimate_against_the_exact_jacobian_of_an_attention_block():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     attn, x = _attention_block()
-    f = lambda z: attn(z[None])[0]  # noqa: E731
+    f = lambda z: attn(z[None])[0]
     with sdpa_kernel(SDPBackend.MATH):
         exact = block_kappa(f, x)
         full = block_kappa(f, x, exact_max=0, steps=x.numel())

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import REPO, snakemake
 from reference_kappa import agrees, reference_kappas
 
@@ -33,7 +32,7 @@ def readme_table() -> pd.DataFrame:
     block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     rows = []
     for line in block.strip().splitlines()[2:]:
-        study, comparison, measure, value, n, verdict = [c.strip() for c in line.strip("|").split("|")]
+        study, comparison, measure, value, _, verdict = [c.strip() for c in line.strip("|").split("|")]
         nums = [float(x) for x in re.findall(r"[+-]\d+\.\d+", value)]
         rows.append({"study": study.strip("`"), "comparison": comparison, "measure": measure,
                      "delta": nums[0], "lo": nums[1] if len(nums) > 1 else math.nan,
@@ -51,7 +50,8 @@ def test_the_readme_findings_are_what_the_pipeline_writes(default_run):
     assert list(ours["verdict"]) == list(written["verdict"]), headline_markdown(written)
     for (_, r), (_, w) in zip(ours.iterrows(), written.iterrows()):
         # a number may move between machines by no more than the margin that protects its verdict
-        tol = 0.0015 if math.isnan(w["lo"]) else max(0.0015, RESOLVE_MARGIN * (w["hi"] - w["lo"]) / 2)
+        # (at least 0.01); single-seed rows carry no verdict: 0.03 (one ListOps example is 0.002)
+        tol = 0.03 if math.isnan(w["lo"]) else max(0.01, RESOLVE_MARGIN * (w["hi"] - w["lo"]) / 2)
         for col in ("delta", "lo", "hi"):
             if not math.isnan(w[col]):
                 assert abs(r[col] - w[col]) <= tol, (r["comparison"], col, r[col], w[col])
@@ -59,11 +59,11 @@ def test_the_readme_findings_are_what_the_pipeline_writes(default_run):
 
 
 def test_every_variant_agrees_with_an_independent_float64_recomputation(default_run):
+    from leaner.conditioning import singular_kappa
     from leaner.io import read_json
     from leaner.models import build_model
     from leaner.tasks import make_task
     from leaner.train import load_weights
-    from leaner.conditioning import singular_kappa
 
     checked = 0
     for metrics_path in sorted((default_run / "results").glob("*/*/metrics.json")):

@@ -46,13 +46,17 @@ def test_tiny_study_end_to_end(tiny_run):
     assert (summary["params_total"] > 0).all()
 
     cond = pd.read_csv(work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s0" / "conditioning.csv")
-    assert len(cond) == 4 * 2 * 2  # checkpoints (init, step10, half-way, final) x layers x matrices
+    assert len(cond) == 4 * 2 * 3  # checkpoints (init, step10, half-way, final) x layers x matrices
     assert list(dict.fromkeys(cond["checkpoint"])) == ["init", "step10", "step34", "final"]
-    assert (cond["samples"] == 32).all() and (cond["tokens"] == 17).all()
+    assert set(cond["matrix"]) == {"heads_concat", "attn_proj_out", "jacobian"}
+    jac = cond["matrix"] == "jacobian"
+    assert (cond.loc[~jac, "samples"] == 32).all() and (cond.loc[jac, "samples"] == 4).all()
+    assert (cond["tokens"] == 17).all() and set(cond.loc[jac, "method"]) == {"exact"}
+    assert cond["singular_fraction"].between(0, 1).all()
     kept = work / "results" / "tiny" / "L2-H2-D16-hd8-mlp32-s0" / "checkpoints"
     assert sorted(p.name for p in kept.glob("*.safetensors")) == ["step10.safetensors", "step34.safetensors"]
     through = pd.read_csv(work / "results" / "tiny" / "kappa_through_training.csv")
-    assert len(through) == 6 * 4 * 2  # variants x checkpoints x matrices
+    assert len(through) == 6 * 4 * 3  # variants x checkpoints x matrices
     assert set(through["step"]) == {0, 10, 34, 69} and set(through["fraction"].round(3)) == {0, 0.145, 0.493, 1}
     assert (through["kappa_gmean"] >= 1).all()
 
@@ -73,7 +77,7 @@ def test_tiny_study_end_to_end(tiny_run):
     assert len(near) == 2 and set(near["head_dim"]) == {8, 4} and (near["task"] == "nearest_point").all()
     assert near["best_train_loss"].between(0, 4).all() and (near["kappa_final_gmean"] >= 1).all()
     cond = pd.read_csv(work / "results" / "tiny_nearest" / "L1-H2-W1-r4-d8-N4-none-s0" / "conditioning.csv")
-    assert set(cond["cols"]) == {8} and set(cond["tokens"]) == {4}
+    assert set(cond["cols"]) == {8, 4 * 8} and set(cond["tokens"]) == {4}  # the Jacobian: N*D columns
     checks = pd.read_csv(work / "results" / "tables" / "tiny_nearest-acceptance.csv")
     assert list(checks.columns) == ["check", "expected", "observed", "pass"]
     assert checks["check"].str.contains("MSE\\(rank d/2\\) / MSE\\(rank d\\)").sum() == 1
@@ -88,6 +92,38 @@ def test_tiny_study_end_to_end(tiny_run):
     theory = pd.read_csv(work / "results" / "theory" / "gaussian_conditioning.csv")
     assert set(theory["protocol"]) == {"fixed_head_dim", "fixed_width"}
     assert (work / "results" / "figures" / "theory-gaussian_conditioning.png").stat().st_size > 5000
+
+
+def test_every_tiny_variant_agrees_with_an_independent_float64_recomputation(tiny_run):
+    """The stage's kappa (heads_concat median, init and final, every layer) against reference_kappa."""
+    import numpy as np
+    import torch
+
+    from leaner.conditioning import singular_kappa
+    from leaner.io import read_json
+    from leaner.models import build_model
+    from leaner.tasks import make_task
+    from leaner.train import load_weights
+    from reference_kappa import agrees, reference_kappas
+
+    work, _ = tiny_run
+    checked = 0
+    for metrics_path in sorted((work / "results").glob("tiny*/*/metrics.json")):
+        spec, folder = read_json(metrics_path)["spec"], metrics_path.parent
+        cond = pd.read_csv(folder / "conditioning.csv")
+        manifest = work / "results" / "data" / spec["dataset"] / "manifest.json"
+        probe = make_task(spec, str(manifest), torch.device("cpu")).probe_inputs(spec["conditioning"]["samples"])
+        for ckpt, name in (("init", "init.safetensors"), ("final", "model.safetensors")):
+            model = build_model(spec["model"])
+            load_weights(model, folder / name)
+            for layer, ks in reference_kappas(model, probe).items():
+                row = cond[(cond["checkpoint"] == ckpt) & (cond["layer"] == layer + 1)
+                           & (cond["matrix"] == "heads_concat")].iloc[0]
+                median = float(np.sort(ks)[(len(ks) - 1) // 2])
+                assert agrees(float(row["kappa_median"]), median, singular_kappa(int(row["tokens"]), int(row["cols"]))), \
+                    (folder.name, ckpt, layer, row["kappa_median"], median)
+                checked += 1
+    assert checked == 2 * (2 * 2 + 4 * 1 + 2 * 1)  # checkpoints x layers: 2 two-layer, 4 one-layer ViTs, 2 P2 models
 
 
 def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):

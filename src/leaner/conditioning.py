@@ -159,8 +159,8 @@ def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64,
                  lengths: torch.Tensor | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Per-sample kappa of the head-output concat and the block output, every layer, float64:
     {layer: {matrix: tensor (samples,)}}."""
-    with float64_probe(model, inputs) as inputs:
-        rows = _layer_kappas(model, inputs, batch_size, lengths, {})
+    with float64_probe(model, inputs) as probe:
+        rows = _layer_kappas(model, probe, batch_size, lengths, {})
     return {layer: {name: r["kappas"] for name, r in mats.items()} for layer, mats in rows.items()}
 
 
@@ -206,9 +206,9 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method)
     for each named checkpoint {name: (step, safetensors path)}, over the fixed evaluation batch of
     the study (the Jacobian over its first `conditioning.jacobian_samples` inputs)."""
+    from .devices import pick_device
     from .models import build_model
     from .tasks import make_task
-    from .devices import pick_device
     from .train import load_weights
 
     dev = pick_device(device, gpu_share)

@@ -21,7 +21,7 @@ sigma_max / sigma_min.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -30,12 +30,14 @@ LANCZOS_STEPS = 64
 TOL = 1e-2  # converged: each extreme's residual below 1% of its own estimate
 
 
+@torch.no_grad()  # the transforms differentiate f; the outer no_grad only drops the weights' graph
 def exact_singular_values(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """All singular values of df/dx at x (x and f(x) of any shape, flattened), descending."""
     jac = torch.func.jacrev(f)(x).detach()
     return torch.linalg.svdvals(jac.reshape(-1, x.numel()).to(torch.float64))
 
 
+@torch.no_grad()
 def lanczos_extremes(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, steps: int = LANCZOS_STEPS,
                      seed: int = 0) -> dict:
     """Estimates of sigma_max and sigma_min of df/dx at x after `steps` Golub-Kahan-Lanczos steps
