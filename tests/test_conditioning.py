@@ -252,7 +252,7 @@ def test_jacobian_of_a_padded_sequence_is_the_real_tokens_block(tmp_path):
     mask[..., :n] = True
     with sdpa_kernel(SDPBackend.MATH):
         got = jacobian_kappas(attn, x[None], {"attn_mask": mask}, torch.tensor([n]), 1, 10_000, 8)[0]
-        full = torch.func.jacrev(lambda z: attn(z[None], attn_mask=mask)[0])(x).reshape(8 * 16, 8 * 16)
+        full = torch.func.jacrev(lambda z: attn(z[None], attn_mask=mask)[0])(x).detach().reshape(8 * 16, 8 * 16)
     sv = torch.linalg.svdvals(full[: n * 16, : n * 16])
     assert got["tokens"] == n and got["cols"] == n * 16
     assert got["kappa"] == pytest.approx(float(sv[0] / sv[-1]), rel=1e-9)

@@ -60,14 +60,14 @@ def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) ->
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
         vals = vals[~np.isnan(vals)]
-        singular = bool(np.isposinf(vals).any())
-        if log:
-            vals = np.log10(vals[vals > 0])
-        mean, lo, hi, n = ci95(vals)
-        if log:
-            mean, lo, hi = (10**x if not math.isnan(x) else x for x in (mean, lo, hi))
-        if singular:
-            mean, lo, hi = math.inf, math.nan, math.nan
+        if np.isposinf(vals).any():
+            mean, lo, hi, n = math.inf, math.nan, math.nan, len(vals)
+        else:
+            if log:
+                vals = np.log10(vals[vals > 0])
+            mean, lo, hi, n = ci95(vals)
+            if log:
+                mean, lo, hi = (10**x if not math.isnan(x) else x for x in (mean, lo, hi))
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({"mean": mean, "lo": lo, "hi": hi, "n": n, "params": g["params_total"].iloc[0]
                     if "params_total" in g else None, "diverged": int((g.get("status", "ok") != "ok").sum())})
@@ -215,8 +215,13 @@ def _heads_axis(ax, heads):
 
 
 def _spread_note(summary: pd.DataFrame) -> str:
-    seeds = summary["seed"].nunique()
-    return f"mean and 95% CI over {seeds} seeds" if seeds > 1 else "one seed: no interval"
+    """Seeds per configuration: '3 seeds', or '3-10 seeds' where configurations have more."""
+    axes = [c for c in ("depth", "heads", "width", "head_dim", "mlp_hidden") if c in summary]
+    per = summary.groupby(axes)["seed"].nunique() if axes else pd.Series([summary["seed"].nunique()])
+    lo, hi = int(per.min()), int(per.max())
+    if hi <= 1:
+        return "one seed: no interval"
+    return f"mean and 95% CI over {lo if lo == hi else f'{lo}-{hi}'} seeds"
 
 
 def _fmt_params(n: float) -> str:
@@ -543,9 +548,11 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
         ax.set_ylabel("kappa (geometric mean over layers)")
         ax.set_title(str(panel))
         ax.legend(fontsize=7, ncol=2 if len(heads) * len(depths) > 6 else 1)
-    seeds = frame.groupby("variant")["seed"].first().nunique()
+    per_line = frame.groupby(["panel", "total_heads", "depth"])["seed"].nunique()
+    lo, hi = int(per_line.min()), int(per_line.max())
+    seeds = f"{lo}" if lo == hi else f"{lo}-{hi}"
     fig.suptitle(f"{study}: kappa of the concatenated head outputs through training "
-                 f"({'mean and 95% band over ' + str(seeds) + ' seeds' if seeds > 1 else 'one seed'})")
+                 f"({'mean and 95% band over ' + seeds + ' seeds' if hi > 1 else 'one seed'})")
     fig.tight_layout()
     return save(fig, prefix)
 
