@@ -266,11 +266,12 @@ def test_singular_kappa_is_an_off_scale_marker_and_the_jacobian_a_row_of_its_own
     summary = p1_summary()
     summary["kappa_jac_init_gmean"] = 1e9
     summary["kappa_jac_final_gmean"] = 1e8
+    summary["kappa_jac_final_method"] = "lanczos"
     summary.loc[summary["heads"] == 1, "kappa_init_gmean"] = np.inf
     fig = drawn(monkeypatch, figures.kappa_vs_heads, summary, "unused", "s")
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 2  # head outputs, Jacobian (no block-output column in this summary)
-    assert "Jacobian" in axes[1].get_title()
+    assert "Jacobian" in axes[1].get_title() and "lower bound" in axes[1].get_title()
     top = axes[0]
     assert np.isfinite(top.get_ylim()).all() and top.get_ylim()[1] < 1e8
     triangles = [c for c in top.collections if len(c.get_offsets()) and c.get_offsets()[0][1] == pytest.approx(0.97)]

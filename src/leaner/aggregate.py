@@ -104,6 +104,8 @@ def _kappa_columns(cond: pd.DataFrame) -> dict:
         out[f"{prefix}_gmean"] = _gmean(g["kappa_median"])
         if "singular_fraction" in g:
             out[f"{prefix}_singular"] = float(g["singular_fraction"].mean())
+        if matrix == "jacobian" and "method" in g:
+            out[f"{prefix}_method"] = "+".join(sorted(set(g["method"])))  # exact | lanczos (a lower bound)
     return out
 
 

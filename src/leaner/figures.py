@@ -298,7 +298,9 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
             _heads_axis(ax, sub["heads"])
             ax.set_xlabel("heads h")
             ax.set_ylabel("kappa (geo. mean over layers)")
-            ax.set_title(f"{title}\n{name}", fontsize=9)
+            method = sub.get(f"kappa_{col_prefix}final_method", pd.Series(dtype=str)).astype(str)
+            bound = " (Lanczos: a lower bound)" if method.str.contains("lanczos").any() else ""
+            ax.set_title(f"{title}\n{name}{bound}", fontsize=9)
             handles = [Line2D([], [], color=palette[d], marker="o", label=f"depth {d}") for d in depths
                        if (sub["depth"] == d).any()]
             handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
