@@ -6,6 +6,8 @@ PyTorch's attention kernels or its SVD."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -83,3 +85,38 @@ def agrees(ours: float, reference: float, singular_at: float) -> bool:
     if reference <= 1e12:
         return rel <= 1e-3
     return ours == np.inf or abs(np.log10(ours / reference)) < 1
+
+
+def check_study_outputs(results: Path, pattern: str = "*/*/metrics.json") -> int:
+    """Every variant under `results` whose metrics.json matches `pattern`: the stage's
+    heads_concat median at init and after training, every layer, against `reference_kappas` on
+    the same probe batch (asserted with `agrees`). Returns how many medians were compared."""
+    import pandas as pd
+
+    from leaner.conditioning import singular_kappa
+    from leaner.io import read_json
+    from leaner.models import build_model
+    from leaner.tasks import make_task
+    from leaner.train import load_weights
+
+    checked = 0
+    for metrics_path in sorted(results.glob(pattern)):
+        spec, folder = read_json(metrics_path)["spec"], metrics_path.parent
+        cond = pd.read_csv(folder / "conditioning.csv")
+        task = make_task(spec, str(results / "data" / spec["dataset"] / "manifest.json"), torch.device("cpu"))
+        n = spec["conditioning"]["samples"]
+        probe = task.probe_inputs(n)
+        lengths = task.probe_lengths(n) if hasattr(task, "probe_lengths") else None
+        pad = 0 if spec["model"].get("arch") == "sequence_classifier" else None
+        for ckpt, name in (("init", "init.safetensors"), ("final", "model.safetensors")):
+            model = build_model(spec["model"])
+            load_weights(model, folder / name)
+            for layer, ks in reference_kappas(model, probe, lengths, pad).items():
+                row = cond[(cond["checkpoint"] == ckpt) & (cond["layer"] == layer + 1)
+                           & (cond["matrix"] == "heads_concat")].iloc[0]
+                median = float(np.sort(ks)[(len(ks) - 1) // 2])
+                limit = singular_kappa(int(row["tokens"]), int(row["cols"]))
+                assert agrees(float(row["kappa_median"]), median, limit), \
+                    (folder.name, ckpt, layer, row["kappa_median"], median)
+                checked += 1
+    return checked

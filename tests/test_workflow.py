@@ -96,34 +96,11 @@ def test_tiny_study_end_to_end(tiny_run):
 
 def test_every_tiny_variant_agrees_with_an_independent_float64_recomputation(tiny_run):
     """The stage's kappa (heads_concat median, init and final, every layer) against reference_kappa."""
-    import numpy as np
-    import torch
-
-    from leaner.conditioning import singular_kappa
-    from leaner.io import read_json
-    from leaner.models import build_model
-    from leaner.tasks import make_task
-    from leaner.train import load_weights
-    from reference_kappa import agrees, reference_kappas
+    from reference_kappa import check_study_outputs
 
     work, _ = tiny_run
-    checked = 0
-    for metrics_path in sorted((work / "results").glob("tiny*/*/metrics.json")):
-        spec, folder = read_json(metrics_path)["spec"], metrics_path.parent
-        cond = pd.read_csv(folder / "conditioning.csv")
-        manifest = work / "results" / "data" / spec["dataset"] / "manifest.json"
-        probe = make_task(spec, str(manifest), torch.device("cpu")).probe_inputs(spec["conditioning"]["samples"])
-        for ckpt, name in (("init", "init.safetensors"), ("final", "model.safetensors")):
-            model = build_model(spec["model"])
-            load_weights(model, folder / name)
-            for layer, ks in reference_kappas(model, probe).items():
-                row = cond[(cond["checkpoint"] == ckpt) & (cond["layer"] == layer + 1)
-                           & (cond["matrix"] == "heads_concat")].iloc[0]
-                median = float(np.sort(ks)[(len(ks) - 1) // 2])
-                assert agrees(float(row["kappa_median"]), median, singular_kappa(int(row["tokens"]), int(row["cols"]))), \
-                    (folder.name, ckpt, layer, row["kappa_median"], median)
-                checked += 1
-    assert checked == 2 * (2 * 2 + 4 * 1 + 2 * 1)  # checkpoints x layers: 2 two-layer, 4 one-layer ViTs, 2 P2 models
+    # checkpoints x layers: 2 two-layer and 4 one-layer ViTs, 2 P2 models
+    assert check_study_outputs(work / "results", "tiny*/*/metrics.json") == 2 * (2 * 2 + 4 * 1 + 2 * 1)
 
 
 def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):

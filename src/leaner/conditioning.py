@@ -185,9 +185,8 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                 slot["kappas"].append(kappa_of_rows(torch.cat(mats[name]), part).cpu())
             if want_jac:
                 x, kwargs = mats["input"][0]
-                with torch.enable_grad():
-                    res = jacobian_kappas(modules[layer], x, kwargs, part, jacobian["samples"],
-                                          jacobian["exact_max"], jacobian["lanczos_steps"])
+                res = jacobian_kappas(modules[layer], x, kwargs, part, jacobian["samples"],
+                                      jacobian["exact_max"], jacobian["lanczos_steps"])
                 methods = {r["method"] for r in res}
                 out[layer]["jacobian"] = {
                     "kappas": [torch.tensor([r["kappa"] for r in res], dtype=torch.float64)],

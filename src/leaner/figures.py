@@ -78,7 +78,7 @@ def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) ->
 def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"):
     """Mean with its interval; +inf points (singular) are left to `_offscale`."""
     finite = np.isfinite(agg["mean"].to_numpy(float))
-    x, agg = (x[finite] if hasattr(x, "__getitem__") else x), agg[finite]
+    x, agg = x[finite], agg[finite]
     lo = (agg["mean"] - agg["lo"]).fillna(0).clip(lower=0)
     hi = (agg["hi"] - agg["mean"]).fillna(0).clip(lower=0)
     ax.errorbar(x, agg["mean"], yerr=[lo, hi], color=color, label=label, linestyle=linestyle, marker=marker,

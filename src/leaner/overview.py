@@ -200,8 +200,7 @@ def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFra
             continue
         metric, mode = METRIC[task]
         lean = lean_vs_baseline(summary, {}, metric, mode)
-        base = lean.iloc[0] if len(lean) else None
-        if base is None:
+        if not len(lean):
             continue
         same = lean[(lean["width"] == summary["width"].max()) & (lean["depth"] == lean["depth"].min())]
         same = same[same["mlp_hidden"] == same["mlp_hidden"].min()]
