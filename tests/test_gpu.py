@@ -2,7 +2,9 @@
 
 Every task family trains a few steps in bf16 through the real CLI and Snakemake; conditioning on
 the GPU equals the CPU's; a killed GPU run resumes and finishes close to an uninterrupted one; k
-jobs of a jobs_per_gpu study train on one GPU at once."""
+jobs of a jobs_per_gpu study train on one GPU at once; P2's points are drawn on the GPU as a pure
+function of (seed, step); the step captured as a CUDA graph trains as the eager step does, and so
+does each torch.compile mode; a late divergence check still stops at the first bad step."""
 
 from __future__ import annotations
 
@@ -125,3 +127,57 @@ def test_k_jobs_train_on_one_gpu_at_once(tmp_path, monkeypatch):
     assert len(runs) == 4 and all(m["device"] == "cuda:0" for m in runs)
     assert sorted(m["run"]["gpu_claim"]["seat"] for m in runs) == [0, 1, 2, 3]
     assert max(m["run"]["gpu_claim"]["at_unix"] for m in runs) < min(m["run"]["finished_unix"] for m in runs)
+
+
+def test_the_point_stream_on_the_gpu_is_a_pure_function_of_seed_and_step():
+    from leaner.data.nearest_point import PointStream, farthest_targets
+
+    s = PointStream(16, 8, 64, data_seed=2, device="cuda")
+    x, y = s.batch(9)
+    assert x.is_cuda and y.is_cuda
+    s.batch(10)
+    assert torch.equal(PointStream(16, 8, 64, data_seed=2, device="cuda").batch(9)[0], x)
+    assert not torch.equal(s.batch(10)[0], x)
+    assert torch.allclose(x.norm(dim=-1), torch.ones(64, 8, device="cuda"))
+    # the targets are the farthest points, as float64 on the CPU finds them
+    assert torch.equal(farthest_targets(x.cpu().double()), y.cpu().double())
+    # a different generator from the CPU's: other points, and metrics.json says so
+    assert not torch.equal(PointStream(16, 8, 64, data_seed=2).batch(9)[0], x.cpu())
+
+
+def _nearest_on_gpu(tmp_path, name, **recipe):
+    from conftest import nearest_setup
+    from leaner.train import train
+
+    spec, manifest = nearest_setup(tmp_path / name, recipe={"epochs": 4, "steps_per_epoch": 50, **recipe})
+    return train(spec, str(manifest), tmp_path / name / "out", device="cuda", progress=False)
+
+
+def test_the_step_as_a_cuda_graph_trains_as_the_eager_step(tmp_path):
+    """Same kernels, same data, same order: the graphed run's losses track the eager run's."""
+    eager = _nearest_on_gpu(tmp_path, "eager")
+    graphed = _nearest_on_gpu(tmp_path, "graphed", cuda_graph=True)
+    assert eager["status"] == graphed["status"] == "ok" and graphed["steps"] == eager["steps"] == 200
+    assert graphed["data"]["points_drawn_on"] == "cuda"
+    assert graphed["best"]["train_loss"] == pytest.approx(eager["best"]["train_loss"], rel=0.05)
+    assert graphed["final"]["eval_mse"] == pytest.approx(eager["final"]["eval_mse"], rel=0.05)
+
+
+@pytest.mark.parametrize("mode", [True, "reduce-overhead"])
+def test_each_compile_mode_trains(tmp_path, mode):
+    eager = _nearest_on_gpu(tmp_path, "eager")
+    compiled = _nearest_on_gpu(tmp_path, "compiled", compile=mode)
+    assert compiled["status"] == "ok" and compiled["steps"] == 200
+    assert compiled["final"]["eval_mse"] == pytest.approx(eager["final"]["eval_mse"], rel=0.1)
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_a_late_divergence_check_on_the_gpu_stops_at_the_first_bad_step(tmp_path, graphed):
+    """An absurd learning rate: the run is `diverged` at the step the device flagged, and its
+    weights are finite (no update from that step on), though the host looked only every 50 steps."""
+    from safetensors.torch import load_file
+
+    m = _nearest_on_gpu(tmp_path, "bad", lr=1.0e12, warmup_frac=0.0, cuda_graph=graphed)
+    assert m["status"] == "diverged" and m["steps"] == m["diverged_at_step"] < 200
+    weights = load_file(str(tmp_path / "bad" / "out" / "model.safetensors"))
+    assert all(torch.isfinite(w).all() for w in weights.values())

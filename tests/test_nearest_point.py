@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from conftest import nearest_setup
-from leaner.data.nearest_point import PointStream, farthest_targets, sample_sphere
+from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
 from leaner.tasks import nearest_point_mse
@@ -45,6 +45,18 @@ def test_stream_is_a_function_of_seed_and_step_with_p2_shared_streams():
     assert not torch.equal(independent.batch(0)[0], PointStream(8, 4, 16, data_seed=0, streams=1).batch(1)[0])
     # the evaluation set does not depend on the data seed
     assert torch.equal(next(a.eval_batches())[0], next(b.eval_batches())[0])
+
+
+def test_the_stream_reseeds_one_generator_per_batch():
+    """Batch k is drawn from a generator seeded for (stream, position) alone: whatever was drawn
+    before, and the same numbers as a fresh CPU generator (the stream before it moved to the
+    training device)."""
+    s = PointStream(8, 4, 16, data_seed=3)
+    first = s.batch(5)[0]
+    s.batch(6), s.batch(100)
+    assert torch.equal(s.batch(5)[0], first)
+    assert torch.equal(first, sample_sphere(16, 4, 8, _generator(3 + 5 % 7, 5 // 7)))
+    assert s.device.type == "cpu" and first.device.type == "cpu"
 
 
 @pytest.mark.parametrize("d_model,heads,modules", [(8, 1, 1), (8, 2, 3), (12, 4, 2)])
@@ -124,6 +136,7 @@ def test_short_training_run_learns_and_keeps_init_seed(tmp_path):
     assert m["status"] == "ok" and m["steps"] == 200
     assert m["best"]["train_loss"] < 0.8 * m["final"]["eval_mse"] + 0.5  # learned from the start (~2)
     assert m["best"]["train_loss"] < 1.0 and len(m["diagnostics"]["qk_angle_deg"]) == 1
+    assert m["data"]["points_drawn_on"] == "cpu"
     other = copy.deepcopy(spec)
     other["seed"] = 4  # another data seed: same init (P2's init seed 613)
     train(other, str(manifest), tmp_path / "b", progress=False)

@@ -171,6 +171,62 @@ def test_divergence_is_a_status_not_a_crash(tmp_path, digits_manifest):
     assert (tmp_path / "model.safetensors").exists()
 
 
+def _nan_from(monkeypatch, first_bad: int) -> None:
+    """Make the image task's loss NaN from its `first_bad`-th call (0-based) on."""
+    from leaner.tasks import ImageClassification
+
+    real, calls = ImageClassification.loss, [0]
+
+    def loss(self, model, batch):
+        value, n = real(self, model, batch)
+        calls[0] += 1
+        return (value * math.nan if calls[0] > first_bad else value), n
+
+    monkeypatch.setattr(ImageClassification, "loss", loss)
+
+
+@pytest.mark.parametrize("sync_every", [1, 7])
+def test_a_late_divergence_check_stops_at_the_first_bad_step_with_its_weights(tmp_path, digits_manifest,
+                                                                              monkeypatch, capsys, sync_every):
+    """The loss turns NaN at step 10. Checked on every step or only every 7th (as on a GPU, where a
+    check is a host sync), the run is `diverged` at step 10 with the weights after steps 0-9: the
+    device-side flag skips every optimiser update from the bad step on."""
+    spec = small_spec()
+    spec["recipe"].update(epochs=2, sync_every=sync_every)
+    spec["conditioning"]["steps"] = [5, 12]  # 12 comes after the bad step: not a step the run trained
+    clean = small_spec()
+    clean["recipe"].update(epochs=2)
+    clean["conditioning"]["steps"] = [10]  # keeps the weights after step 10
+    train(clean, str(digits_manifest), tmp_path / "clean", progress=False)
+    _nan_from(monkeypatch, 10)
+    metrics = train(spec, str(digits_manifest), tmp_path / "bad", progress=False)
+    assert metrics["status"] == "diverged" and metrics["steps"] == 10 and metrics["diverged_at_step"] == 10
+    found = 13 if sync_every == 7 else 10  # the check after step index 13 is the first after 10
+    assert f"loss is not finite at step 10 (found at step {found})" in capsys.readouterr().err
+    step10 = tmp_path / "clean" / "checkpoints" / "step10.safetensors"
+    assert _same_weights(tmp_path / "bad" / "model.safetensors", step10)
+    assert [c["name"] for c in metrics["checkpoints"]] == ["step5"]
+    assert sorted(p.name for p in (tmp_path / "bad" / "checkpoints").iterdir()) == ["step5.safetensors"]
+    history = pd.read_csv(tmp_path / "bad" / "history.csv")
+    assert history["step"].tolist() == [10]
+    # the logged loss is the mean over the steps that trained (0-9), not NaN
+    assert 1.0 < history["train_loss"].iloc[0] < 2.5
+
+
+def test_syncing_less_often_changes_nothing_but_rounding(tmp_path, digits_manifest):
+    """sync_every only decides when the host reads the device's sums: same weights, bit for bit,
+    and the same logged losses up to float64 rounding."""
+    runs = {}
+    for k in (1, 5):
+        spec = small_spec()
+        spec["recipe"].update(epochs=2, sync_every=k)
+        runs[k] = train(spec, str(digits_manifest), tmp_path / f"k{k}", progress=False)
+    assert _same_weights(tmp_path / "k1" / "model.safetensors", tmp_path / "k5" / "model.safetensors")
+    a, b = (pd.read_csv(tmp_path / f"k{k}" / "history.csv") for k in (1, 5))
+    assert a["train_loss"].tolist() == pytest.approx(b["train_loss"].tolist(), rel=1e-12)
+    assert runs[1]["final"]["eval_acc"] == runs[5]["final"]["eval_acc"]
+
+
 def test_expected_parameter_count_is_enforced(tmp_path, digits_manifest):
     spec = small_spec()
     spec["expect_params"] = {"params": 10, "tolerance": 0}

@@ -148,10 +148,10 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
     "hub": {"subset": None, "train_split": "train", "eval_split": "validation",
             "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
-            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "decode": "pil"},
     "imagefolder": {"train_split": "train", "eval_split": "validation",
                     "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
-                    "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+                    "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "decode": "pil"},
 }
 DATASET_DEFAULTS["nearest_point"] = {"streams": 7, "eval_samples": 4096, "eval_seed": 12345}
 # LRA ListOps as published: depth 10, up to 10 arguments, 500-2000 tokens, 96k/2k/2k examples.
@@ -183,7 +183,7 @@ RECIPE_DEFAULTS = {
     "betas": [0.9, 0.999], "warmup_frac": 0.05, "grad_clip": None, "label_smoothing": 0.0,
     "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
     "eval_batch_size": 256, "num_workers": 0, "max_steps": None, "schedule": "cosine",
-    "steps_per_epoch": None, "init_seed": None, "compile": False,
+    "steps_per_epoch": None, "init_seed": None, "compile": False, "cuda_graph": False, "sync_every": None,
 }
 # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100 steps,
 # warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed.

@@ -81,6 +81,18 @@ class Context:
         dist.all_reduce(t)
         return t.tolist()
 
+    def device_sum(self, value: float, device):
+        """`value` summed over ranks, as a tensor on `device`: no host sync (NCCL queues the
+        collective on the stream)."""
+        import torch
+
+        t = torch.full((), float(value), dtype=torch.float32, device=device)
+        if self.active:
+            import torch.distributed as dist
+
+            dist.all_reduce(t)
+        return t
+
     def from_main(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank."""
         if not self.active:

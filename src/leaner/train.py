@@ -35,6 +35,7 @@ from . import distributed
 from .devices import claimed, pick_device
 from .io import atomic_path, remove_stale_temps, sha256_file, write_csv, write_json
 from .models import build_model, param_counts
+from .step import GraphedStep, LossMeter, sync_interval
 from .tasks import make_task
 
 RESUME_DIR = ".resume"
@@ -69,10 +70,11 @@ def make_deterministic(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def autocast_for(device: torch.device):
-    """bf16 autocast on CUDA, nothing on CPU (fp32 keeps CPU runs exact and deterministic)."""
+def autocast_for(device: torch.device, graph_safe: bool = False):
+    """bf16 autocast on CUDA, nothing on CPU (fp32 keeps CPU runs exact and deterministic).
+    graph_safe: without autocast's weight-cast cache, which a CUDA graph capture must not use."""
     if device.type == "cuda":
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph_safe)
     return contextlib.nullcontext
 
 
@@ -96,7 +98,15 @@ def lr_at(step: int, total: int, recipe: dict, steps_per_epoch: int = 1) -> floa
     return floor + 0.5 * (base - floor) * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def make_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
+def compile_mode(recipe: dict) -> str | None:
+    """torch.compile's mode for recipe.compile: true is "default", false/null is no compile."""
+    value = recipe.get("compile")
+    if value is True:
+        return "default"
+    return value or None
+
+
+def make_optimizer(model, recipe: dict, capturable: bool = False) -> torch.optim.Optimizer:
     """AdamW; no weight decay on biases, norms, position embeddings and tokens (the timm/DeiT rule)."""
     skip = set(getattr(model, "no_weight_decay", lambda: set())())
     decay, no_decay = [], []
@@ -107,7 +117,9 @@ def make_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
     groups = [{"params": decay, "weight_decay": recipe["weight_decay"]},
               {"params": no_decay, "weight_decay": 0.0}]
     # fused: one kernel for all parameters (on CPU too), ~25% faster steps for small models
-    return torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]), fused=True)
+    # capturable: state and lr on the device, for a step captured as a CUDA graph
+    return torch.optim.AdamW(groups, lr=recipe["lr"], betas=tuple(recipe["betas"]), fused=True,
+                             capturable=capturable)
 
 
 def save_weights(model, path: Path, spec: dict) -> None:
@@ -272,14 +284,19 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             f"{-(-recipe['batch_size'] // ctx.world)} of a global batch of {recipe['batch_size']}")
     model.to(dev)
     net = ctx.wrap(model, dev)  # what the training step calls; `model` stays the plain module
-    if recipe.get("compile"):
-        if dev.type == "cuda":
-            net = torch.compile(net)
-        else:
-            log("recipe.compile is for CUDA; training eagerly on the CPU")
+    graphed = bool(recipe.get("cuda_graph")) and dev.type == "cuda"
+    if recipe.get("cuda_graph") and not graphed:
+        log("recipe.cuda_graph is for CUDA; training eagerly on the CPU")
+    if graphed and ctx.active:
+        raise ValueError("recipe.cuda_graph captures one process's step; it cannot run under DDP (gpu > 1)")
+    mode = compile_mode(recipe)
+    if mode and dev.type == "cuda":
+        net = torch.compile(net, mode=mode)
+    elif mode:
+        log("recipe.compile is for CUDA; training eagerly on the CPU")
     task = make_task(spec, data_path, dev)
-    optimizer = make_optimizer(model, recipe)
-    autocast = autocast_for(dev)
+    optimizer = make_optimizer(model, recipe, capturable=graphed)
+    autocast = autocast_for(dev, graph_safe=graphed)
 
     steps_per_epoch = task.steps_per_epoch
     total_steps = recipe["epochs"] * steps_per_epoch
@@ -289,7 +306,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total_steps))
     kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
 
-    step, history, status = 0, [], "ok"
+    step, history, status, diverged_at = 0, [], "ok", None
     epoch_loss, epoch_count, elapsed_before = 0.0, 0, 0.0
     state = _load_resume(resume_path, json.dumps(spec, sort_keys=True), log)
     if state is None and ctx.main:  # weights kept by a killed run of another spec are not this run's
@@ -307,6 +324,22 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             log(f"warning: checkpoint has RNG states of {len(rngs)} process(es), this run has {ctx.world}; "
                 "data order is unaffected, dropout/augmentation draws are not continued")
         log(f"resumed from step {step} of {total_steps}")
+    meter = LossMeter(dev, ctx, epoch_loss, epoch_count)
+    optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
+    sync_every = sync_interval(recipe, dev)
+
+    def one_step(batch, step_now) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss, n_local = task.loss(net, batch)
+        meter.add(loss, n_local, step_now)
+        # weight each rank's mean by its share, so DDP's average is the global-batch mean
+        (loss * (n_local * ctx.world / ctx.device_sum(n_local, dev)) if ctx.active else loss).backward()
+        if recipe.get("grad_clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
+        optimizer.step()
+
+    runner = GraphedStep(one_step, optimizer, dev) if graphed else None
 
     def checkpoint() -> None:
         rngs = ctx.gather(_rng_state())  # every rank takes part; rank 0 writes
@@ -314,7 +347,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             _save_resume(resume_path, {
                 "spec": json.dumps(spec, sort_keys=True), "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "step": step, "history": history,
-                "epoch_loss": epoch_loss, "epoch_count": epoch_count,
+                "epoch_loss": meter.total, "epoch_count": meter.count,
                 "elapsed_s": elapsed_before + time.perf_counter() - t0, "rng": rngs})
 
     from tqdm import tqdm
@@ -322,7 +355,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     bar = tqdm(total=total_steps, initial=step, disable=not (progress and ctx.main), file=sys.stderr, dynamic_ncols=True,
                mininterval=1.0 if sys.stderr.isatty() else 10.0, desc=spec["variant"])
     t0 = time.perf_counter()
-    samples_seen, steps_here = 0, 0
+    samples_local, steps_here = 0, 0
     best = {"value": None, "epoch": None, "step": None}
     for row in history:
         best = _update_best(best, row, task)
@@ -332,28 +365,26 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         skip = step - epoch * steps_per_epoch
         for batch in task.train_batches(epoch, skip, ctx.rank, ctx.world):
             lr = lr_at(step, total_steps, recipe, steps_per_epoch)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with autocast():
-                loss, n_local = task.loss(net, batch)
-            loss_sum, n = ctx.all_sum([loss.item() * n_local, n_local], dev)
-            n = int(n)
-            if not math.isfinite(loss_sum):
-                status = "diverged"
-                log(f"loss is {loss_sum / n} at step {step}: stopping, status diverged")
-                break
-            optimizer.zero_grad(set_to_none=True)
-            # weight each rank's mean by its share, so DDP's average is the global-batch mean
-            (loss * (n_local * ctx.world / n) if ctx.active else loss).backward()
-            if recipe.get("grad_clip"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
-            optimizer.step()
+            if runner is not None:
+                runner.set_lr(lr)
+                runner.run(batch, step)
+            else:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                one_step(batch, step)
             step += 1
             steps_here += 1
-            samples_seen += n
-            epoch_loss += loss_sum
-            epoch_count += n
+            samples_local += len(batch[0])
             bar.update(1)
+            due = step % sync_every == 0 or step % steps_per_epoch == 0 or step >= total_steps
+            if due or step % recipe["checkpoint_every"] == 0:
+                diverged_at = meter.sync()
+                if diverged_at is not None:  # the weights are those before the bad step's update
+                    status = "diverged"
+                    log(f"loss is not finite at step {diverged_at} (found at step {step - 1}): stopping, "
+                        "status diverged")
+                    step = diverged_at
+                    break
             if step in keep and ctx.main:
                 kept_tmp.mkdir(parents=True, exist_ok=True)
                 save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
@@ -365,11 +396,12 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         if epoch_done:  # a history row every epoch; evaluation every eval_every epochs and at the end
             last = step >= total_steps or status != "ok"
             evaluate = (epoch + 1) % recipe["eval_every"] == 0 or last
+            train_loss = meter.end_epoch()
             row = None
             if ctx.main:  # rank 0 evaluates (the others wait), every rank keeps the same history
                 row = {"epoch": epoch + 1, "step": step,
                        "lr": lr_at(max(step - 1, 0), total_steps, recipe, steps_per_epoch),
-                       "train_loss": epoch_loss / epoch_count if epoch_count else math.nan,
+                       "train_loss": train_loss,
                        **(task.evaluate(model, autocast) if evaluate else {}),
                        "elapsed_s": elapsed_before + time.perf_counter() - t0}
             row = ctx.from_main(row)
@@ -379,10 +411,10 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))})
                 log("epoch {epoch} step {step}: ".format(**row) +
                     " ".join(f"{k}={v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))))
-            epoch_loss, epoch_count = 0.0, 0
             epoch += 1
     bar.close()
     train_time = time.perf_counter() - t0
+    samples_seen = ctx.all_sum([samples_local], dev)[0]
     if not ctx.main:
         ctx.close()
         return {}
@@ -390,14 +422,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     import pandas as pd
 
     save_weights(model, out / "model.safetensors", spec)
-    kept = _publish_kept(kept_tmp, out / KEPT_DIR, keep)
+    kept = _publish_kept(kept_tmp, out / KEPT_DIR, {s for s in keep if s <= step})
     final = {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))}
     write_csv(out / "history.csv", pd.DataFrame(history))
     metrics = {
         "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
-        "params": counts, "status": status, "final": final,
+        "params": counts, "status": status, "diverged_at_step": diverged_at, "final": final,
         "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
-        "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "steps": step, "total_steps": total_steps, "epochs": n_epochs,
+        "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "data": task.data_info(),
+        "steps": step, "total_steps": total_steps, "epochs": n_epochs,
         "wall_time_s": elapsed_before + train_time,
         "throughput_samples_per_s": samples_seen / train_time if train_time > 0 else None,
         "peak_memory_mb": _peak_memory_mb(dev), "device": str(dev),
@@ -420,13 +453,18 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
 def _publish_kept(tmp_dir: Path, final_dir: Path, keep: set[int]) -> list[dict]:
     """Move the weights kept during training to <out>/checkpoints/ (replacing an older run's) and
-    describe them for metrics.json: [{name, step, file, sha256}] in step order (a diverged run
-    stops before its later steps)."""
+    describe them for metrics.json: [{name, step, file, sha256}] in step order. `keep` holds the
+    steps the run trained to: a diverged run stops before its later steps, and drops any it saved
+    between the bad step and the check that found it."""
     shutil.rmtree(final_dir, ignore_errors=True)
     if tmp_dir.exists():
         os.replace(tmp_dir, final_dir)
     else:
         final_dir.mkdir(parents=True)
+    wanted = {f"{kept_name(step)}.safetensors" for step in keep}
+    for path in final_dir.iterdir():
+        if path.name not in wanted:
+            path.unlink()
     out = []
     for step in sorted(keep):
         path = final_dir / f"{kept_name(step)}.safetensors"

@@ -8,6 +8,12 @@ Batch k is a pure function of (data seed, k), so a resumed run sees the batches 
 run would have seen. P2 drew batches from 7 loader workers seeded data_seed + worker, so data seeds
 s and s+1 share 6 of 7 streams; `streams: 7` keeps that structure (batch k comes from stream
 data_seed + k mod 7), `streams: 1` makes every data seed independent.
+
+On a GPU the training batches are drawn there (`device`), from a CUDA generator seeded the same
+way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox numbers are
+not the CPU's Mersenne Twister ones, so a GPU run sees other points than a CPU run of the same
+seed (same distribution). metrics.json records where the points were drawn. The evaluation set is
+always drawn on the CPU: every run, wherever it trained, is scored on the same points.
 """
 
 from __future__ import annotations
@@ -23,33 +29,43 @@ EVAL_CHUNK = 512
 
 
 def sample_sphere(batch: int, tokens: int, dim: int, generator: torch.Generator) -> torch.Tensor:
-    x = torch.randn(batch, tokens, dim, generator=generator)
+    x = torch.randn(batch, tokens, dim, generator=generator, device=generator.device)
     return x / x.norm(dim=-1, keepdim=True)
 
 
 def farthest_targets(x: torch.Tensor) -> torch.Tensor:
-    """y_i = x_j with j = argmin_j <x_j, x_i>, for x of shape (B, N, d)."""
-    j = torch.einsum("bid,bjd->bij", x, x).argmin(dim=-1)
+    """y_i = x_j with j = argmin_j <x_j, x_i>, for x of shape (B, N, d). On a GPU the inner
+    products are taken in float64: TF32 matmuls (on for training) would pick a wrong point at
+    near-ties."""
+    products = x.double() if x.is_cuda else x
+    j = torch.einsum("bid,bjd->bij", products, products).argmin(dim=-1)
     return torch.gather(x, 1, j[..., None].expand_as(x))
 
 
+def _seed(*keys: int) -> int:
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0])
+
+
 def _generator(*keys: int) -> torch.Generator:
-    seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0])
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(_seed(*keys))
 
 
 class PointStream:
     """The training stream of one run and its fixed evaluation set."""
 
     def __init__(self, dim: int, tokens: int, batch_size: int, data_seed: int, streams: int = 7,
-                 eval_samples: int = 4096, eval_seed: int = 12345):
+                 eval_samples: int = 4096, eval_seed: int = 12345, device: str | torch.device = "cpu"):
         self.dim, self.tokens, self.batch_size = dim, tokens, batch_size
         self.data_seed, self.streams = data_seed, streams
         self.eval_samples, self.eval_seed = eval_samples, eval_seed
+        self.device = torch.device(device)
+        self._train_gen = torch.Generator(self.device)  # re-seeded for every batch
 
     def batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training batch k, on the stream's device (seeding a CUDA generator needs no sync)."""
         stream, position = self.data_seed + k % self.streams, k // self.streams
-        x = sample_sphere(self.batch_size, self.tokens, self.dim, _generator(stream, position))
+        self._train_gen.manual_seed(_seed(stream, position))
+        x = sample_sphere(self.batch_size, self.tokens, self.dim, self._train_gen)
         return x, farthest_targets(x)
 
     def batches(self, first: int, last: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

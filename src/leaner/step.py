@@ -1,0 +1,138 @@
+"""One optimiser step, without waiting on the GPU.
+
+The training loop (train.py) asks three things of a step, and none of them needs the host to wait
+for the device:
+  - the logged loss: `LossMeter` sums loss x samples on the device and brings the sums to the host
+    only at a sync (every `recipe.sync_every` steps, at each epoch's end, before a checkpoint);
+  - the divergence stop: the meter marks, on the device, the first step whose loss is not finite;
+    from that step on, its `stopped` flag (the fused AdamW's `found_inf`) makes every optimiser
+    step a no-op inside the kernel. The host learns of it at the next sync and ends the run as
+    `diverged` at the first bad step, with the weights of that step: exactly what a check on every
+    step gives, however late the check comes;
+  - launch overhead: for small models the step is a few hundred tiny kernels, and the CPU cannot
+    launch them as fast as the GPU runs them. `GraphedStep` captures the whole step (forward,
+    backward, clipping, AdamW, the meter) as one CUDA graph and replays it; `torch.compile`'s
+    modes (`recipe.compile`) are the alternative.
+
+On the CPU every op runs when it is called, a sync costs nothing, and `sync_every` defaults to 1:
+a CPU run is the same, bit for bit, as one that read the loss after every step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+NEVER = 2**62  # "no bad step yet"
+
+
+class LossMeter:
+    """The epoch's training loss and the first non-finite loss, kept on the device.
+
+    `add` is device ops only; `sync` (every rank calls it at the same steps) moves the sums since
+    the last sync to the host, summed over ranks, and returns the first bad step or None. A loss
+    counts only while the run has not stopped, so the epoch mean is that of the steps that trained.
+    """
+
+    def __init__(self, device: torch.device, ctx, total: float = 0.0, count: int = 0):
+        self.ctx, self.total, self.count = ctx, total, count
+        self.pending = torch.zeros(2, dtype=torch.float64, device=device)  # loss x n, n since the last sync
+        self.first_bad = torch.full((), NEVER, dtype=torch.int64, device=device)
+        self.stopped = torch.zeros((), dtype=torch.float32, device=device)  # the optimiser's found_inf
+
+    def add(self, loss: torch.Tensor, n: int, step: torch.Tensor | int) -> None:
+        loss = loss.detach()
+        finite = torch.isfinite(loss)
+        live = finite & (self.stopped == 0)
+        self.pending[0] += torch.where(live, loss.double() * n, 0.0)
+        self.pending[1] += live.double() * n
+        self.first_bad.copy_(torch.minimum(self.first_bad, torch.where(finite, NEVER, step)))
+        self.stopped.copy_(torch.maximum(self.stopped, (~finite).float()))
+        if self.ctx.active:  # every rank skips the update once any rank saw a bad loss
+            import torch.distributed as dist
+
+            dist.all_reduce(self.stopped, op=dist.ReduceOp.MAX)
+
+    def sync(self) -> int | None:
+        """Fold the device sums into the host totals; the first bad step (all ranks agree) or None."""
+        if self.ctx.active:
+            import torch.distributed as dist
+
+            dist.all_reduce(self.pending)
+            dist.all_reduce(self.first_bad, op=dist.ReduceOp.MIN)
+        loss_sum, count = self.pending.tolist()
+        self.pending.zero_()
+        self.total += loss_sum
+        self.count += int(count)
+        bad = int(self.first_bad)
+        return None if bad == NEVER else bad
+
+    def end_epoch(self) -> float:
+        """The epoch's mean loss (call after a sync); resets the totals."""
+        mean = self.total / self.count if self.count else float("nan")
+        self.total, self.count = 0.0, 0
+        return mean
+
+
+def sync_interval(recipe: dict, device: torch.device) -> int:
+    """Steps between host syncs: recipe.sync_every, else 1 on the CPU and 50 on a GPU."""
+    given = recipe.get("sync_every")
+    if given:
+        return int(given)
+    return 1 if device.type == "cpu" else 50
+
+
+class GraphedStep:
+    """The whole training step as one CUDA graph (recipe.cuda_graph), for models whose step is
+    launch-bound. Needs every batch in the same shapes (a stream task) and one process.
+
+    The graph reads the batch from static tensors (`run` copies each batch in), the learning rate
+    from a tensor per parameter group and the step number from a device tensor, each set before a
+    replay without a sync. Before capture a few real steps run eagerly on a side stream (CUDA's
+    rule: the allocator and cuBLAS must be warm), so the optimiser state exists; they are steps of
+    the run. `step_fn(batch, step)` is the eager step: it zeroes the gradients (set to None), so
+    inside the capture, right after a zero_grad, that is a no-op and backward writes fresh ones.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, step_fn: Callable[[tuple, torch.Tensor], None], optimizer, device: torch.device):
+        self.step_fn, self.optimizer, self.device = step_fn, optimizer, device
+        for group in optimizer.param_groups:  # capturable AdamW reads lr from a device tensor
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+        self.graph = None
+        self.static: tuple | None = None
+        self.step_t = torch.zeros((), dtype=torch.int64, device=device)
+        self.warm = 0
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"].fill_(lr)
+
+    def run(self, batch: tuple, step: int) -> None:
+        """One step on `batch` (device tensors); warm-up eagerly, then capture, then replay."""
+        if self.graph is None and self.warm < self.WARMUP:
+            self.step_t.fill_(step)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                self.step_fn(batch, self.step_t)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.warm += 1
+            return
+        if self.graph is None:
+            self.static = tuple(t.to(self.device).clone() for t in batch)
+            self.step_t.fill_(step)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.step_fn(self.static, self.step_t)
+        else:
+            for dst, src in zip(self.static, batch):
+                if dst.shape != src.shape:
+                    raise ValueError(f"recipe.cuda_graph needs every batch in one shape: got {tuple(src.shape)}"
+                                     f" after {tuple(dst.shape)}")
+                dst.copy_(src, non_blocking=True)
+            self.step_t.fill_(step)
+        self.graph.replay()
