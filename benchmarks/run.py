@@ -9,15 +9,20 @@ number is the median of --repeats runs with its spread (min-max). Rows:
 
 1. training loop: steps/s of leaner.train.train against a bare PyTorch loop over the same timm
    model, data tensors, batch order and fused AdamW, alternating in one process (target >= 0.98).
-   1b: data loading against the step it feeds; the image loader's rate per worker process.
+   1b: data loading against the step it feeds; the image loader's rate per worker process, with
+   Pillow in workers (`decode: pil`) and decoded/augmented in the training process (`decode: device`).
 2. conditioning: the conditioning stage of one trained variant as a fraction of its training
    time (target <= 5%); batched float64 SVD against a per-sample loop; cost vs tokens and width.
 3. DAG resolution: `snakemake -n` for generated grids of 100-2000 variants, and the paper config.
 4. end to end (--e2e): the default study from a clean folder, wall time and CPU use.
-5. GPU: ViT-B/16 training throughput and MFU with bf16 autocast and fused attention (optionally
-   torch.compile); skipped, and said so, without a GPU.
+5. GPU: ViT-B/16 through `leaner train` against a bare loop on the same GPU, eager and compiled:
+   steady images/s and MFU, the start (compile) apart; the loader processes that would feed it.
 6. GPU machines: (a, --e2e) the default study with the GPU visible against the same machine's CPU
-   alone; (b) k P2 variants sharing one GPU (seats) against one alone. Skipped without a GPU.
+   alone; (b) P2's fig1 variant through `leaner train` (eager, CUDA graph, compile reduce-overhead)
+   against a bare loop, alone and 4 and 8 processes sharing one GPU.
+7. The paper-scale studies of configs/paper.yaml: their work, and their wall time on one GPU and
+   on an 8-GPU node projected from rows 5 and 6b.
+Rows 5-7 need a GPU; without one the tables say so (row 7 still lists each study's work).
 """
 
 from __future__ import annotations
@@ -155,14 +160,20 @@ def _write_images(root: Path, n: int, size: int, fmt: str) -> None:
             Image.fromarray(pixels).save(folder / f"{i}.{fmt}", quality=90)
 
 
-def _loader_rate(manifest: str, workers: int, batch: int) -> float:
-    """Images per second out of the training loader (decode + DeiT augmentation + collate)."""
+def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -> float:
+    """Images per second out of the training loader (decode + DeiT augmentation + collate), as
+    model input on `device` (for `decode: device`, decoded and augmented there)."""
     from leaner.data import load_splits
 
-    split = load_splits(manifest, {"augment": True, "num_workers": workers}).train
+    splits = load_splits(manifest, {"augment": True, "num_workers": workers})
+    dev = torch.device(device)
     t0, n = time.perf_counter(), 0
-    for x, _ in split.train_batches(batch, seed=0, epoch=0):
+    for x, _ in splits.train.train_batches(batch, seed=0, epoch=0):
+        if splits.finish is not None:
+            x = splits.finish.train(x, dev)
         n += len(x)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     return n / (time.perf_counter() - t0)
 
 
@@ -182,30 +193,37 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
     step_s = trained["train_s"] / trained["steps"]
     rows = [["digits in memory (index lookup)", "-", median_spread([1e3 * f for f in fetch]) + " ms/batch",
              f"{1e3 * step_s:.3g} ms", median_spread([100 * f / step_s for f in fetch]) + " %"]]
-    rate_224 = None
+    rates_224: dict[str, float] = {}
     n = 32 if quick else 256
     worker_counts = [0] if quick else sorted({0, 1, os.cpu_count() or 1})
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     for label, size, fmt in (("CIFAR-like 32 px PNG", 32, "png"), ("ImageNet-like 224 px (256 px JPEG)", 224, "jpg")):
         root = work / f"images{size}"
         _write_images(root / "imgs", n, 256 if size == 224 else size, fmt)
         meta = {"kind": "imagefolder", "path": str(root / "imgs"), "train_split": "train", "eval_split": "validation",
                 "image_key": "image", "label_key": "label", "num_classes": 4, "img_size": size, "in_chans": 3,
                 "mean": [0.5] * 3, "std": [0.25] * 3}
-        prepare(f"images{size}", meta, str(root / "manifest.json"))
-        for workers in worker_counts:
-            rates = [_loader_rate(str(root / "manifest.json"), workers, 32) for _ in range(repeats)]
-            per_proc = statistics.median(rates) / max(1, workers)
-            if size == 224:
-                rate_224 = max(rate_224 or 0.0, per_proc)
-            rows.append([label, workers, median_spread(rates) + " images/s", "-", f"{per_proc:.0f} images/s per process"])
+        for decode in ("pil", "device"):
+            prepare(f"images{size}", {**meta, "decode": decode}, str(root / decode / "manifest.json"))
+            # decode: device does its work in the training process: its rate is that process's
+            for workers in (worker_counts if decode == "pil" else [0]):
+                rates = [_loader_rate(str(root / decode / "manifest.json"), workers, 32, device)
+                         for _ in range(repeats)]
+                per_proc = statistics.median(rates) / max(1, workers)
+                if size == 224:
+                    rates_224[decode] = max(rates_224.get(decode, 0.0), per_proc)
+                where = "Pillow in workers" if decode == "pil" else f"on {device} in the training process"
+                rows.append([f"{label}, decode: {decode} ({where})", workers, median_spread(rates) + " images/s", "-",
+                             f"{per_proc:.0f} images/s per process"])
     text = table("1b. Data loading against the step it feeds", ["data", "workers", "loading", "training step",
                                                               "loading / step"], rows)
     text += (f"\nIn-memory batches (digits, P2's points, token windows) cost a fraction of the step above. "
              f"Image datasets go through a torch DataLoader with `recipe.num_workers` processes (pinned memory on "
              f"CUDA); {n} images per split, batch 32, DeiT training transform (RandomResizedCrop, flip, "
-             f"RandAugment m9, random erasing). Row 5 divides a GPU's images/s by the per-process rate at 224 px "
-             f"to give the workers it needs.\n")
-    return text, rate_224 or 0.0
+             f"RandAugment m9, random erasing). `decode: device`: the workers read the encoded bytes, the "
+             f"training process decodes each batch (nvJPEG on a GPU) and runs the same recipe on tensors. Row 5 "
+             f"divides a GPU's images/s by the per-process rate at 224 px to give the processes it needs.\n")
+    return text, rates_224
 
 
 # ----------------------------------------------------------------------------- 2. conditioning
@@ -319,6 +337,9 @@ def bench_e2e(work: Path) -> str:
 # ----------------------------------------------------------------------------- 5. GPU
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+VIT_B = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
+         "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000, "qkv_bias": True,
+         "drop_path_rate": 0.0, "global_pool": "token"}
 
 
 def vit_b_train_flops_per_image(tokens: int = 197, width: int = 768, depth: int = 12, mlp: int = 3072) -> float:
@@ -327,49 +348,238 @@ def vit_b_train_flops_per_image(tokens: int = 197, width: int = 768, depth: int 
     return 3 * depth * per_layer
 
 
-def bench_gpu(steps: int, compile_model: bool, loader_rate_224: float) -> str:
-    if not torch.cuda.is_available():
-        return table("5. GPU path (ViT-B/16, bf16, fused attention)", ["result"],
-                     [["skipped: no CUDA device on this machine"]])
+def _mfu(images_per_s: float) -> str:
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    achieved = vit_b_train_flops_per_image() * images_per_s / 1e12
+    return f"{achieved:.0f} TFLOP/s, " + (f"{100 * achieved / peak:.1f}%" if peak else "unknown peak")
+
+
+def _bare_vit(batch: int, steps: int, compile_model: bool) -> tuple[float, float]:
+    """ViT-B/16 with data already on the GPU, no per-step sync: (steady images/s, seconds of the
+    first 5 steps, compile included)."""
     from leaner.models import build_model
 
-    spec = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
-            "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000}
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = True
-    model = build_model(spec).to(dev).to(memory_format=torch.channels_last)
-    if compile_model:
-        model = torch.compile(model)
+    model = build_model(VIT_B).to(dev)
+    net = torch.compile(model) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-    batch = 256
-    x = torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, 224, 224, device=dev)
     y = torch.randint(0, 1000, (batch,), device=dev)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+            loss = torch.nn.functional.cross_entropy(net(x).float(), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
+    t0 = time.perf_counter()
     for _ in range(5):
         step()
     torch.cuda.synchronize()
+    warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / steps
-    name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    achieved = vit_b_train_flops_per_image() * batch / dt / 1e12
-    mfu = f"{100 * achieved / peak:.1f}%" if peak else "unknown peak"
-    workers = f"{math.ceil(batch / dt / loader_rate_224)}" if loader_rate_224 else "-"
-    return table("5. GPU path (ViT-B/16, bf16, fused attention" + (", torch.compile)" if compile_model else ")"),
-                 ["device", "images/s", "TFLOP/s", "MFU (target >= 50% on H100)", "peak memory GB",
-                  "loader workers to feed it (row 1b)"],
-                 [[name, f"{batch / dt:.0f}", f"{achieved:.0f}", mfu,
-                   f"{torch.cuda.max_memory_allocated() / 2**30:.1f}", workers]])
+    return batch * steps / (time.perf_counter() - t0), warm
+
+
+def _synthetic_images(work: Path, n: int, size: int, classes: int) -> str:
+    """An in-memory image dataset of random pixels in the digits format (arrays + manifest): what
+    `leaner train` reads when the data must cost nothing (held on the GPU, gathered per batch)."""
+    import numpy as np
+
+    from leaner.io import sha256_file, write_json
+
+    work.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 3, size, size), dtype=np.float32)
+    y = rng.integers(0, classes, n).astype(np.int64)
+    arrays = work / "synthetic.npz"
+    np.savez(arrays, x_train=x, y_train=y, x_test=x[:256], y_test=y[:256])
+    manifest = work / "manifest.json"
+    write_json(manifest, {"dataset": "synthetic", "kind": "digits", "n_train": n, "n_eval": 256,
+                          "num_classes": classes, "img_size": size, "in_chans": 3, "arrays": arrays.name,
+                          "sha256": sha256_file(arrays)})
+    return str(manifest)
+
+
+def _leaner_vit(manifest: str, batch: int, epochs: int, compile_model: bool, work: Path) -> tuple[float, float]:
+    """ViT-B/16 through leaner.train.train on the synthetic set: (steady images/s from the per-epoch
+    history, after the first two epochs and before the final evaluation; seconds of the first epoch)."""
+    import pandas as pd
+
+    from leaner.train import train
+
+    recipe = {**RECIPE_DEFAULTS, "epochs": epochs, "batch_size": batch, "lr": 1e-3, "eval_every": 10_000,
+              "checkpoint_every": 10_000_000, "compile": compile_model}
+    spec = {"study": "bench", "variant": "vit_b", "task": "image_classification", "dataset": "synthetic",
+            "seed": 0, "model": VIT_B, "recipe": recipe, "conditioning": {**CONDITIONING_DEFAULTS}}
+    out = work / ("compiled" if compile_model else "eager")
+    train(spec, manifest, out, device="cuda", progress=False)
+    h = pd.read_csv(out / "history.csv")
+    a, b = h.iloc[1], h.iloc[-2]
+    return (b["step"] - a["step"]) * batch / (b["elapsed_s"] - a["elapsed_s"]), float(h.iloc[0]["elapsed_s"])
+
+
+def bench_gpu(steps: int, loader_rates: dict, work: Path) -> tuple[str, dict]:
+    """ViT-B/16 at 224 px, bf16, fused attention: `leaner train` against a bare loop on the same
+    GPU, eager and compiled; steady state, with the first steps (compile) apart."""
+    title = "5. ViT-B/16 on the GPU: `leaner train` against a bare loop (bf16, fused attention)"
+    if not torch.cuda.is_available():
+        return table(title, ["result"], [["skipped: no CUDA device on this machine"]]), {}
+    batch = 256
+    manifest = _synthetic_images(work / "synthetic", 4 * batch, 224, 1000)
+    epochs = max(4, math.ceil(steps / 4) + 3)
+    rows, rates = [], {}
+    for compiled in (False, True):
+        bare, bare_warm = _bare_vit(batch, steps, compiled)
+        ours, first_epoch = _leaner_vit(manifest, batch, epochs, compiled, work)
+        label = "torch.compile" if compiled else "eager"
+        rows.append([f"bare loop, {label}", f"{bare:.0f}", _mfu(bare), f"{bare_warm:.1f} s (5 steps)", "-"])
+        rows.append([f"`leaner train`, {label}", f"{ours:.0f}", _mfu(ours), f"{first_epoch:.1f} s (first 4 steps)",
+                     f"{ours / bare:.3f}"])
+        rates["vit_compiled" if compiled else "vit_eager"] = ours
+    for decode, rate in loader_rates.items():
+        rows.append([f"loader, decode: {decode} (row 1b), per process", f"{rate:.0f}", "-", "-",
+                     f"{math.ceil(rates['vit_compiled'] / rate)} processes to feed the compiled run"])
+    text = table(title, ["run", "images/s", "MFU (target >= 45% through leaner, stretch 50%)",
+                         "start (compile)", "leaner / bare"], rows)
+    text += (f"\n{torch.cuda.get_device_name(0)}, batch {batch}, AdamW fused, data on the GPU (leaner: an in-memory "
+             f"set held on the GPU, gathered per batch; bare: one fixed batch). Steady state: leaner's from its "
+             f"per-epoch history (epochs 2 to the last but one), the bare loop's over {steps} steps after 5.\n")
+    return text, rates
+
+
+def _p2_bare(spec_file: str, steps: int) -> None:
+    """Run inside a subprocess (`--p2-bare`): the P2 variant's step with nothing else (points drawn
+    on the GPU, no per-step sync); prints steps/s."""
+    from leaner.data.nearest_point import PointStream
+    from leaner.models import build_model
+    from leaner.tasks import nearest_point_mse
+    from leaner.train import make_optimizer
+
+    spec = json.loads(Path(spec_file).read_text())
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = build_model(spec["model"]).to(dev)
+    opt = make_optimizer(model, spec["recipe"])
+    m = spec["model"]
+    stream = PointStream(m["dim"], m["tokens"], spec["recipe"]["batch_size"], spec["seed"], device=dev)
+
+    def step(k):
+        x, y = stream.batch(k)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nearest_point_mse(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for k in range(20):
+        step(k)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for k in range(steps):
+        step(20 + k)
+    torch.cuda.synchronize()
+    print(json.dumps({"steps_per_s": steps / (time.perf_counter() - t0)}))
+
+
+def _concurrently(cmds: list[list[str]], env: dict) -> list[str]:
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for c in cmds]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a concurrent benchmark run failed: {cmds[0][:6]}")
+    return outs
+
+
+def bench_gpu_p2(work: Path, steps: int, ks=(1, 4, 8)) -> tuple[str, dict]:
+    """P2's fig1 variant: `leaner train` (eager, step as a CUDA graph, compile reduce-overhead)
+    against a bare loop, alone and k processes sharing one GPU (each on a seat, 2 threads)."""
+    title = "6b. P2 fig1 variant on one GPU: `leaner train` against a bare loop, alone and sharing"
+    if not torch.cuda.is_available():
+        return table(title, ["result"], [["skipped: no CUDA device on this machine"]]), {}
+    from leaner.devices import SHARE_UNITS
+
+    spec, manifest = _p2_variant(work, steps)
+    modes = {"eager": {}, "cuda_graph": {"cuda_graph": True}, "compile reduce-overhead": {"compile": "reduce-overhead"}}
+    rows, aggregate = [], {}
+    for k in ks:
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
+               "LEANER_GPU_LOCK_DIR": str(work / f"locks{k}"), "OMP_NUM_THREADS": "2"}
+        env.pop("LEANER_DEVICE", None)
+        spec_file = work / "bare_spec.json"
+        spec_file.write_text(json.dumps(spec))
+        bare_out = _concurrently([[sys.executable, __file__, "--p2-bare", str(spec_file), str(steps)]] * k, env)
+        bare = [json.loads(o.strip().splitlines()[-1])["steps_per_s"] for o in bare_out]
+        rows.append([k, "bare loop", f"{min(bare):.0f}-{max(bare):.0f}", f"{sum(bare):.0f}", "-"])
+        for mode, recipe in modes.items():
+            run = {**spec, "recipe": {**spec["recipe"], **recipe}}
+            outs = [work / f"k{k}-{mode.split()[0]}" / str(i) for i in range(k)]
+            _concurrently([[sys.executable, "-m", "leaner", "train", "--spec", json.dumps(run), "--data", manifest,
+                            "--out", str(o), "--threads", "2", "--no-progress", "--gpu-share", str(SHARE_UNITS // k)]
+                           for o in outs], env)
+            runs = [json.loads((o / "metrics.json").read_text()) for o in outs]
+            # steady rate: the last epochs' history (start-up and compile excluded)
+            each = []
+            for o in outs:
+                import pandas as pd
+
+                h = pd.read_csv(o / "history.csv")
+                a, b = h.iloc[len(h) // 3], h.iloc[-2]
+                each.append((b["step"] - a["step"]) / (b["elapsed_s"] - a["elapsed_s"]))
+            start = min(m["wall_time_s"] - m["steps"] / e for m, e in zip(runs, each))
+            rows.append([k, f"`leaner train`, {mode}", f"{min(each):.0f}-{max(each):.0f}", f"{sum(each):.0f}",
+                         f"{sum(each) / sum(bare):.2f} (start {start:.0f} s)"])
+            aggregate[(k, mode)] = sum(each)
+    text = table(title, ["processes on the GPU", "loop", "steps/s each", "aggregate steps/s",
+                         "leaner / bare (target >= 0.95)"], rows)
+    text += (f"\nL1-H1-W1 of `nearest_fig1` (d 64, N 16, ff 2048, batch 256), {steps} steps per run; leaner's "
+             f"steady rate from its per-epoch history (start-up and compilation apart).\n")
+    return text, aggregate
+
+
+IMAGENET_TRAIN = 1_281_167  # ImageNet-1k training images
+
+
+def bench_projection(vit_rates: dict, p2_rates: dict) -> str:
+    """Each paper-scale study's work (configs/paper.yaml), and its wall time on one GPU and on an
+    8-GPU node projected from the measured rates of rows 5 and 6b."""
+    from leaner.config import load_plan
+
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    rows = []
+    best_p2 = max(((k, mode, r) for (k, mode), r in p2_rates.items()), key=lambda t: t[2], default=None)
+    for name, study in plan.studies.items():
+        specs = [v.spec() for v in study.variants.values()]
+        if study.task == "nearest_point":
+            steps = sum(s["recipe"]["epochs"] * s["recipe"]["steps_per_epoch"] for s in specs)
+            work_text = f"{steps:.3g} steps"
+            if best_p2:
+                one = steps / best_p2[2] / 3600
+                rows.append([name, len(specs), work_text, f"{one:.1f} h", f"{one / 8:.1f} h",
+                             f"fig1 variant, {best_p2[0]} per GPU, {best_p2[1]}: {best_p2[2]:.0f} steps/s per GPU "
+                             f"(the node: 8 such GPUs, CPU cores for {2 * 8 * best_p2[0]} threads)"])
+                continue
+        elif study.dataset == "imagenet1k":
+            images = sum(s["recipe"]["epochs"] for s in specs) * IMAGENET_TRAIN
+            work_text = f"{images:.3g} images"
+            rate = vit_rates.get("vit_compiled")
+            if rate:  # ViT-B/16 rate for every variant: the grid's models are of its size (+-40%)
+                one = images / rate / 3600
+                rows.append([name, len(specs), work_text, f"{one:.0f} h", f"{one / 8:.0f} h",
+                             f"ViT-B/16 compiled: {rate:.0f} images/s per GPU, 8 GPUs scaling linearly (DDP)"])
+                continue
+        else:
+            steps = sum(s["recipe"]["epochs"] * (s["recipe"].get("steps_per_epoch") or 0) for s in specs)
+            work_text = f"{steps:.3g} steps" if steps else "epochs over the dataset"
+        rows.append([name, len(specs), work_text, "-", "-", "no rate measured for this workload" if
+                     torch.cuda.is_available() else "needs rows 5/6b (a GPU)"])
+    return table("7. Paper-scale studies: projected wall time", ["study", "variants", "work", "one GPU",
+                                                                 "8-GPU node", "from"], rows)
 
 
 # ----------------------------------------------------------------------------- 6. GPU machines
@@ -407,36 +617,6 @@ def _p2_variant(work: Path, steps: int) -> tuple[dict, str]:
     return spec, str(manifest)
 
 
-def bench_gpu_sharing(work: Path, steps: int, ks=(1, 4, 8)) -> str:
-    """k `leaner train` processes of a P2 variant on one GPU at once, each on a seat (2 threads):
-    the aggregate steps/s against one process alone."""
-    title = "6b. Small variants sharing one GPU (P2 fig1 variant, `leaner train --gpu-share`)"
-    if not torch.cuda.is_available():
-        return table(title, ["result"], [["skipped: no CUDA device on this machine"]])
-    from leaner.devices import SHARE_UNITS
-
-    spec, manifest = _p2_variant(work, steps)
-    rows, alone = [], None
-    for k in ks:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
-               "LEANER_GPU_LOCK_DIR": str(work / f"locks{k}")}
-        env.pop("LEANER_DEVICE", None)
-        outs = [work / f"k{k}" / str(i) for i in range(k)]
-        procs = [subprocess.Popen([sys.executable, "-m", "leaner", "train", "--spec", json.dumps(spec), "--data",
-                                   manifest, "--out", str(o), "--threads", "2", "--no-progress",
-                                   "--gpu-share", str(SHARE_UNITS // k)], env=env, stderr=subprocess.DEVNULL)
-                 for o in outs]
-        if any(p.wait() for p in procs):
-            raise RuntimeError(f"a shared training run failed (k={k})")
-        runs = [json.loads((o / "metrics.json").read_text()) for o in outs]
-        span = max(m["run"]["finished_unix"] for m in runs) - min(m["run"]["gpu_claim"]["at_unix"] for m in runs)
-        each = [m["steps"] / m["wall_time_s"] for m in runs]
-        total = sum(m["steps"] for m in runs) / span
-        alone = alone or total
-        rows.append([k, f"{min(each):.0f}-{max(each):.0f}", f"{total:.0f}", f"{total / alone:.2f}x"])
-    return table(title, ["jobs on the GPU", "steps/s each", "aggregate steps/s", "vs one job"], rows)
-
-
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -444,9 +624,12 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     p.add_argument("--e2e", action="store_true", help="also run the default study end to end")
     p.add_argument("--repeats", type=int, default=None, help="runs per measurement (default 7, quick 1)")
-    p.add_argument("--compile", action="store_true", help="GPU row with torch.compile")
+    p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results.md"))
     a = p.parse_args(argv)
+    if a.p2_bare:
+        _p2_bare(a.p2_bare[0], int(a.p2_bare[1]))
+        return 0
     repeats = a.repeats or (1 if a.quick else 7)
     torch.set_num_threads(1)  # as the pipeline runs each job (threads: 1 per job on the default study)
     from leaner.data import prepare
@@ -460,13 +643,19 @@ def main(argv=None) -> int:
         text, trained = bench_training(manifest, repeats, 2 if a.quick else 24, work)
         parts.append(text)
         print(text, flush=True)
-        text, rate_224 = bench_loading(manifest, repeats, trained, work, a.quick)
+        text, loader_rates = bench_loading(manifest, repeats, trained, work, a.quick)
         parts.append(text)
         print(text, flush=True)
         for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
-                     *([bench_e2e(work / "e2e")] if a.e2e else []), bench_gpu(5 if a.quick else 30, a.compile, rate_224),
-                     *([bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []),
-                     bench_gpu_sharing(work / "sharing", 100 if a.quick else 1500)):
+                     *([bench_e2e(work / "e2e")] if a.e2e else [])):
+            parts.append(text)
+            print(text, flush=True)
+        text, vit_rates = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit")
+        parts.append(text)
+        print(text, flush=True)
+        gpu_e2e = [bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []
+        text, p2_rates = bench_gpu_p2(work / "p2", 300 if a.quick else 1500)
+        for text in (*gpu_e2e, text, bench_projection(vit_rates, p2_rates)):
             parts.append(text)
             print(text, flush=True)
     out = Path(a.out)

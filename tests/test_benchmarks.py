@@ -17,14 +17,18 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     assert text.startswith("# Benchmarks\n\nMachine: ")
     for title in ("1. Training loop against a bare PyTorch loop", "1b. Data loading against the step",
                   "2a. Conditioning stage", "2b. kappa: leaner's batched float64 SVD", "3. `snakemake -n`",
-                  "5. GPU path", "6b. Small variants sharing one GPU"):
+                  "5. ViT-B/16 on the GPU", "6b. P2 fig1 variant on one GPU", "7. Paper-scale studies"):
         assert f"### {title}" in text, title
     ratio = next(line for line in text.splitlines() if line.startswith("| ratio"))
     assert float(ratio.split("|")[2].split()[0]) > 0  # a measured number, not a placeholder
-    assert "| ImageNet-like 224 px (256 px JPEG) | 0 |" in text and "images/s per process" in text
+    for decode in ("pil", "device"):
+        assert f"| ImageNet-like 224 px (256 px JPEG), decode: {decode} (" in text
+    assert "images/s per process" in text
+    assert "| vit_imagenet | 28 | 1.08e+10 images |" in text  # 28 variants x 300 epochs x 1.28M images
     assert "| grid of 50 | 50 |" in text and "| grid of 100 | 100 |" in text
     assert "skipped: no CUDA device" in text or "MFU" in text
     assert "skipped: no CUDA device" in text or "aggregate steps/s" in text
+    assert "| nearest_fig1 | 315 | 3.15e+07 steps |" in text
 
 
 def test_the_mfu_flop_count_matches_torch_flop_counter():

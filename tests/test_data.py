@@ -46,7 +46,7 @@ def test_batch_order_is_a_function_of_seed_and_epoch():
     assert not (a[0] == batch_indices(100, 32, seed=0, epoch=4)[0]).all()
 
 
-def _write_image_folder(root, classes=("cat", "dog", "owl"), per_class=6, size=20):
+def _write_image_folder(root, classes=("cat", "dog", "owl"), per_class=6, size=20, fmt="png"):
     from PIL import Image
 
     rng = np.random.default_rng(0)
@@ -55,8 +55,8 @@ def _write_image_folder(root, classes=("cat", "dog", "owl"), per_class=6, size=2
             folder = root / split / name
             folder.mkdir(parents=True)
             for i in range(per_class):
-                pixels = rng.integers(0, 80, (size, size, 3), dtype=np.uint8) + np.uint8(60 * c)
-                Image.fromarray(pixels).save(folder / f"{i}.png")
+                pixels = rng.integers(0, 80, (size, size + i, 3), dtype=np.uint8) + np.uint8(60 * c)
+                Image.fromarray(pixels).save(folder / f"{i}.{fmt}")
 
 
 IMAGE_SPEC = {"train_split": "train", "eval_split": "validation", "image_key": "image", "label_key": "label",
@@ -129,3 +129,67 @@ def test_randaugment_posterize_at_full_magnitude_gives_a_black_image_not_an_erro
     assert np.array_equal(np.asarray(op(img)), np.asarray(ImageOps.posterize(img, 2)))
     for _ in range(200):  # the whole training transform, many draws: no error
         train_tf(img)
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "png"])
+def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
+    """`decode: device` (workers read bytes; decode and DeiT augmentation on the training device,
+    here the CPU) against `decode: pil`: the same labels in the same order, the same shapes and
+    dtype; the deterministic evaluation images agree to a few grey levels (bicubic resizes of two
+    libraries)."""
+    _write_image_folder(tmp_path / "imgs", size=24, fmt=fmt)
+    loaded = {}
+    for decode in ("pil", "device"):
+        spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": decode}
+        prepare("tiny_imgs", spec, str(tmp_path / decode / "manifest.json"))
+        loaded[decode] = load_splits(str(tmp_path / decode / "manifest.json"), {"augment": True, "num_workers": 0})
+    pil, dev = loaded["pil"], loaded["device"]
+    assert pil.finish is None and dev.finish is not None
+    cpu = torch.device("cpu")
+    batches = (split.train.train_batches(8, seed=0, epoch=1) for split in (pil, dev))
+    for (xp, yp), (xd, yd) in zip(*batches):
+        assert torch.equal(yp, yd)
+        x = dev.finish.train(xd, cpu)
+        assert x.shape == xp.shape == (len(yp), 3, 16, 16) and x.dtype == xp.dtype == torch.float32
+        assert torch.isfinite(x).all()
+    (xp, yp), (xd, yd) = next(pil.eval.eval_batches(18)), next(dev.eval.eval_batches(18))
+    xe = dev.finish.eval(xd, cpu)
+    assert torch.equal(yp, yd) and xe.shape == xp.shape
+    grey_levels = (xe - xp).abs() * 0.25 * 255  # std 0.25
+    assert grey_levels.mean() < 2.0, grey_levels.mean()
+
+
+def test_each_randaugment_op_on_tensors_matches_timms_on_pillow():
+    """The 15 ops of rand-m9-mstd0.5-inc1 with timm's own arguments: the tensor op lands within
+    1.5 grey levels (mean) of timm's Pillow op, and the op itself moves the image much more."""
+    import random
+
+    import timm.data.auto_augment as aa
+    from PIL import Image
+
+    from leaner.data.tensor_augment import _op, rand_augment_ops
+
+    base = np.random.default_rng(0).integers(0, 255, (6, 6, 3), dtype=np.uint8)
+    pixels = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))[:40, :44]
+    tensor, fill = torch.from_numpy(pixels).permute(2, 0, 1).contiguous(), [124, 116, 104]
+    assert len(rand_augment_ops()) == 15
+    for name in rand_augment_ops():
+        op = aa.AugmentOp(name, prob=1.0, magnitude=6, hparams={"img_mean": tuple(fill)})
+        random.seed(3)
+        args = op.level_fn(6, op.hparams) if op.level_fn else ()
+        ref = np.asarray(op.aug_fn(Image.fromarray(pixels), *args, **op.kwargs)).astype(float)
+        ours = _op(name, tensor, args, fill).permute(1, 2, 0).numpy().astype(float)
+        moved = np.abs(ref - pixels).mean()
+        assert np.abs(ours - ref).mean() < min(1.5, 0.2 * moved), (name, args)
+
+
+def test_a_run_on_device_decoded_images_trains(tmp_path):
+    _write_image_folder(tmp_path / "imgs", fmt="jpg")
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("tiny_imgs", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": "device"},
+            str(manifest))
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    run["recipe"].update(epochs=2, batch_size=6, augment=True, mixup=0.8, cutmix=1.0, label_smoothing=0.1)
+    run["conditioning"]["samples"] = 8
+    metrics = train(run, str(manifest), tmp_path / "run", progress=False)
+    assert metrics["status"] == "ok" and metrics["steps"] == 6

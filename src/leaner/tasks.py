@@ -15,7 +15,19 @@ from .data.glue import PAD
 from .io import read_json
 
 
-class ImageClassification:
+class Task:
+    """What every task shares: no diagnostics and nothing to say about its data unless it has."""
+
+    def diagnostics(self, model) -> dict:
+        """Task-specific statistics of the trained model, for metrics.json."""
+        return {}
+
+    def data_info(self) -> dict:
+        """How the training data was produced on this run, for metrics.json."""
+        return {}
+
+
+class ImageClassification(Task):
     """Images -> class logits; cross-entropy (optionally label smoothing, Mixup/CutMix); accuracy."""
 
     name = "image_classification"
@@ -25,8 +37,13 @@ class ImageClassification:
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from .data import load_splits
 
+        from .data import InMemorySplit
+
         recipe = spec["recipe"]
         self.splits = load_splits(data_path, recipe, device.type)
+        for split in (self.splits.train, self.splits.eval):
+            if device.type == "cuda" and isinstance(split, InMemorySplit):
+                split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.get("label_smoothing", 0.0)
@@ -46,12 +63,17 @@ class ImageClassification:
         check_split(len(self.splits.train), self.batch_size, world)
         return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world)
 
-    def _to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model input and labels on the device; `decode: device` datasets are decoded and
+        augmented here."""
         x, y = batch
+        finish = self.splits.finish
+        if finish is not None:
+            x = (finish.train if train else finish.eval)(x, self.device)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def loss(self, model, batch) -> tuple[torch.Tensor, int]:
-        x, y = self._to_device(batch)
+        x, y = self._to_device(batch, train=True)
         if self.mixup is not None and len(y) % 2 == 0:
             x, soft = self.mixup(x, y)
             logits = model(x)
@@ -66,7 +88,7 @@ class ImageClassification:
         model.eval()
         total, correct, loss_sum = 0, 0, 0.0
         for batch in self.splits.eval.eval_batches(self.eval_batch_size):
-            x, y = self._to_device(batch)
+            x, y = self._to_device(batch, train=False)
             with autocast():
                 logits = model(x).float()
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
@@ -77,11 +99,10 @@ class ImageClassification:
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         """The fixed evaluation batch for condition numbers: the first n eval examples."""
-        xs = [x for x, _ in self.splits.eval.eval_batches(self.eval_batch_size, limit=n)]
+        xs = [self._to_device(batch, train=False)[0].cpu()
+              for batch in self.splits.eval.eval_batches(self.eval_batch_size, limit=n)]
         return torch.cat(xs)[:n]
 
-    def diagnostics(self, model) -> dict:
-        return {}
 
 
 def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -90,7 +111,7 @@ def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (pred.float() - target).pow(2).sum(-1).mean()
 
 
-class NearestPoint:
+class NearestPoint(Task):
     """P2's farthest-point task: a stream of point sets, MSE to each point's farthest neighbour.
     The run's metric is the minimum over epochs of the epoch-mean training MSE (fresh samples
     every step, so training MSE is the population risk); eval MSE on a fixed set is logged too."""
@@ -105,9 +126,11 @@ class NearestPoint:
         meta, recipe, model = read_json(data_path), spec["recipe"], spec["model"]
         self.device = device
         self.steps_per_epoch = recipe["steps_per_epoch"]
+        # training points are drawn where the model trains (no copy, no host work per step)
         self.stream = PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"],
                                   streams=meta["streams"], eval_samples=meta["eval_samples"],
-                                  eval_seed=meta["eval_seed"])
+                                  eval_seed=meta["eval_seed"], device=device)
+        self._eval = None
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
         """This process's share of each global batch of `epoch` (every rank draws the global batch
@@ -125,18 +148,26 @@ class NearestPoint:
 
     @torch.no_grad()
     def evaluate(self, model, autocast) -> dict[str, float]:
+        """MSE on the fixed evaluation set, drawn once and kept on the device; one sync."""
+        if self._eval is None:
+            self._eval = [(x.to(self.device), y.to(self.device)) for x, y in self.stream.eval_batches()]
         model.eval()
-        total, err = 0, 0.0
-        for x, y in self.stream.eval_batches():
-            x, y = x.to(self.device), y.to(self.device)
+        err = torch.zeros((), dtype=torch.float64, device=self.device)
+        for x, y in self._eval:
             with autocast():
-                err += nearest_point_mse(model(x), y).item() * len(x)
-            total += len(x)
+                err += nearest_point_mse(model(x), y).double() * len(x)
         model.train()
-        return {"eval_mse": err / max(total, 1)}
+        total = sum(len(x) for x, _ in self._eval)
+        return {"eval_mse": err.item() / max(total, 1)}
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         return torch.cat([x for x, _ in self.stream.eval_batches(limit=n)])
+
+    def data_info(self) -> dict:
+        kind = self.stream.device.type
+        return {"points_drawn_on": kind, "generator": "CUDA Philox" if kind == "cuda" else "CPU Mersenne Twister",
+                "note": "a pure function of (data seed, step) on either; the GPU's points differ from the CPU's"
+                if kind == "cuda" else "a pure function of (data seed, step)"}
 
     def diagnostics(self, model) -> dict:
         """fig_perfect's statistic for every head of the first layer."""
@@ -147,7 +178,7 @@ class NearestPoint:
                 "qk_fro": qk.flatten(-2).norm(dim=-1).flatten().tolist()}
 
 
-class SequenceClassification:
+class SequenceClassification(Task):
     """LRA ListOps: token sequences -> one of 10 values; cross-entropy; accuracy on val (and test)."""
 
     name = "listops"
@@ -204,8 +235,6 @@ class SequenceClassification:
         """Real lengths of the probe sequences: kappa is taken over these rows only (not padding)."""
         return self.lengths["val"][:n]
 
-    def diagnostics(self, model) -> dict:
-        return {}
 
 
 def _trim(tokens: torch.Tensor, pad: int = 0) -> torch.Tensor:
@@ -214,7 +243,7 @@ def _trim(tokens: torch.Tensor, pad: int = 0) -> torch.Tensor:
     return tokens[:, :max(used, 1)]
 
 
-class LanguageModeling:
+class LanguageModeling(Task):
     """Next-token prediction on a tokenized corpus: windows of `context` tokens; cross-entropy;
     validation loss (nats per byte) and perplexity on fixed windows."""
 
@@ -267,11 +296,9 @@ class LanguageModeling:
     def probe_inputs(self, n: int) -> torch.Tensor:
         return self.eval.window_batch(self.eval_windows[:n], self.context)[0]
 
-    def diagnostics(self, model) -> dict:
-        return {}
 
 
-class MaskedLanguageModeling:
+class MaskedLanguageModeling(Task):
     """BERT-style pretraining on a tokenized corpus: windows [CLS] bytes [SEP] (document ends become
     [SEP]), 15% of the bytes chosen for prediction (80% [MASK], 10% a random byte, 10% kept), all
     drawn from (seed, step); cross-entropy on the chosen positions."""
@@ -346,11 +373,9 @@ class MaskedLanguageModeling:
     def probe_inputs(self, n: int) -> torch.Tensor:
         return self._windows(self.eval, self.eval_windows[:n])
 
-    def diagnostics(self, model) -> dict:
-        return {}
 
 
-class GlueFinetune:
+class GlueFinetune(Task):
     """One GLUE task on a pretrained encoder: cross-entropy (MSE for STS-B's similarity score);
     the task's GLUE metric on its evaluation split as `eval_score`."""
 
@@ -407,8 +432,6 @@ class GlueFinetune:
     def probe_inputs(self, n: int) -> torch.Tensor:
         return _trim(next(self.splits["eval"].eval_batches(n))[0], pad=PAD)
 
-    def diagnostics(self, model) -> dict:
-        return {}
 
 
 TASKS: dict[str, Any] = {"image_classification": ImageClassification, "nearest_point": NearestPoint,

@@ -36,6 +36,11 @@ class InMemorySplit:
     def __len__(self) -> int:
         return len(self.y)
 
+    def to(self, device) -> "InMemorySplit":
+        """Hold the split on `device` (a GPU: batches are gathered there, no copy per step)."""
+        self.x, self.y = self.x.to(device), self.y.to(device)
+        return self
+
     def steps_per_epoch(self, batch_size: int) -> int:
         return math.ceil(len(self) / batch_size)
 
@@ -44,7 +49,7 @@ class InMemorySplit:
         import torch
 
         for idx in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]:
-            idx_t = torch.from_numpy(idx)
+            idx_t = torch.from_numpy(idx).to(self.x.device, non_blocking=True)
             yield self.x[idx_t], self.y[idx_t]
 
     def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
@@ -56,8 +61,9 @@ class InMemorySplit:
 class LoaderSplit:
     """A split read through a torch DataLoader (decoding and augmentation in worker processes)."""
 
-    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False):
+    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+        self.collate = collate  # None: torch's default (stack tensors)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -69,7 +75,7 @@ class LoaderSplit:
         from torch.utils.data import DataLoader
 
         return DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=False)
+                          pin_memory=self.pin_memory, persistent_workers=False, collate_fn=self.collate)
 
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
                       world: int = 1) -> Iterator[tuple]:
@@ -83,11 +89,14 @@ class LoaderSplit:
 
 @dataclass
 class Splits:
-    """What a prepared dataset gives a task: a train split, an eval split, and its facts."""
+    """What a prepared dataset gives a task: a train split, an eval split, and its facts.
+    `finish`, when set, turns a loaded batch into model input on the training device
+    (`finish.train(x, device)`, `finish.eval(x, device)`); otherwise batches are ready tensors."""
 
     train: Any
     eval: Any
     meta: dict
+    finish: Any = None
 
 
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:

@@ -1,9 +1,12 @@
 """Paper-scale image data (CIFAR-10/100, ImageNet-1k) through Hugging Face `datasets`.
 
 A dataset comes either from the hub by name (``uoft-cs/cifar10``, ``ILSVRC/imagenet-1k``) or from a
-local ImageFolder (``root/<split>/<class>/<image>``). Images pass through timm's transforms in
-the DeiT recipe: RandomResizedCrop + flip + RandAugment + random erasing for training, resize
-and centre crop for evaluation.
+local ImageFolder (``root/<split>/<class>/<image>``). Images pass through the DeiT recipe:
+RandomResizedCrop + flip + RandAugment + random erasing for training, resize and centre crop for
+evaluation. Where that happens is the dataset's `decode`:
+  - `pil` (default): the loader's worker processes decode with Pillow and run timm's transforms;
+  - `device`: the workers only read the encoded bytes, and the training process decodes and
+    augments each batch on its device (tensor_augment.py): nvJPEG and CUDA kernels on a GPU.
 """
 
 from __future__ import annotations
@@ -60,6 +63,42 @@ class HFImageDataset:
         return self.transform(row[self.image_key].convert(self.mode)), int(row[self.label_key])
 
 
+class EncodedImageDataset:
+    """Map-style dataset for `decode: device`: (encoded JPEG bytes as a 1-D uint8 tensor, label);
+    an image in another format (PNG, ...) is decoded here, to a uint8 CHW tensor."""
+
+    def __init__(self, ds, image_key: str, label_key: str, in_chans: int):
+        import datasets
+
+        self.ds = ds.cast_column(image_key, datasets.Image(decode=False))
+        self.image_key, self.label_key, self.in_chans = image_key, label_key, in_chans
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        import torch
+        from torchvision.io import ImageReadMode, decode_image
+
+        row = self.ds[int(i)]
+        image = row[self.image_key]
+        data = image["bytes"]
+        if data is None:
+            with open(image["path"], "rb") as fh:
+                data = fh.read()
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if data[:3] != b"\xff\xd8\xff":  # not a JPEG: no GPU decoder for it, decode here
+            encoded = decode_image(encoded, mode=ImageReadMode.GRAY if self.in_chans == 1 else ImageReadMode.RGB)
+        return encoded, int(row[self.label_key])
+
+
+def collate_encoded(items: list) -> tuple[list, "torch.Tensor"]:  # noqa: F821
+    """A batch of encoded images stays a list (each its own size); labels become a tensor."""
+    import torch
+
+    return [x for x, _ in items], torch.tensor([y for _, y in items], dtype=torch.int64)
+
+
 def _posterize(img, bits_to_keep, **_kwargs):
     """timm's posterize, with 0 bits kept meaning what it meant before Pillow refused it (a black
     image). RandAugment's 'inc1' posterize keeps 4 - int(0.4 m) bits: 0 at magnitude 10, which
@@ -102,8 +141,16 @@ def build_transforms(meta: dict, recipe: dict):
 def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
     from . import LoaderSplit, Splits
 
-    train_tf, eval_tf = build_transforms(meta, recipe)
     workers = recipe.get("num_workers", 0)
+    if meta.get("decode", "pil") == "device":
+        from .tensor_augment import DeviceTransforms
+
+        train, evaluate = (EncodedImageDataset(_load_split(meta, meta[role]), meta["image_key"], meta["label_key"],
+                                               meta["in_chans"]) for role in ("train_split", "eval_split"))
+        return Splits(train=LoaderSplit(train, workers, collate=collate_encoded),
+                      eval=LoaderSplit(evaluate, workers, collate=collate_encoded), meta=meta,
+                      finish=DeviceTransforms(meta, recipe))
+    train_tf, eval_tf = build_transforms(meta, recipe)
     train = HFImageDataset(_load_split(meta, meta["train_split"]), meta["image_key"], meta["label_key"],
                            train_tf, meta["in_chans"])
     evaluate = HFImageDataset(_load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
