@@ -135,8 +135,8 @@ def test_randaugment_posterize_at_full_magnitude_gives_a_black_image_not_an_erro
 def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
     """`decode: device` (workers read bytes; decode and DeiT augmentation on the training device,
     here the CPU) against `decode: pil`: the same labels in the same order, the same shapes and
-    dtype; the deterministic evaluation images agree to a few grey levels (bicubic resizes of two
-    libraries)."""
+    dtype; the deterministic evaluation images agree to within two grey levels anywhere, well under
+    half of one on average (bicubic resizes of two libraries)."""
     _write_image_folder(tmp_path / "imgs", size=24, fmt=fmt)
     loaded = {}
     for decode in ("pil", "device"):
@@ -156,7 +156,7 @@ def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
     xe = dev.finish.eval(xd, cpu)
     assert torch.equal(yp, yd) and xe.shape == xp.shape
     grey_levels = (xe - xp).abs() * 0.25 * 255  # std 0.25
-    assert grey_levels.mean() < 2.0, grey_levels.mean()
+    assert grey_levels.mean() < 0.5 and grey_levels.max() <= 2.0, (grey_levels.mean(), grey_levels.max())
 
 
 def test_each_randaugment_op_on_tensors_matches_timms_on_pillow():
