@@ -57,7 +57,7 @@ def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), cpu)
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -89,7 +89,8 @@ def bare_loop(spec: dict, manifest: str, steps: int) -> float:
 
     from leaner.data import load_splits
     from leaner.models import build_model
-    from leaner.train import make_optimizer, seed_everything
+    from leaner.optim import make_optimizer
+    from leaner.resume import seed_everything
 
     seed_everything(0)
     model = build_model(spec["model"])
@@ -260,7 +261,7 @@ def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) 
                 _ = s[0] / s[-1]
             loop.append(time.perf_counter() - t0)
         rows.append([tokens, cols, median_spread([1e3 * b / batch for b in batched]),
-                     median_spread([1e3 * l / batch for l in loop]),
+                     median_spread([1e3 * t / batch for t in loop]),
                      f"{statistics.median(loop) / statistics.median(batched):.2f}x"])
     text += "\n" + table(f"2b. kappa: leaner's batched float64 SVD against a naive per-sample loop ({batch} matrices)",
                          ["tokens N", "width h*d", "batched ms/matrix", "loop ms/matrix", "speed-up"], rows)
@@ -459,8 +460,8 @@ def _p2_bare(spec_file: str, steps: int) -> None:
     on the GPU, no per-step sync); prints steps/s."""
     from leaner.data.nearest_point import PointStream
     from leaner.models import build_model
+    from leaner.optim import make_optimizer
     from leaner.tasks import nearest_point_mse
-    from leaner.train import make_optimizer
 
     spec = json.loads(Path(spec_file).read_text())
     dev = torch.device("cuda")
@@ -638,7 +639,8 @@ def main(argv=None) -> int:
         work = Path(tmp)
         manifest = str(work / "data" / "manifest.json")
         prepare("digits", {"kind": "digits", "test_fraction": 0.2, "split_seed": 0}, manifest)
-        parts = [f"# Benchmarks\n\nMachine: {machine()}\nCommand: `{' '.join(['benchmarks/run.py', *(argv or sys.argv[1:])])}`"
+        command = " ".join(["benchmarks/run.py", *(argv or sys.argv[1:])])
+        parts = [f"# Benchmarks\n\nMachine: {machine()}\nCommand: `{command}`"
                  f", {repeats} run(s) per measurement, {time.strftime('%Y-%m-%d %H:%M')}\n"]
         text, trained = bench_training(manifest, repeats, 2 if a.quick else 24, work)
         parts.append(text)
@@ -654,8 +656,8 @@ def main(argv=None) -> int:
         parts.append(text)
         print(text, flush=True)
         gpu_e2e = [bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []
-        text, p2_rates = bench_gpu_p2(work / "p2", 300 if a.quick else 1500)
-        for text in (*gpu_e2e, text, bench_projection(vit_rates, p2_rates)):
+        p2_text, p2_rates = bench_gpu_p2(work / "p2", 300 if a.quick else 1500)
+        for text in (*gpu_e2e, p2_text, bench_projection(vit_rates, p2_rates)):
             parts.append(text)
             print(text, flush=True)
     out = Path(a.out)

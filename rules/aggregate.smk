@@ -9,13 +9,13 @@ rule summary:
     output:
         summary="results/{study}/summary.csv",
         kappa="results/{study}/kappa_through_training.csv",
-    params:
-        protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
-    localrule: True
     log:
         "logs/summary/{study}.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
     shell:
         "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
         " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --glue {input.glue:q}"
@@ -35,15 +35,15 @@ for study_name in STUDIES:
             kappa="results/{study}/kappa_through_training.csv",
         output:
             figure_files("{study}", study_figures, category="{study}"),
-        params:
-            names=study_figures,
+        log:
+            "logs/figures/{study}.log",
         wildcard_constraints:
             study=study_name,
         localrule: True
-        log:
-            "logs/figures/{study}.log",
         conda:
             "../envs/leaner.yaml"
+        params:
+            names=study_figures,
         shell:
             "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --study {wildcards.study:q}"
             " --names {params.names:q} --outdir results/figures > {log:q} 2>&1"
@@ -55,17 +55,17 @@ for study_name in STUDIES:
             "results/{study}/summary.csv",
         output:
             table_files("{study}", study_tables, category="{study}"),
+        log:
+            "logs/tables/{study}.log",
+        wildcard_constraints:
+            study=study_name,
+        localrule: True
+        conda:
+            "../envs/leaner.yaml"
         params:
             baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
             checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
             names=study_tables,
-        wildcard_constraints:
-            study=study_name,
-        localrule: True
-        log:
-            "logs/tables/{study}.log",
-        conda:
-            "../envs/leaner.yaml"
         shell:
             "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
             " --checks {params.checks:q} --names {params.names:q} --outdir results/tables > {log:q} 2>&1"
@@ -80,11 +80,15 @@ rule overview:
         figure=figure_files("all_studies", ["overview"], category="Both papers"),
         tables=table_files("all_studies", OVERVIEW_TABLES, category="Both papers"),
         findings="results/overview/findings.md",
-        findings_html=report("results/overview/findings.html", caption="../report/findings.rst",
-                             category="Both papers", subcategory="findings"),
-    localrule: True
+        findings_html=report(
+            "results/overview/findings.html",
+            caption="../report/findings.rst",
+            category="Both papers",
+            subcategory="findings",
+        ),
     log:
         "logs/overview.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
     shell:
@@ -98,9 +102,9 @@ rule job_costs:
         benchmark_files(),
     output:
         table_files("all_studies", ["job_costs"], category="Run"),
-    localrule: True
     log:
         "logs/job_costs.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
     shell:
@@ -111,12 +115,12 @@ rule job_costs:
 rule run_config:
     output:
         report("results/overview/config.yaml", caption="../report/config.rst", category="Run"),
-    params:
-        config=lambda wildcards: json.dumps(config),
-    localrule: True
     log:
         "logs/run_config.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        config=lambda wildcards: json.dumps(config),
     shell:
         "leaner run-config --config {params.config:q} --out {output:q} > {log:q} 2>&1"

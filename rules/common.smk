@@ -12,6 +12,7 @@ from leaner.data.glue import TASKS as GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
 from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
+
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
 envvars:
     "PATH",
@@ -37,18 +38,22 @@ TABLE_EXT = ["csv", "md", "tex", "html"]
 def figure_files(prefix, names, category, subcategory="figures"):
     """results/figures/{prefix}-{name}.{png,pdf}; the PNG goes into the report with the caption
     report/figures/{name}.rst (paths there are relative to rules/)."""
-    return [report(path, caption=f"../report/figures/{name}.rst", category=category, subcategory=subcategory)
-            if ext == "png" else path
-            for name in names for ext in FIG_EXT
-            for path in [f"results/figures/{prefix}-{name}.{ext}"]]
+    out = []
+    for name in names:
+        png, pdf = (f"results/figures/{prefix}-{name}.{ext}" for ext in FIG_EXT)
+        caption = f"../report/figures/{name}.rst"
+        out += [report(png, caption=caption, category=category, subcategory=subcategory), pdf]
+    return out
 
 
 def table_files(prefix, names, category, subcategory="tables"):
     """results/tables/{prefix}-{name}.{csv,md,tex,html}; the HTML goes into the report."""
-    return [report(path, caption=f"../report/tables/{name}.rst", category=category, subcategory=subcategory)
-            if ext == "html" else path
-            for name in names for ext in TABLE_EXT
-            for path in [f"results/tables/{prefix}-{name}.{ext}"]]
+    out = []
+    for name in names:
+        csv, md, tex, html = (f"results/tables/{prefix}-{name}.{ext}" for ext in TABLE_EXT)
+        caption = f"../report/tables/{name}.rst"
+        out += [csv, md, tex, report(html, caption=caption, category=category, subcategory=subcategory)]
+    return out
 
 
 wildcard_constraints:
@@ -93,8 +98,10 @@ def share_group(wildcards):
     (--group-components, unless the user gave them) are set here, when the DAG asks for its first
     group: Snakemake replaces its group settings after this file is parsed."""
     settings = workflow.group_settings
-    wanted = {**group_components({name: st.resources for name, st in PLAN.studies.items()}),
-              **settings.group_components}
+    wanted = {
+        **group_components({name: st.resources for name, st in PLAN.studies.items()}),
+        **settings.group_components,
+    }
     if wanted != dict(settings.group_components):
         settings.group_components = wanted
     return gpu_share_group(wildcards.study, study_of(wildcards).resources)
@@ -145,8 +152,9 @@ def final_outputs():
 
 def benchmark_files():
     """Every per-job benchmark file of the run (the job_costs table reads them)."""
-    datasets = {s.dataset for s in PLAN.studies.values()} | {s.finetune["dataset"] for s in PLAN.studies.values()
-                                                            if s.finetune}
+    datasets = {s.dataset for s in PLAN.studies.values()} | {
+        s.finetune["dataset"] for s in PLAN.studies.values() if s.finetune
+    }
     out = [f"benchmarks/prepare_data/{d}.tsv" for d in sorted(datasets)] + ["benchmarks/theory/theory.tsv"]
     for study, st in PLAN.studies.items():
         for vid in st.variants:
@@ -161,8 +169,12 @@ def check_resource_settings():
     typo) stop the run before any job; called once every rule is defined."""
     rs = workflow.resource_settings
     overrides = {rule: list(res.keys()) for rule, res in dict(rs.overwrite_resources or {}).items()}
-    problems = resource_problems(list(dict(rs.resources or {}).keys()), list(dict(rs.default_resources or {}).keys()),
-                                 overrides, [r.name for r in workflow.rules])
+    problems = resource_problems(
+        list(dict(rs.resources or {}).keys()),
+        list(dict(rs.default_resources or {}).keys()),
+        overrides,
+        [r.name for r in workflow.rules],
+    )
     if problems:
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)

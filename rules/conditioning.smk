@@ -11,20 +11,20 @@ rule conditioning:
         data=dataset_manifest,
     output:
         "results/{study}/{variant}/conditioning.csv",
+    log:
+        "logs/conditioning/{study}/{variant}.log",
+    benchmark:
+        "benchmarks/conditioning/{study}/{variant}.tsv"
     group:
         share_group
+    conda:
+        "../envs/leaner.yaml"
     threads: 1
     resources:
         gpu=gpu_resource("gpu", max_gpus=1),
         gpu_share=gpu_resource("gpu_share", max_gpus=1),
         gpu_model=gpu_resource("gpu_model", max_gpus=1),
         gres=gpu_resource("gres", max_gpus=1),
-    log:
-        "logs/conditioning/{study}/{variant}.log",
-    benchmark:
-        "benchmarks/conditioning/{study}/{variant}.tsv"
-    conda:
-        "../envs/leaner.yaml"
     shell:
         "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"

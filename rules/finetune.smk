@@ -12,12 +12,14 @@ rule finetune:
         init="results/{study}/{variant}/glue/{glue_task}/init.safetensors",
         history="results/{study}/{variant}/glue/{glue_task}/history.csv",
         metrics="results/{study}/{variant}/glue/{glue_task}/metrics.json",
-    params:
-        spec=finetune_spec,
-        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
-        nproc=processes_per_variant,
+    log:
+        "logs/finetune/{study}/{variant}/{glue_task}.log",
+    benchmark:
+        "benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
     group:
         share_group
+    conda:
+        "../envs/leaner.yaml"
     threads: study_resource("threads")
     resources:
         gpu=gpu_resource("gpu"),
@@ -26,12 +28,10 @@ rule finetune:
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
         mem_mb=study_resource("mem_mb"),
-    log:
-        "logs/finetune/{study}/{variant}/{glue_task}.log",
-    benchmark:
-        "benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
-    conda:
-        "../envs/leaner.yaml"
+    params:
+        spec=finetune_spec,
+        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
+        nproc=processes_per_variant,
     shell:
         "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share} > {log:q} 2>&1"
@@ -42,9 +42,9 @@ rule glue_scores:
         glue_task_metrics,
     output:
         "results/{study}/{variant}/glue.json",
-    localrule: True
     log:
         "logs/glue_scores/{study}/{variant}.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
     shell:

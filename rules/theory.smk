@@ -4,14 +4,14 @@
 rule theory:
     output:
         "results/theory/gaussian_conditioning.csv",
-    params:
-        settings=json.dumps(PLAN.theory, sort_keys=True),
     log:
         "logs/theory/theory.log",
     benchmark:
         "benchmarks/theory/theory.tsv"
     conda:
         "../envs/leaner.yaml"
+    params:
+        settings=json.dumps(PLAN.theory, sort_keys=True),
     shell:
         "leaner theory --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
@@ -22,9 +22,9 @@ rule theory_report:
     output:
         figure_files("theory", ["gaussian_conditioning"], category="Theorem 3.2"),
         table_files("theory", THEORY_TABLES, category="Theorem 3.2"),
-    localrule: True
     log:
         "logs/theory/theory_report.log",
+    localrule: True
     conda:
         "../envs/leaner.yaml"
     shell:

@@ -15,12 +15,14 @@ rule train:
         history="results/{study}/{variant}/history.csv",
         metrics="results/{study}/{variant}/metrics.json",
         kept=directory("results/{study}/{variant}/checkpoints"),
-    params:
-        spec=variant_spec,
-        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
-        nproc=processes_per_variant,
+    log:
+        "logs/train/{study}/{variant}.log",
+    benchmark:
+        "benchmarks/train/{study}/{variant}.tsv"
     group:
         share_group
+    conda:
+        "../envs/leaner.yaml"
     threads: study_resource("threads")
     resources:
         gpu=gpu_resource("gpu"),
@@ -29,12 +31,10 @@ rule train:
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
         mem_mb=study_resource("mem_mb"),
-    log:
-        "logs/train/{study}/{variant}.log",
-    benchmark:
-        "benchmarks/train/{study}/{variant}.tsv"
-    conda:
-        "../envs/leaner.yaml"
+    params:
+        spec=variant_spec,
+        outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
+        nproc=processes_per_variant,
     shell:
         "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share} > {log:q} 2>&1"

@@ -114,7 +114,7 @@ def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = N
 def saved_checkpoint(ckpt: Path) -> Path | None:
     """The resume checkpoint a killed run left: state.pt, or state.prev.pt if the kill landed
     between the rotation of the old one and the rename of the new one."""
-    from leaner.train import PREVIOUS_FILE
+    from leaner.resume import PREVIOUS_FILE
 
     for path in (ckpt, ckpt.with_name(PREVIOUS_FILE)):
         if path.exists():

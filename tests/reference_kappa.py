@@ -97,7 +97,7 @@ def check_study_outputs(results: Path, pattern: str = "*/*/metrics.json") -> int
     from leaner.io import read_json
     from leaner.models import build_model
     from leaner.tasks import make_task
-    from leaner.train import load_weights
+    from leaner.weights import load_weights
 
     checked = 0
     for metrics_path in sorted(results.glob(pattern)):

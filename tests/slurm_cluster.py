@@ -57,7 +57,7 @@ class SlurmCluster:
         devices = ",".join(["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][:self.gpus])
         (r / "gres.conf").write_text(f"NodeName={self.host} Name=gpu Type=fake File={devices}\n")
         self.conf.write_text("\n".join([
-            f"ClusterName=leanertest", f"SlurmctldHost={self.host}", "SlurmUser=root", "SlurmdUser=root",
+            "ClusterName=leanertest", f"SlurmctldHost={self.host}", "SlurmUser=root", "SlurmdUser=root",
             f"SlurmctldPort={ctld_port}", f"SlurmdPort={d_port}",
             "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={self.munge_socket}",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
@@ -67,7 +67,8 @@ class SlurmCluster:
             f"StateSaveLocation={r / 'state'}", f"SlurmdSpoolDir={r / 'spool'}",
             f"SlurmctldPidFile={r / 'slurmctld.pid'}", f"SlurmdPidFile={r / 'slurmd.pid'}",
             f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-            f"NodeName={self.host} CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:fake:{self.gpus} State=UNKNOWN",
+            f"NodeName={self.host} CPUs={self.cpus} RealMemory={self.memory_mb} Gres=gpu:fake:{self.gpus} "
+            "State=UNKNOWN",
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
 
     @property
@@ -91,7 +92,7 @@ class SlurmCluster:
         log = open(self.root / "log" / f"{name}.out", "w")
         self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT))
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         ensure_installed()
         self._write_config()
         self._write_client_wrappers()
@@ -141,7 +142,7 @@ class SlurmCluster:
         if getattr(self, "munge_dir", None):
             shutil.rmtree(self.munge_dir, ignore_errors=True)
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         try:
             return self.start()
         except BaseException:

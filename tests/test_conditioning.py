@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import small_spec
-from reference_kappa import agrees, reference_kappas
 
 from leaner.conditioning import capture_attention, conditioning_rows, kappa, layer_kappas, singular_kappa, summarize
 from leaner.jacobian import block_kappa, exact_singular_values, lanczos_extremes
 from leaner.models import build_model
+
+from conftest import small_spec
+from reference_kappa import agrees, reference_kappas
 
 
 def _with_singular_values(sv: list[float], rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -94,7 +95,7 @@ def test_more_heads_lower_kappa_at_init():
 
 
 def test_conditioning_rows_cover_every_layer_matrix_and_checkpoint(tmp_path, digits_manifest):
-    from leaner.train import save_weights
+    from leaner.weights import save_weights
 
     spec = small_spec(depth=2)
     torch.manual_seed(0)
@@ -104,7 +105,8 @@ def test_conditioning_rows_cover_every_layer_matrix_and_checkpoint(tmp_path, dig
     rows = conditioning_rows(spec, {"init": (0, str(path)), "final": (10, str(path))}, str(digits_manifest))
     assert len(rows) == 2 * 2 * 3
     assert {(r["checkpoint"], r["layer"], r["matrix"]) for r in rows} == {
-        (c, l, m) for c in ("init", "final") for l in (1, 2) for m in ("heads_concat", "attn_proj_out", "jacobian")}
+        (c, layer, m) for c in ("init", "final") for layer in (1, 2)
+        for m in ("heads_concat", "attn_proj_out", "jacobian")}
     for r in rows:
         jac = r["matrix"] == "jacobian"
         assert r["tokens"] == 17 and r["samples"] == (spec["conditioning"]["jacobian_samples"] if jac else 32)
@@ -136,7 +138,7 @@ def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, 
     """From the saved weights, through the conditioning stage: per sample and in the median, kappa
     within 1e-6 where it is <= 1e8 and within 1e-3 up to 1e12 (the models reach 1e9-1e10)."""
     from leaner.tasks import make_task
-    from leaner.train import save_weights
+    from leaner.weights import save_weights
 
     spec, model = _single_head_vit(bias_scale)
     path = tmp_path / "w.safetensors"
@@ -154,7 +156,7 @@ def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, 
 
 
 def load_and_build(spec, path):
-    from leaner.train import load_weights
+    from leaner.weights import load_weights
 
     model = build_model(spec["model"])
     load_weights(model, path)
@@ -164,7 +166,7 @@ def load_and_build(spec, path):
 def test_a_single_full_width_head_is_singular_at_init(tmp_path, digits_manifest):
     """The construction of the issue: float64 says ~1e17, so the stage records +inf and a
     singular fraction of 1, never a magnitude; the summary counts it."""
-    from leaner.train import save_weights
+    from leaner.weights import save_weights
 
     spec, model = _single_head_vit(0.0)
     path = tmp_path / "init.safetensors"
@@ -199,7 +201,8 @@ def test_jacobian_kappa_of_a_linear_map_with_known_singular_values():
     gen = torch.Generator().manual_seed(0)
     m = _with_singular_values(torch.logspace(0, -4, 6, dtype=torch.float64).tolist(), 6, 6, gen)
     x = torch.randn(3, 6, dtype=torch.float64, generator=gen)
-    f = lambda z: z @ m.T
+    def f(z):
+        return z @ m.T
     exact = block_kappa(f, x)
     lanczos = block_kappa(f, x, exact_max=0, steps=18)
     assert exact["method"] == "exact" and lanczos["method"] == "lanczos"
@@ -223,7 +226,8 @@ def test_lanczos_estimate_against_the_exact_jacobian_of_an_attention_block():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     attn, x = _attention_block()
-    f = lambda z: attn(z[None])[0]
+    def f(z):
+        return attn(z[None])[0]
     with sdpa_kernel(SDPBackend.MATH):
         exact = block_kappa(f, x)
         full = block_kappa(f, x, exact_max=0, steps=x.numel())

@@ -7,8 +7,10 @@ import copy
 import pytest
 import yaml
 
-from conftest import REPO, TINY, run, BIN
-from leaner.config import ConfigError, build_plan, load_plan, load_yaml, variant_id
+from leaner.config import ConfigError, build_plan, load_plan, load_yaml
+from leaner.grid import variant_id
+
+from conftest import BIN, REPO, TINY, run
 
 
 def tiny() -> dict:
@@ -96,7 +98,8 @@ BAD = [
     ("wrong type", _set(["studies", "tiny", "recipe", "epochs"], "ten"),
      'studies.tiny.recipe.epochs: "ten" is not allowed (allowed: an integer >= 1)'),
     ("heads not dividing the width", _set(["studies", "tiny", "grid", 0, "heads"], [1, 3]),
-     "studies.tiny.grid[0].heads: 3 does not divide width 16 under fixed_width (allowed: divisors of 16: 1, 2, 4, 8, 16)"),
+     "studies.tiny.grid[0].heads: 3 does not divide width 16 under fixed_width "
+     "(allowed: divisors of 16: 1, 2, 4, 8, 16)"),
     ("empty grid axis", _set(["studies", "tiny", "grid", 0, "depth"], []),
      "studies.tiny.grid[0].depth: must not be empty"),
     ("empty grid list", _set(["studies", "tiny", "grid"], []),
@@ -118,7 +121,8 @@ BAD = [
      "studies.tiny_nearest.dataset: 'digits' is a digits dataset, task nearest_point needs one of kind nearest_point"),
     ("partition in a study (belongs to the user's profile)",
      _set(["studies", "tiny", "resources", "slurm_partition"], "gpu"),
-     "studies.tiny.resources.slurm_partition: unknown key (allowed: gpu, gpu_model, jobs_per_gpu, mem_mb, runtime, threads)"),
+     "studies.tiny.resources.slurm_partition: unknown key "
+     "(allowed: gpu, gpu_model, jobs_per_gpu, mem_mb, runtime, threads)"),
     ("width missing for fixed_width", lambda c: c["studies"]["tiny"]["grid"][0].pop("width"),
      "studies.tiny.grid[0].width: required by protocol fixed_width"),
     ("zero width", _set(["studies", "tiny", "grid", 0, "width"], [0]),
@@ -133,7 +137,8 @@ BAD = [
      'studies.tiny.task: "segmentation" is not allowed (allowed: one of image_classification, nearest_point, '
      "listops, language_model, glue)"),
     ("unknown top-level key", lambda c: c.update(studys={}), "config error: studys: unknown key (allowed: datasets"),
-    ("missing grid", lambda c: c["studies"]["tiny"].pop("grid"), "studies.tiny: give grid or lean, one of them (allowed: "),
+    ("missing grid", lambda c: c["studies"]["tiny"].pop("grid"),
+     "studies.tiny: give grid or lean, one of them (allowed: "),
     ("zero learning rate", _set(["studies", "tiny", "recipe", "lr"], 0),
      "studies.tiny.recipe.lr: 0 is not allowed (allowed: a number > 0)"),
     ("zero batch size", _set(["studies", "tiny", "recipe", "batch_size"], 0),
@@ -162,7 +167,8 @@ BAD = [
      "datasets.corpus.path: '/nonexistent/corpus' does not exist (allowed: a folder holding train_file and eval_file)"),
     ("text file missing in its folder", _set(["datasets", "corpus"], {"kind": "text", "source": "files",
                                                                      "path": str(REPO / "tests"),
-                                                                     "train_file": "no_such.txt", "eval_file": "conftest.py"}),
+                                                                     "train_file": "no_such.txt",
+                                                                     "eval_file": "conftest.py"}),
      "datasets.corpus.train_file: '"),
     ("glue study without fine-tuning", lambda c: c.update(
         datasets={"stories": {"kind": "text", "source": "generated"}},
@@ -177,7 +183,8 @@ BAD = [
      "studies.tiny.finetune: only used by task glue"),
     ("bad study name", lambda c: c["studies"].update({"my-study": c["studies"].pop("tiny_nearest")}),
      "studies: bad name 'my-study' (allowed: letters, digits and _, starting with a letter)"),
-    ("override matching nothing", _set(["studies", "tiny", "overrides"], [{"where": {"depth": 7}, "recipe": {"lr": 0.1}}]),
+    ("override matching nothing",
+     _set(["studies", "tiny", "overrides"], [{"where": {"depth": 7}, "recipe": {"lr": 0.1}}]),
      "studies.tiny.overrides[0].where: matches no variant of the grid"),
     ("expected parameters of a missing variant",
      _set(["studies", "tiny", "expect_params"], [{"variant": "L9-H9-D9-hd1-mlp9-s0", "params": 5, "tolerance": 0}]),

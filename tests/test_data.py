@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import small_spec
 from leaner.data import batch_indices, load_splits, prepare
 from leaner.train import train
+
+from conftest import small_spec
 
 
 def test_digits_split_is_fixed_recorded_and_standardised(tmp_path):

@@ -10,6 +10,7 @@ import re
 
 import pandas as pd
 import pytest
+
 from conftest import REPO, snakemake
 from reference_kappa import check_study_outputs
 
@@ -39,8 +40,8 @@ def readme_table() -> pd.DataFrame:
 
 
 def test_the_readme_findings_are_what_the_pipeline_writes(default_run):
-    from leaner.aggregate import RESOLVE_MARGIN
-    from leaner.overview import headline_markdown
+    from leaner.analysis.overview import headline_markdown
+    from leaner.analysis.stats import RESOLVE_MARGIN
 
     written = pd.read_csv(default_run / "results" / "tables" / "all_studies-headline.csv",
                           keep_default_na=False, na_values=[""])  # the verdict "n/a" is a word

@@ -199,13 +199,14 @@ def test_a_job_that_declared_no_gpu_runs_on_the_cpu_even_with_cuda(monkeypatch):
 def test_leaner_device_cuda_without_cuda_is_one_line(tmp_path, digits_manifest):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    from conftest import small_spec
     import json
+
+    from conftest import small_spec
 
     proc = subprocess.run([sys.executable, "-m", "leaner", "train", "--spec", json.dumps(small_spec()), "--data",
                            str(digits_manifest), "--out", str(tmp_path / "v")], capture_output=True, text=True,
                           env={**os.environ, "LEANER_DEVICE": "cuda"})
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
-        proc.stderr.strip()] and "LEANER_DEVICE='cuda' asks for CUDA, but this machine has no CUDA device" in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "LEANER_DEVICE='cuda' asks for CUDA, but this machine has no CUDA device" in proc.stderr
     assert "allowed here: cpu" in proc.stderr and not (tmp_path / "v" / "metrics.json").exists()

@@ -22,10 +22,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 from leaner.data import batch_indices
 from leaner.distributed import check_split, shard, shard_bounds
-from leaner.train import RESUME_DIR, RESUME_FILE
+from leaner.resume import RESUME_DIR, RESUME_FILE
+
+from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 
 
 def _train(spec, manifest, out, nproc, threads=2, **popen):

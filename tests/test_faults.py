@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
+from leaner.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
+
 from conftest import BIN, REPO, TINY, small_spec
-from leaner.train import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
 
 VARIANT = "results/tiny/L2-H1-D16-hd16-mlp32-s0"
 TARGET = f"{VARIANT}/metrics.json"
@@ -168,8 +169,9 @@ def test_divergence_is_a_result_the_sweep_completes_and_the_figures_mark_it(tmp_
     sweep, its tables and its figures complete around it."""
     import yaml
 
+    from leaner.analysis import figures
+
     from conftest import snakemake
-    from leaner import figures
 
     config = yaml.safe_load(TINY.read_text())
     del config["studies"]["tiny_nearest"]

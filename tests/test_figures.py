@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import TINY, snakemake
 
-from leaner import figures
+from leaner.analysis import figures, plots
 from leaner.cli import main
 from leaner.config import build_plan, grid_points, study_outputs
+
+from conftest import TINY, snakemake
 
 CONFIG = yaml.safe_load(TINY.read_text())
 
@@ -164,14 +165,14 @@ def tick_labels(ax, which="y") -> list[str]:
 
 
 def test_log_ticks_are_powers_of_ten_when_wide_and_plain_numbers_when_narrow():
-    assert figures._log_label(1e8, 1e3, 1e9, [1e4, 1e6, 1e8]) == r"$\mathdefault{10^{8}}$"
-    assert figures._log_label(1e5, 1e3, 1e9, [1e4, 1e5, 1e8]) == r"$\mathdefault{10^{5}}$"
-    assert [figures._log_label(v, 0.3, 6, [0.5, 1, 2, 5]) for v in (0.5, 1, 2, 5)] == ["0.5", "1", "2", "5"]
+    assert plots.log_label(1e8, 1e3, 1e9, [1e4, 1e6, 1e8]) == r"$\mathdefault{10^{8}}$"
+    assert plots.log_label(1e5, 1e3, 1e9, [1e4, 1e5, 1e8]) == r"$\mathdefault{10^{5}}$"
+    assert [plots.log_label(v, 0.3, 6, [0.5, 1, 2, 5]) for v in (0.5, 1, 2, 5)] == ["0.5", "1", "2", "5"]
     # narrow but large: every label of that axis as a x 10^k, never 100000 beside 1e+06
-    assert [figures._log_label(v, 9e4, 6e5, [1e5, 2e5, 5e5]) for v in (1e5, 2e5)] == [
+    assert [plots.log_label(v, 9e4, 6e5, [1e5, 2e5, 5e5]) for v in (1e5, 2e5)] == [
         r"$\mathdefault{10^{5}}$", r"$\mathdefault{2\times10^{5}}$"]
     for lo, hi in ((1.2, 13), (0.9, 1.15), (3, 40), (1e-3, 1e4)):
-        inside = [t for t in figures._log_ticks(lo, hi) if lo <= t <= hi]
+        inside = [t for t in plots.log_ticks(lo, hi) if lo <= t <= hi]
         assert len(inside) >= 2, (lo, hi, inside)
 
 
@@ -208,10 +209,10 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
 
 
 def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
-    from leaner import overview
+    from leaner.analysis import overview
 
     shown = []
-    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    monkeypatch.setattr(overview, "save", lambda fig, prefix: shown.append(fig) or [])
     configs = overview.configurations([p1_summary()])
     overview.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
     fig = shown[0]

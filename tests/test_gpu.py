@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+
 from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
 from test_sequence import _write_glue
 
@@ -86,7 +87,8 @@ def test_a_killed_gpu_run_resumes_and_ends_close_to_an_uninterrupted_one(tmp_pat
     """bf16 kernels are not bit-reproducible across a restart, so the two runs are compared by
     their result: the resumed run reaches the last step, and its eval accuracy is within 0.05 of an
     uninterrupted GPU run's (same seed, same data order)."""
-    from leaner.train import RESUME_DIR, RESUME_FILE, train
+    from leaner.resume import RESUME_DIR, RESUME_FILE
+    from leaner.train import train
 
     monkeypatch.delenv("LEANER_DEVICE", raising=False)
     spec = small_spec()
@@ -146,8 +148,9 @@ def test_the_point_stream_on_the_gpu_is_a_pure_function_of_seed_and_step():
 
 
 def _nearest_on_gpu(tmp_path, name, **recipe):
-    from conftest import nearest_setup
     from leaner.train import train
+
+    from conftest import nearest_setup
 
     spec, manifest = nearest_setup(tmp_path / name, recipe={"epochs": 4, "steps_per_epoch": 50, **recipe})
     return train(spec, str(manifest), tmp_path / name / "out", device="cuda", progress=False)

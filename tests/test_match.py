@@ -7,9 +7,10 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import BIN, REPO
 from leaner.config import ConfigError, build_plan, load_yaml, study_model_base
 from leaner.match import count_params, match
+
+from conftest import BIN, REPO
 
 
 def _vit_b_base():
@@ -99,5 +100,6 @@ def test_the_match_command_lists_what_fits(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 1
     assert bad.stderr.strip() == "leaner match: error: reduction 1.5 is not a fraction (allowed: 0 < reduction < 1)"
-    unknown = subprocess.run([str(BIN / "leaner"), "match", str(cfg), "--study", "nope"], capture_output=True, text=True)
+    unknown = subprocess.run([str(BIN / "leaner"), "match", str(cfg), "--study", "nope"], capture_output=True,
+                             text=True)
     assert unknown.returncode == 2 and "studies.nope: no such study (allowed: lean)" in unknown.stderr

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from conftest import small_spec
 from leaner.models import build_model, param_counts
+
+from conftest import small_spec
 
 VIT_B = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
          "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000}

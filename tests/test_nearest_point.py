@@ -10,12 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import nearest_setup
 from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
+from leaner.optim import lr_at
 from leaner.tasks import nearest_point_mse
-from leaner.train import lr_at, train
+from leaner.train import train
+
+from conftest import nearest_setup
 
 
 def test_points_lie_on_the_sphere_and_targets_are_the_farthest_point():
@@ -156,7 +158,7 @@ def _summary(rows):
 
 
 def test_acceptance_checks_pass_and_fail_on_the_numbers():
-    from leaner.aggregate import acceptance_checks
+    from leaner.analysis.tables import acceptance_checks
 
     rows = []
     for seed, (full, half) in enumerate([(0.04, 0.57), (0.05, 0.58)]):

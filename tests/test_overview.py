@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from leaner.aggregate import welch
-from leaner.overview import heads_effect, kappa_error_correlation, spearman_ci, verdict
+from leaner.analysis.overview import heads_effect, kappa_error_correlation, verdict
+from leaner.analysis.stats import spearman_ci, welch
 
 
 def test_welch_interval_is_scipys():
@@ -34,7 +34,7 @@ def test_verdicts_follow_the_interval_only():
 def test_an_interval_that_sits_on_zero_is_unresolved():
     """The README's old headline: [+0.001, +0.067] on one machine, [-0.00115, +0.066] on another;
     both are within a quarter of the half-width of zero, so neither is called."""
-    from leaner.aggregate import resolve
+    from leaner.analysis.stats import resolve
 
     assert resolve(0.001, 0.067) == "unresolved" and resolve(-0.00115, 0.066) == "unresolved"
     assert verdict(-0.067, -0.001) == "unresolved"

@@ -9,9 +9,11 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, run, BIN, small_spec, snakemake
 from leaner.config import ConfigError, load_yaml
-from leaner.train import RESUME_DIR, RESUME_FILE, train
+from leaner.resume import RESUME_DIR, RESUME_FILE
+from leaner.train import train
+
+from conftest import BIN, REPO, run, small_spec, snakemake
 
 
 class _Payload:

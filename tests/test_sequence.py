@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, snakemake
 from leaner.conditioning import kappa, kappa_of_rows
 from leaner.data import prepare
 from leaner.data.listops import decode, generate, load_listops
 from leaner.data.text import TokenStream, decode_bytes
 from leaner.models import build_model, param_counts
-from leaner.train import load_weights, save_weights
+from leaner.weights import load_weights, save_weights
+
+from conftest import REPO, snakemake
 
 SEQ_CONFIG = REPO / "tests" / "config" / "tiny_sequence.yaml"
 
@@ -262,7 +263,8 @@ def test_bert_pretraining_then_glue_finetuning_through_snakemake(tmp_path):
     # fine-tuning started from the pretrained encoder, not from scratch
     from safetensors.torch import load_file
 
-    pretrained, start = load_file(str(base / "model.safetensors")), load_file(str(base / "glue" / "sst2" / "init.safetensors"))
+    pretrained = load_file(str(base / "model.safetensors"))
+    start = load_file(str(base / "glue" / "sst2" / "init.safetensors"))
     assert torch.equal(pretrained["blocks.0.attn.qkv.weight"], start["blocks.0.attn.qkv.weight"])
     glue = json.loads((base / "glue.json").read_text())
     assert set(glue["tasks"]) == {"sst2", "stsb", "mnli"}

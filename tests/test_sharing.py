@@ -8,6 +8,7 @@ import json
 
 import pytest
 import yaml
+
 from conftest import snakemake
 
 pytestmark = [pytest.mark.workflow, pytest.mark.devices]

@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import BIN, REPO, TINY, run
+from conftest import BIN, REPO, TINY
 from slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.workflow,
@@ -44,7 +44,8 @@ def _config(tmp_path):
 
 
 def _snakemake(workdir, config, *args, env=None):
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args, "--configfile", str(config)]
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args,
+           "--configfile", str(config)]
     env = dict(env or os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)

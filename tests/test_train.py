@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
+from leaner.optim import lr_at
+from leaner.resume import RESUME_DIR, RESUME_FILE
+from leaner.train import train
+from leaner.weights import kept_steps
+
 from conftest import BIN, kill_after_checkpoint, saved_checkpoint, small_spec
-from leaner.train import RESUME_DIR, RESUME_FILE, kept_steps, lr_at, train
 
 
 def _weights(path):
@@ -115,7 +118,8 @@ def test_weights_kept_during_training_are_the_weights_at_that_step(tmp_path, dig
     spec["conditioning"]["steps"] = [7, 0.5]
     long = train(spec, str(digits_manifest), tmp_path / "long", progress=False)
     assert [(c["name"], c["step"]) for c in long["checkpoints"]] == [("step7", 7), ("step10", 10)]
-    short_spec = {**spec, "recipe": {**spec["recipe"], "max_steps": 7}, "conditioning": {**spec["conditioning"], "steps": []}}
+    short_spec = {**spec, "recipe": {**spec["recipe"], "max_steps": 7},
+                  "conditioning": {**spec["conditioning"], "steps": []}}
     short = train(short_spec, str(digits_manifest), tmp_path / "short", progress=False)
     assert short["checkpoints"] == []
     assert _same_weights(tmp_path / "long" / "checkpoints" / "step7.safetensors",

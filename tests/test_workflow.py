@@ -197,7 +197,7 @@ def test_bad_config_stops_before_any_job(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path, "--cores", "1", configfile=path, check=False)
     assert proc.returncode != 0
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("config error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("config error:")]
     assert lines == ['config error: studies.tiny.recipe.epochs: "many" is not allowed (allowed: an integer >= 1)']
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()
@@ -209,7 +209,7 @@ def test_profile_resource_typos_stop_before_any_job(tmp_path):
     proc = snakemake(tmp_path, "--cores", "1", "--default-resources", "slurm_partiton=gpu", "--set-resources",
                      "trian:runtime=5", "train:mem_gb=3", "--resources", "gpus=2", check=False)
     assert proc.returncode == 2
-    lines = [l.split(" (allowed")[0] for l in proc.stderr.splitlines() if l.startswith("resource error:")]
+    lines = [line.split(" (allowed")[0] for line in proc.stderr.splitlines() if line.startswith("resource error:")]
     assert lines == ["resource error: --resources gpus: unknown resource",
                      "resource error: --default-resources slurm_partiton: unknown resource",
                      "resource error: --set-resources train:mem_gb: unknown resource",
@@ -226,7 +226,8 @@ def test_profile_resource_typos_stop_before_any_job(tmp_path):
 def test_a_target_naming_an_unknown_study_gets_one_clear_line(tmp_path, target):
     proc = snakemake(tmp_path, target, "--cores", "1", check=False)
     assert proc.returncode == 2
-    study = target.split("/")[2].split("-")[0] if "/figures/" in target or "/tables/" in target else target.split("/")[1]
+    in_shared_folder = "/figures/" in target or "/tables/" in target
+    study = target.split("/")[2].split("-")[0] if in_shared_folder else target.split("/")[1]
     assert f"{target}: no study named '{study}' in the config (allowed: tiny, tiny_nearest;" in proc.stderr
     assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
     assert not (tmp_path / "results").exists()

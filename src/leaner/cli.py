@@ -64,33 +64,33 @@ def cmd_theory(a):
 
 
 def cmd_summary(a):
-    from .aggregate import write_summary
+    from .analysis.summary import write_summary
 
     write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue, a.kappa_out)
 
 
 def cmd_glue_scores(a):
-    from .aggregate import write_glue_scores
+    from .analysis.summary import write_glue_scores
 
     write_glue_scores(a.metrics, a.out)
 
 
 def cmd_tables(a):
-    from .aggregate import write_study_tables
+    from .analysis.study_tables import write_study_tables
 
     write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks, a.names)
 
 
 def cmd_job_costs(a):
-    from .aggregate import write_job_costs
+    from .analysis.tables import write_job_costs
 
     write_job_costs(a.benchmarks, a.outdir)
 
 
 def cmd_run_config(a):
-    from .io import write_text
-
     import yaml
+
+    from .io import write_text
 
     write_text(a.out, "# The configuration this run resolved (defaults filled in by the Snakefile's config\n"
                       "# loading; every variant's full spec is in its metrics.json).\n" +
@@ -115,7 +115,8 @@ def _ints(text: str) -> list[int]:
 def cmd_match(a):
     import pandas as pd
 
-    from .config import PROTOCOLS, load_yaml, study_model_base
+    from .config import load_yaml, study_model_base
+    from .grid import PROTOCOLS
     from .match import match
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
@@ -149,20 +150,20 @@ def cmd_match(a):
 
 
 def cmd_overview(a):
-    from .overview import write_overview
+    from .analysis.overview import write_overview
 
     write_overview(a.summaries, a.figdir, a.tabledir, a.findings)
 
 
 def cmd_figures(a):
-    from .figures import write_study_figures
+    from .analysis.figures import write_study_figures
 
     write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names)
 
 
 def cmd_theory_report(a):
-    from .aggregate import write_theory_table
-    from .figures import write_theory_figure
+    from .analysis.figures import write_theory_figure
+    from .analysis.study_tables import write_theory_table
 
     write_theory_figure(a.theory, a.figdir)
     write_theory_table(a.theory, a.tabledir)

@@ -181,7 +181,8 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
             model(inputs[i:i + batch_size])
         for layer, mats in captured.items():
             for name in ("heads_concat", "attn_proj_out"):
-                slot = out.setdefault(layer, {}).setdefault(name, {"kappas": [], "shape": tuple(mats[name][0].shape[-2:])})
+                shape = tuple(mats[name][0].shape[-2:])
+                slot = out.setdefault(layer, {}).setdefault(name, {"kappas": [], "shape": shape})
                 slot["kappas"].append(kappa_of_rows(torch.cat(mats[name]), part).cpu())
             if want_jac:
                 x, kwargs = mats["input"][0]
@@ -208,7 +209,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     from .devices import pick_device
     from .models import build_model
     from .tasks import make_task
-    from .train import load_weights
+    from .weights import load_weights
 
     dev = pick_device(device, gpu_share)
     task = make_task(spec, data_path, dev)

@@ -12,23 +12,32 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 from __future__ import annotations
 
 import copy
-import itertools
 import json
-import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
 # the tokenizers' facts (numpy-only modules: still no torch import here)
-from .data.glue import PAD as BERT_PAD, TASKS as GLUE_TASKS, VOCAB_SIZE as BERT_VOCAB_SIZE
+from .data.glue import PAD as BERT_PAD
+from .data.glue import TASKS as GLUE_TASKS
+from .data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
 from .data.listops import VOCAB as LISTOPS_VOCAB
 from .data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from .grid import (
+    IMAGE_GRID_KEYS,
+    NEAREST_GRID_KEYS,
+    expand_image_grid,
+    expand_nearest_grid,
+    grid_key,
+    image_variant,
+    nearest_variant,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
-PROTOCOLS = ("fixed_width", "fixed_head_dim")
 
 # What each study produces besides its summary: results/figures/{study}-{name}.{png,pdf} and
 # results/tables/{study}-{name}.{csv,md,tex}.
@@ -276,8 +285,10 @@ def _format_error(err, root: dict) -> str:
         return f"{target}: unknown key (allowed: {allowed_txt})"
     if err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
+        required = err.schema.get("required", [])
+        optional = sorted(set(err.schema.get("properties", {})) - set(required))
         return (f"{where}: missing required key '{missing}' (allowed: a mapping with keys "
-                f"{', '.join(err.schema.get('required', []))} and optionally {', '.join(sorted(set(err.schema.get('properties', {})) - set(err.schema.get('required', []))))})")
+                f"{', '.join(required)} and optionally {', '.join(optional)})")
     if err.validator in ("minItems", "minProperties"):
         return f"{where}: must not be empty (allowed: at least one entry)"
     if err.validator == "uniqueItems":
@@ -336,10 +347,6 @@ class Variant:
         return json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
 
 
-def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int) -> str:
-    return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
-
-
 @dataclass
 class Study:
     name: str
@@ -382,10 +389,6 @@ class Plan:
         return self.studies[study].variants[variant]
 
 
-def _listify(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def _deep_merge(base: dict, update: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in update.items():
@@ -394,95 +397,6 @@ def _deep_merge(base: dict, update: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "seeds")
-NEAREST_GRID_KEYS = ("depth", "heads", "modules", "dim", "tokens", "posn", "seeds")
-
-
-def _grid_key(name: str, idx: int | None) -> str:
-    return f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
-
-
-def _expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
-    """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
-    protocols = grid.get("protocol")
-    if not protocols:
-        problems.append(f"config error: {key}.protocol: required by this study's task "
-                        f"(allowed: fixed_width, fixed_head_dim)")
-        return []
-    if "fixed_width" in protocols and "width" not in grid:
-        problems.append(f"config error: {key}.width: required by protocol fixed_width (allowed: a list of fixed model "
-                        f"widths D, e.g. width: [64])")
-    if "fixed_head_dim" in protocols and "head_dim" not in grid:
-        problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (allowed: a list of fixed "
-                        f"head dimensions d, e.g. head_dim: [16])")
-    if "mlp_ratio" in grid and "mlp_hidden" in grid:
-        problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both (allowed: one of mlp_ratio, mlp_hidden)")
-    mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
-    points = []
-    for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
-            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)]):
-        if protocol == "fixed_width":
-            shapes = []
-            for width in grid.get("width", []):
-                if width % heads:
-                    divisors = [h for h in range(1, width + 1) if width % h == 0]
-                    problems.append(
-                        f"config error: {key}.heads: {heads} does not divide width {width} under fixed_width "
-                        f"(allowed: divisors of {width}: {', '.join(map(str, divisors))})")
-                    continue
-                shapes.append((width, width // heads))
-        else:
-            shapes = [(heads * d, d) for d in grid.get("head_dim", [])]
-        for width, head_dim in shapes:
-            hidden = mlp_value * width if mlp_kind == "ratio" else mlp_value
-            if not math.isclose(hidden, round(hidden)):
-                problems.append(f"config error: {key}.mlp_ratio: {mlp_value} x width {width} is not a whole "
-                                f"number of MLP units (allowed: ratios giving an integer, or mlp_hidden)")
-                continue
-            for seed in grid["seeds"]:
-                points.append({"depth": depth, "heads": heads, "width": width, "head_dim": head_dim,
-                               "mlp_hidden": int(round(hidden)), "seed": seed, "protocol": protocol})
-    return points
-
-
-def _expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) -> list[dict]:
-    """P2 grid: depth x heads per module x modules W x dimension d x tokens N x positions x seeds.
-    Rank (head dim) = d_model / heads, d_model = d (+ posn_dim for concatenated positions)."""
-    for req in ("dim", "tokens"):
-        if req not in grid:
-            problems.append(f"config error: {key}.{req}: required by task nearest_point")
-    points = []
-    for depth, heads, modules, dim, tokens, posn, seed in itertools.product(
-            grid["depth"], grid["heads"], grid.get("modules", [1]), grid.get("dim", []), grid.get("tokens", []),
-            grid.get("posn", ["none"]), grid["seeds"]):
-        d_model = dim + (model["posn_dim"] if posn == "concatenated" else 0)
-        if d_model % heads:
-            problems.append(f"config error: {key}.heads: {heads} does not divide the model width {d_model} "
-                            f"(allowed: divisors of {d_model})")
-            continue
-        points.append({"depth": depth, "heads": heads, "modules": modules, "dim": dim, "tokens": tokens,
-                       "posn": posn, "rank": d_model // heads, "d_model": d_model, "seed": seed})
-    return points
-
-
-def _image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
-    """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
-    p = point
-    model = {**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
-             "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
-    return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
-
-
-def _nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
-    p = point
-    model = {"arch": "nearest_point_encoder", **model_base, "depth": p["depth"], "heads": p["heads"],
-             "modules": p["modules"], "dim": p["dim"], "tokens": p["tokens"], "posn": p["posn"],
-             "d_model": p["d_model"], "head_dim": p["rank"]}
-    vid = (f"L{p['depth']}-H{p['heads']}-W{p['modules']}-r{p['rank']}-d{p['dim']}-N{p['tokens']}"
-           f"-{p['posn']}-s{p['seed']}")
-    return vid, model
 
 
 TASKS = {
@@ -508,7 +422,8 @@ def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -
     if kind == "text":
         for req in TEXT_SOURCE_REQUIRED[out["source"]]:
             if req not in spec:
-                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from {out['source']}")
+                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from "
+                                f"{out['source']}")
         if out["source"] == "files" and "path" in spec:
             root = Path(spec["path"])
             root = root if root.is_absolute() else base_dir / root
@@ -671,7 +586,7 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
     points: list[dict] = []
     for i, g in enumerate(grids):
-        key = _grid_key(name, i if isinstance(st["grid"], list) else None)
+        key = grid_key(name, i if isinstance(st["grid"], list) else None)
         unused = [k for k in g if k not in TASKS[task]["grid_keys"]]
         for k in unused:
             problems.append(f"config error: {key}.{k}: not used by task {task} "
@@ -679,11 +594,11 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         if unused:
             continue
         if task == "nearest_point":
-            points += _expand_nearest_grid(key, g, problems, model_base)
+            points += expand_nearest_grid(key, g, problems, model_base)
         else:
-            points += _expand_image_grid(key, g, problems)
+            points += expand_image_grid(key, g, problems)
 
-    make_variant = _nearest_variant if task == "nearest_point" else _image_variant
+    make_variant = nearest_variant if task == "nearest_point" else image_variant
     variants: dict[str, Variant] = {}
     protocols: dict[str, list[str]] = {}
     overrides = st.get("overrides") or []
@@ -725,14 +640,16 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
             problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
                             f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
         elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
-            problems.append(f"config error: datasets.{ft['dataset']}.max_length: {datasets[ft['dataset']]['max_length']} "
+            max_length = datasets[ft["dataset"]]["max_length"]
+            problems.append(f"config error: datasets.{ft['dataset']}.max_length: {max_length} "
                             f"is longer than study {name}'s context {model_base['max_len']} (allowed: at most the "
                             f"pretraining context, model.context)")
         else:
             finetune = {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
                         "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
     elif st.get("finetune"):
-        problems.append(f"config error: studies.{name}.finetune: only used by task glue (allowed: remove it, or task: glue)")
+        problems.append(f"config error: studies.{name}.finetune: only used by task glue "
+                        f"(allowed: remove it, or task: glue)")
     res = st.get("resources") or {}
     if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
         problems.append(f"config error: studies.{name}.resources.jobs_per_gpu: {res['jobs_per_gpu']} jobs share one "

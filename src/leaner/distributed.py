@@ -22,8 +22,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:

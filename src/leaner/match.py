@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .config import PROTOCOLS
+from .grid import PROTOCOLS, head_shape
 
 
 def count_params(model_spec: dict) -> int:
@@ -57,12 +57,10 @@ def candidates(base: dict, depths=None, heads=None, protocols=PROTOCOLS, mlp_rat
             for h in sorted(set(heads)):
                 if depth >= base["depth"] or h <= base["heads"]:
                     continue
-                if protocol == "fixed_width":
-                    if base["width"] % h:
-                        continue
-                    width, head_dim = base["width"], base["width"] // h
-                else:
-                    width, head_dim = h * base["head_dim"], base["head_dim"]
+                shape = head_shape(protocol, h, width=base["width"], head_dim=base["head_dim"])
+                if shape is None:
+                    continue
+                width, head_dim = shape
                 for ratio in ratios:
                     hidden = ratio * width
                     if not math.isclose(hidden, round(hidden)):

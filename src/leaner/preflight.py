@@ -7,7 +7,7 @@ every job to the default partition. These checks turn such slips into one-line e
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 # Resources Snakemake itself understands.
 SNAKEMAKE_RESOURCES = frozenset({

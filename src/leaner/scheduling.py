@@ -22,7 +22,7 @@ their conditioning. Locally Snakemake runs no groups: each job claims its seat o
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .devices import SHARE_UNITS, share_of
 

@@ -20,11 +20,37 @@ a CPU run is the same, bit for bit, as one that read the loss after every step.
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from collections.abc import Callable
 
 import torch
 
 NEVER = 2**62  # "no bad step yet"
+
+
+def make_deterministic(device: torch.device) -> None:
+    """Deterministic kernels on the CPU; TF32 matmuls on a GPU (bf16 autocast there anyway)."""
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast_for(device: torch.device, graph_safe: bool = False):
+    """bf16 autocast on CUDA, nothing on CPU (fp32 keeps CPU runs exact and deterministic).
+    graph_safe: without autocast's weight-cast cache, which a CUDA graph capture must not use."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph_safe)
+    return contextlib.nullcontext
+
+
+def compile_mode(recipe: dict) -> str | None:
+    """torch.compile's mode for recipe.compile: true is "default", false/null is no compile."""
+    value = recipe.get("compile")
+    if value is True:
+        return "default"
+    return value or None
 
 
 class LossMeter:

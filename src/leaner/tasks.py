@@ -5,7 +5,8 @@ batch for condition numbers), its loss and its metric.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,9 +36,7 @@ class ImageClassification(Task):
     primary_mode = "max"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from .data import load_splits
-
-        from .data import InMemorySplit
+        from .data import InMemorySplit, load_splits
 
         recipe = spec["recipe"]
         self.splits = load_splits(data_path, recipe, device.type)

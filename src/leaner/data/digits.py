@@ -47,7 +47,7 @@ def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
 def load_digits_splits(manifest_path: str, manifest: dict | None = None):
     import torch
 
-    from . import InMemorySplit, Splits
+    from .splits import InMemorySplit, Splits
 
     manifest = manifest or read_json(manifest_path)
     arrays = Path(manifest_path).with_name(manifest["arrays"])

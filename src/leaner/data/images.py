@@ -92,7 +92,7 @@ class EncodedImageDataset:
         return encoded, int(row[self.label_key])
 
 
-def collate_encoded(items: list) -> tuple[list, "torch.Tensor"]:  # noqa: F821
+def collate_encoded(items: list) -> tuple[list, torch.Tensor]:  # noqa: F821
     """A batch of encoded images stays a list (each its own size); labels become a tensor."""
     import torch
 
@@ -139,7 +139,7 @@ def build_transforms(meta: dict, recipe: dict):
 
 
 def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
-    from . import LoaderSplit, Splits
+    from .splits import LoaderSplit, Splits
 
     workers = recipe.get("num_workers", 0)
     if meta.get("decode", "pil") == "device":

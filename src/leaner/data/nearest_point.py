@@ -18,7 +18,7 @@ always drawn on the CPU: every run, wherever it trained, is scored on the same p
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

@@ -66,7 +66,7 @@ class AveragedMultiheadAttention(nn.Module):
             self.copy_from([nn.MultiheadAttention(d_model, heads, batch_first=True) for _ in range(modules)])
 
     @torch.no_grad()
-    def copy_from(self, mhas: list[nn.MultiheadAttention]) -> "AveragedMultiheadAttention":
+    def copy_from(self, mhas: list[nn.MultiheadAttention]) -> AveragedMultiheadAttention:
         for w, mha in enumerate(mhas):
             self.in_proj_weight[w].copy_(mha.in_proj_weight)
             self.in_proj_bias[w].copy_(mha.in_proj_bias)
@@ -75,7 +75,7 @@ class AveragedMultiheadAttention(nn.Module):
         return self
 
     @classmethod
-    def from_modules(cls, mhas: list[nn.MultiheadAttention]) -> "AveragedMultiheadAttention":
+    def from_modules(cls, mhas: list[nn.MultiheadAttention]) -> AveragedMultiheadAttention:
         first = mhas[0]
         return cls(first.embed_dim, first.num_heads, len(mhas)).copy_from(mhas)
 

@@ -7,13 +7,13 @@ timm's own that pin those two numbers and change nothing else.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from timm.layers import Mlp
 from timm.models.vision_transformer import Attention, VisionTransformer
 
 
-@lru_cache(maxsize=None)
+@cache
 def attention_with_head_dim(head_dim: int) -> type:
     """timm `Attention` with the per-head dimension fixed (so h*head_dim may differ from D)."""
 
@@ -26,7 +26,7 @@ def attention_with_head_dim(head_dim: int) -> type:
     return HeadDimAttention
 
 
-@lru_cache(maxsize=None)
+@cache
 def mlp_with_hidden(hidden: int) -> type:
     """timm `Mlp` with an absolute hidden width (instead of int(ratio * D))."""
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
-from .aggregate import METRIC, _values, acceptance_checks, by_config, lean_vs_baseline, pick_baseline, welch
-from .figures import _explode_protocols
-from .overview import _fmt_ci, spearman_ci
+from .stats import fmt_ci, spearman_ci, welch
+from .summary import METRIC, config_values, explode_protocols
+from .tables import acceptance_checks, by_config, lean_vs_baseline, pick_baseline
 
 COLUMNS = ["quantity", "paper", "paper setting", "ours", "our setting", "difference", "check"]
 
@@ -73,7 +72,7 @@ def _best_lean(summary: pd.DataFrame, baseline: dict, metric: str, mode: str):
 def _kappa_trend(summary: pd.DataFrame) -> list[dict]:
     """P1 Fig. 2: does kappa fall with heads? Spearman(heads, kappa) per protocol, init and trained."""
     rows = []
-    for proto, g in _explode_protocols(summary).groupby("protocol"):
+    for proto, g in explode_protocols(summary).groupby("protocol"):
         if g["heads"].nunique() < 2:
             continue
         init = spearman_ci(g["heads"], g["kappa_init_gmean"])
@@ -82,7 +81,7 @@ def _kappa_trend(summary: pd.DataFrame) -> list[dict]:
         falls = "pass" if hi < 0 else "fail" if lo > 0 else "undecided"  # NaN bounds: undecided
         rows.append(_row(f"kappa of the head-output concat vs heads ({proto}), Spearman over variants",
                          "falls with heads (Fig. 2; Theorem 3.2 case b)", "ViT-B on ImageNet-1k",
-                         f"at init rho {_fmt_ci(*init[:3])}; trained rho {_fmt_ci(*trained[:3])}",
+                         f"at init rho {fmt_ci(*init[:3])}; trained rho {fmt_ci(*trained[:3])}",
                          our_setting(summary), "", f"falls after training: {falls}"))
     return rows
 
@@ -99,11 +98,12 @@ def p1_comparison(summary: pd.DataFrame, baseline: dict) -> list[dict]:
         paper = f"{min(deltas):+.1f} to {max(deltas):+.1f} points"
         setting_paper = "ImageNet-1k, 300 epochs, 1 seed; XCiT-M/L, TNT-B, DaViT-B/L"
         if best is not None:
+            inside = min(deltas) <= 100 * best[f"delta_{metric}"] <= max(deltas)
             rows.append(_row("top-1 change, the best shallower variant with more heads against the deepest baseline",
                              paper, setting_paper,
                              f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: "
                              + _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 100, " points"),
-                             setting, f"paper's range {'contains' if min(deltas) <= 100 * best[f'delta_{metric}'] <= max(deltas) else 'excludes'} ours",
+                             setting, f"paper's range {'contains' if inside else 'excludes'} ours",
                              best["verdict"]))
             rows.append(_row("parameter change of that variant", f"{min(cuts)}% to {max(cuts)}%", setting_paper,
                              f"{-best['param_reduction_pct']:+.0f}%", setting))
@@ -112,7 +112,7 @@ def p1_comparison(summary: pd.DataFrame, baseline: dict) -> list[dict]:
         configs = by_config(summary, metric)
         deep = configs[configs["depth"] == configs["depth"].max()]
         few, many = deep.loc[deep["heads"].idxmin()], deep.loc[deep["heads"].idxmax()]
-        diff, lo, hi = welch(_values(summary, many, metric), _values(summary, few, metric))
+        diff, lo, hi = welch(config_values(summary, many, metric), config_values(summary, few, metric))
         p_few, p_many = P1_LISTOPS["acc"]
         rows.append(_row(f"accuracy, {few['heads']} -> {many['heads']} heads at {few['depth']} layers",
                          f"{p_few} -> {p_many} (+{p_many - p_few:.1f} points), 2 -> 8 heads",
@@ -190,7 +190,7 @@ def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
 
 def paper_comparison(summary: pd.DataFrame, baseline: dict, checks=None) -> pd.DataFrame:
     """The study's comparison table (COLUMNS)."""
-    from .config import ACCEPTANCE_CHECKS
+    from ..config import ACCEPTANCE_CHECKS
 
     task = summary["task"].iloc[0]
     rows = (p2_comparison(summary, ACCEPTANCE_CHECKS if checks is None else checks) if task == "nearest_point"

@@ -27,22 +27,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import _gmean, ci95, resolve, welch, write_table
-from .figures import _explode_protocols
-from .io import atomic_path
+from ..io import atomic_path
+from .plots import log_x, log_y, offscale, pyplot, save
+from .stats import MIN_N_INTERVAL, ci95, fmt_ci, gmean, resolve, spearman_ci, welch
+from .summary import METRIC, explode_protocols
+from .tables import lean_vs_baseline, write_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
+
 ARCH_GROUP = ["depth", "protocol", "mlp_ratio"]
+
 FAMILY = {"image_classification": "P1", "listops": "P1", "language_model": "P1", "glue": "P1",
           "nearest_point": "P2"}
-
 
 def _configs(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration (and protocol, for P1's tasks): error values over seeds, kappa, rank."""
     task = summary["task"].iloc[0]
     frame = summary.copy()
     if FAMILY[task] == "P1":
-        frame = _explode_protocols(frame)
+        frame = explode_protocols(frame)
         frame["model_width"] = frame["width"]
     else:
         frame["model_width"] = frame["head_dim"] * frame["heads"]
@@ -63,11 +66,10 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "rank_fraction": float(g["head_dim"].iloc[0] / g["model_width"].iloc[0]),
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
-                     "kappa_init": _gmean(g.get("kappa_init_gmean", [])),
-                     "kappa_final": _gmean(g.get("kappa_final_gmean", [])),
-                     "kappa_jac_final": _gmean(g.get("kappa_jac_final_gmean", []))})
+                     "kappa_init": gmean(g.get("kappa_init_gmean", [])),
+                     "kappa_final": gmean(g.get("kappa_final_gmean", [])),
+                     "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", []))})
     return pd.DataFrame(rows)
-
 
 def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
     """Every configuration of every study, with its error relative to the fewest-heads
@@ -81,7 +83,6 @@ def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
             out[name + col] = _relative_to(out, group, axis, src)
     return out
 
-
 def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "error_mean") -> pd.Series:
     """`column` of each configuration over the mean error of the smallest `axis` value in its
     group (for the interval bounds: the configuration's interval, the reference's mean)."""
@@ -92,13 +93,11 @@ def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "er
             rel[idx] = value / ref if ref > 0 else math.nan
     return pd.Series(rel)
 
-
 def verdict(lo: float, hi: float) -> str:
     """On an error difference (more heads minus fewer heads): lower error is better; called only
     with the margin of `aggregate.resolve`, else unresolved."""
     return {"n/a": "n/a (one seed)", "below": "more heads help", "above": "more heads hurt",
             "includes zero": "no difference", "unresolved": "unresolved"}[resolve(lo, hi)]
-
 
 def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
     """Per comparison group with two head counts or more: most heads against fewest."""
@@ -116,29 +115,6 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
                      "n": f"{len(few['errors'])}, {len(many['errors'])}", "verdict": verdict(lo, hi)})
     return pd.DataFrame(rows)
-
-
-MIN_N_INTERVAL = 5  # below this, Fisher's z gives no usable interval (at n = 4 a rho of 1 is a 1-in-24 chance)
-
-
-def spearman_ci(x, y) -> tuple[float, float, float, int]:
-    """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.;
-    |rho| capped at 0.99 for the interval, which is degenerate at 1); no interval below 5 points.
-    +inf (a singular kappa) takes part as the largest rank; NaN is left out."""
-    from scipy import stats
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = ~np.isnan(x) & ~np.isnan(y)
-    x, y = stats.rankdata(x[ok]), stats.rankdata(y[ok])
-    n = len(x)
-    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan, math.nan, math.nan, n
-    rho = float(stats.spearmanr(x, y).statistic)
-    if n < MIN_N_INTERVAL:
-        return rho, math.nan, math.nan, n
-    z, se = math.atanh(max(min(rho, 0.99), -0.99)), math.sqrt(1.06 / (n - 3))
-    return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
-
 
 def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
     """Per study: Spearman(kappa after training, error) and Spearman(kappa at init, kappa after
@@ -171,7 +147,6 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
         frame = pd.concat([frame, pd.DataFrame(pooled_rows)], ignore_index=True)
     return frame
 
-
 def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     """Inverse-variance pooling of Fisher's z over studies with at least MIN_N_INTERVAL points."""
     ok = rhos.notna() & (ns >= MIN_N_INTERVAL)
@@ -182,15 +157,12 @@ def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     zbar, se = float((w * z).sum() / w.sum()), math.sqrt(1 / w.sum())
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
 
-
 def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFrame:
     """The findings the README states, one row each, all with a verdict under the margin of
     `aggregate.resolve`: every most-vs-fewest-heads comparison (error, more heads minus fewer) and,
     for each P1 study that varies depth, P1's trade: the shallowest model with the most heads
     against the deepest with the fewest at the same width and MLP (the study's metric, shallow
     minus deep; `lean_vs_baseline` with its default baseline)."""
-    from .aggregate import METRIC, lean_vs_baseline
-
     rows = [{"study": r["study"], "comparison": f"{r['group']}: heads {r['heads']}", "measure": "error",
              "delta": r["delta_error"], "lo": r["delta_lo"], "hi": r["delta_hi"], "n": r["n"],
              "verdict": r["verdict"]} for _, r in effects.iterrows()]
@@ -209,11 +181,11 @@ def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFra
         r = same.loc[same["heads"].idxmax()]
         rows.append({"study": summary["study"].iloc[0],
                      "comparison": f"L{r['depth']}/H{r['heads']} ({r['params'] / 1e3:.1f}k params) against "
-                                   f"{r['baseline'].split('-D')[0].replace('-', '/')} ({r['baseline_params'] / 1e3:.1f}k)",
+                                   f"{r['baseline'].split('-D')[0].replace('-', '/')} "
+                                   f"({r['baseline_params'] / 1e3:.1f}k)",
                      "measure": metric, "delta": r[f"delta_{metric}"], "lo": r["delta_lo"], "hi": r["delta_hi"],
                      "n": str(r["n"]), "verdict": r["verdict"]})
     return pd.DataFrame(rows, columns=["study", "comparison", "measure", "delta", "lo", "hi", "n", "verdict"])
-
 
 def headline_markdown(frame: pd.DataFrame) -> str:
     """The README's findings table: the difference and its 95% interval to 3 decimals, the verdict."""
@@ -223,15 +195,6 @@ def headline_markdown(frame: pd.DataFrame) -> str:
         lines.append(f"| `{r['study']}` | {r['comparison']} | {r['measure']} | {r['delta']:+.3f}{ci} | {r['n']} | "
                      f"{r['verdict']} |")
     return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------- the paragraph
-
-def _fmt_ci(rho: float, lo: float, hi: float) -> str:
-    if math.isnan(rho):
-        return "n/a"
-    return f"{rho:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
-
 
 def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
     """The summary paragraphs, each sentence computed from the tables."""
@@ -247,8 +210,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         if not len(e):
             continue
         counts = e["verdict"].value_counts()
-        parts = [f"{counts.get(v, 0)} {v}" for v in ("more heads help", "more heads hurt", "no difference", "unresolved",
-                                                     "n/a (one seed)") if counts.get(v, 0)]
+        kinds = ("more heads help", "more heads hurt", "no difference", "unresolved", "n/a (one seed)")
+        parts = [f"{counts.get(v, 0)} {v}" for v in kinds if counts.get(v, 0)]
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
     if len(effects):
@@ -264,32 +227,33 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                 text += (f"Head rank alone does not divide them: models that kept only {fine_rf.min():.3g} of the "
                          f"width per head did not suffer where others lost at {hurt_rf.max():.3g}. ")
             else:
-                text += f"Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
+                text += "Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
             if set(hurt["family"]) == {"P2"} and set(fine["family"]) == {"P1"}:
-                text += ("Every loss is on P2's nearest-point task, which one full-rank head solves, and no P1 comparison with "
-                         "an interval lost: what decides is whether the task needs full-rank attention, as P2 argues.")
+                text += ("Every loss is on P2's nearest-point task, which one full-rank head solves, and no P1 "
+                         "comparison with an interval lost: what decides is whether the task needs full-rank "
+                         "attention, as P2 argues.")
             paras.append(text)
         elif len(hurt):
             paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
                          f"interval excluding zero.")
         elif len(fine):
-            paras.append(f"More heads hurt in no comparison with an interval; P2's failure mode did not appear "
-                         f"in these studies.")
+            paras.append("More heads hurt in no comparison with an interval; P2's failure mode did not appear "
+                         "in these studies.")
     if len(corr):
         pooled = corr[corr["study"] == "pooled"].iloc[0]
         studies_only = corr[~corr["study"].str.startswith("pooled")]
-        per = "; ".join(f"{r['study']} {_fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
+        per = "; ".join(f"{r['study']} {fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
                         for _, r in studies_only.iterrows())
         families = []
         for family in ("P1", "P2"):
             row = corr[corr["study"] == f"pooled {family}"]
             row = row.iloc[0] if len(row) else (pooled if set(studies_only["family"]) == {family} else None)
             if row is not None and not math.isnan(row["rho_kappa_error"]):
-                families.append(f"{family}'s tasks {_fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
+                families.append(f"{family}'s tasks {fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
                                 f"{_association(row['lo'], row['hi'])}")
         paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
                      f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
-                     f"All studies pooled: {_fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
+                     f"All studies pooled: {fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
                      f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
                      f"studies with an interval).")
         if "rho_jacobian_error" in pooled and not math.isnan(pooled["rho_jacobian_error"]):
@@ -298,12 +262,12 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                 row = corr[corr["study"] == f"pooled {family}"]
                 if len(row):
                     r = row.iloc[0]
-                    jac.append(f"{family}'s tasks {_fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
+                    jac.append(f"{family}'s tasks {fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
                                f": {_association(r['lo_jacobian'], r['hi_jacobian'])}")
             paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
                          f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
-                         f"{_fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
-        init = _fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
+                         f"{fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
+        init = fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
         lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
         survives = {"n/a": "too few configurations to say whether the ordering by kappa at initialisation survives",
                     "above": "the ordering of configurations by kappa at initialisation survives training",
@@ -315,7 +279,6 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                      f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
     return paras
 
-
 def _association(lo: float, hi: float) -> str:
     return {"n/a": "too few configurations for an interval",
             "above": "better-conditioned attention goes with lower error",
@@ -323,13 +286,8 @@ def _association(lo: float, hi: float) -> str:
             "includes zero": "the interval includes zero",
             "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]
 
-
-# ----------------------------------------------------------------------------- figure
-
 def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
-    from .figures import _log_x, _log_y, _offscale, _plt, save
-
-    plt, sns = _plt()
+    plt, sns = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
     studies = list(dict.fromkeys(configs["study"]))
     palette = dict(zip(studies, sns.color_palette("tab10", len(studies))))
@@ -361,7 +319,7 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
             from matplotlib.ticker import MaxNLocator
 
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _log_y(ax)
+        log_y(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
@@ -376,8 +334,8 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
         g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
         scaled = g["error_mean"] / g["error_mean"].median()
         r = corr[corr["study"] == study]
-        tag = _fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
-        tag_j = _fmt_ci(*r[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0]) \
+        tag = fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
+        tag_j = fmt_ci(*r[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0]) \
             if len(r) and "rho_jacobian_error" in r else "n/a"
         color, marker = palette[study], markers[g["family"].iloc[0]]
         for col, filled in (("kappa_final", True), ("kappa_jac_final", False)):
@@ -388,15 +346,15 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
                        facecolors=color if filled else "none", edgecolors=color,
                        label=f"{study}: rho {tag}" + ("" if tag_j == "n/a" else f"; Jacobian {tag_j}")
                        if filled else None)
-            singular |= _offscale(ax, scaled[~finite], color, axis="x")
-    _log_x(ax)
-    _log_y(ax)
+            singular |= offscale(ax, scaled[~finite], color, axis="x")
+    log_x(ax)
+    log_y(ax)
     ax.set_xlabel("kappa after training (geometric mean over layers and seeds)")
     ax.set_ylabel("error / the study's median error")
     pooled = corr[corr["study"] == "pooled"]
     ax.set_title("kappa vs error, Spearman rho [95% CI]; pooled " +
-                 (_fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a") +
-                 ("; Jacobian " + _fmt_ci(*pooled[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0])
+                 (fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a") +
+                 ("; Jacobian " + fmt_ci(*pooled[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0])
                   if len(pooled) and "rho_jacobian_error" in pooled else ""), fontsize=9)
     from matplotlib.lines import Line2D
 
@@ -407,11 +365,11 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
     if singular:
         handles.append(Line2D([], [], color="grey", marker=">", markerfacecolor="none", linestyle="none",
                               label="singular (off scale, right edge)"))
-    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))  # below: off the points
+    # below the panel: off the points
+    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.suptitle("Both papers in one view: every configuration of every study (circles: P1's tasks, squares: P2's)")
     fig.tight_layout()
     return save(fig, prefix)
-
 
 def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
     """Legend entries: each study's colour with its family's marker (P1 circles, P2 squares)."""
@@ -419,7 +377,6 @@ def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
 
     return [Line2D([], [], color=palette[study], marker=markers[family], markersize=5, linewidth=1,
                    label=f"{study} ({family})") for study, family in drawn]
-
 
 def _powers_of_two(ax, values: pd.Series, fractions: bool = False):
     """Log-2 x axis ticked at the powers of two the data spans: 1, 2, 4, ... or 1/64, ..., 1/2, 1."""
@@ -433,9 +390,6 @@ def _powers_of_two(ax, values: pd.Series, fractions: bool = False):
     ax.set_xticklabels([f"1/{2**-e}" if fractions and e < 0 else f"{2**e:g}" for e in exps])
     ax.minorticks_off()
 
-
-# ----------------------------------------------------------------------------- outputs
-
 def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFrame]]) -> str:
     body = [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(p)}</p>" for p in paras]
     for caption, frame in tables:
@@ -445,7 +399,6 @@ def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFram
              "table{border-collapse:collapse;font-size:0.85em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
-
 
 def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str) -> list[Path]:
     summaries = [pd.read_csv(p) for p in summary_csvs]

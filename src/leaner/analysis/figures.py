@@ -9,53 +9,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import ci95
-from .config import STUDY_FIGURES, grid_points, study_outputs
-from .io import atomic_path
+from ..config import STUDY_FIGURES, grid_points, study_outputs
+from .plots import SINGULAR_NOTE, log_y, offscale, pyplot, save, singular_handle
+from .stats import ci95
+from .summary import explode_protocols
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
               "matrix is nearly rank one and kappa is orders of magnitude above the Gaussian prediction; "
               "only the trend with heads is comparable to Theorem 3.2.")
 
-
 METRIC_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "glue_avg": "GLUE average"}
+
 METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (evaluation split, nats/token)",
                  "glue_avg": "GLUE average score (evaluation splits)"}
 
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
-    return plt, sns
-
-
-def save(fig, prefix: str | Path) -> list[Path]:
-    prefix = Path(prefix)
-    paths = []
-    for ext in ("png", "pdf"):
-        path = prefix.with_suffix(f".{ext}")
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
-        paths.append(path)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return paths
-
-
-def _explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
-    frame = summary.assign(protocol=summary["protocols"].fillna("").str.split(";")).explode("protocol")
-    return frame[frame["protocol"] != ""]
-
-
 def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) -> pd.DataFrame:
     """Per key: mean with its 95% interval over the rows (log: geometric). A +inf value (a singular
-    kappa) makes the point +inf, drawn as an off-scale marker (`_offscale`); NaN is left out."""
+    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out."""
     rows = []
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
@@ -74,9 +44,8 @@ def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) ->
         rows.append(row)
     return pd.DataFrame(rows)
 
-
 def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"):
-    """Mean with its interval; +inf points (singular) are left to `_offscale`."""
+    """Mean with its interval; +inf points (singular) are left to `offscale`."""
     finite = np.isfinite(agg["mean"].to_numpy(float))
     x, agg = x[finite], agg[finite]
     lo = (agg["mean"] - agg["lo"]).fillna(0).clip(lower=0)
@@ -88,131 +57,14 @@ def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"
         ax.scatter(dv[x.name] if hasattr(x, "name") else dv.index, dv["mean"], marker="x", s=80, color="red",
                    zorder=5, label="diverged run(s)")
 
-
-SINGULAR_NOTE = ("Open triangles on the top edge: singular (sigma_min within float64 rounding of zero, "
-                 "kappa above 1/(eps*max(N, C))); they are ranks above every drawn value, not magnitudes.")
-
-
-def _offscale(ax, xs, color, axis: str = "y") -> bool:
-    """Open triangles on the top (or right) edge of the axes at `xs`: points whose kappa is +inf."""
-    from matplotlib.transforms import blended_transform_factory
-
-    xs = list(xs)
-    if not xs:
-        return False
-    if axis == "y":
-        ax.scatter(xs, [0.97] * len(xs), transform=blended_transform_factory(ax.transData, ax.transAxes),
-                   marker="^", s=60, facecolors="none", edgecolors=[color], linewidths=1.5, zorder=6, clip_on=False)
-    else:
-        ax.scatter([0.97] * len(xs), xs, transform=blended_transform_factory(ax.transAxes, ax.transData),
-                   marker=">", s=60, facecolors="none", edgecolors=[color], linewidths=1.5, zorder=6, clip_on=False)
-    return True
-
-
-def _singular_handle():
-    from matplotlib.lines import Line2D
-
-    return Line2D([], [], color="grey", marker="^", markerfacecolor="none", linestyle="none",
-                  label="singular (off scale)")
-
-
 def _mlp_label(ratio: float) -> str:
     return f"MLP ratio {ratio:g}"
-
-
-WIDE_DECADES = 2.0  # a log axis spanning more than this many decades is labelled at powers of ten only
-
-
-def _decades(axis) -> tuple[float, float, float]:
-    lo, hi = sorted(axis.get_view_interval())
-    lo = lo if lo > 0 else hi / 10
-    return lo, hi, math.log10(hi / lo) if hi > lo > 0 else 0.0
-
-
-def _sci(value: float) -> str:
-    """2e+06 -> 2×10⁶ and 1e+06 -> 10⁶, as math text."""
-    exp = math.floor(math.log10(abs(value)) + 1e-9)
-    mant = round(value / 10**exp, 3)
-    power = rf"10^{{{exp}}}"
-    return rf"$\mathdefault{{{power}}}$" if mant == 1 else rf"$\mathdefault{{{mant:g}\times{power}}}$"
-
-
-def _plain(value: float) -> str:
-    return np.format_float_positional(float(f"{value:.4g}"), trim="-")
-
-
-def _log_ticks(lo: float, hi: float) -> np.ndarray:
-    """Tick values of a log axis over [lo, hi]: over more than WIDE_DECADES, powers of ten; else
-    1-2-5 steps, or evenly spaced round numbers where those leave fewer than three ticks."""
-    from matplotlib import ticker
-
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    if last - first > 0 and math.log10(hi / lo) > WIDE_DECADES:
-        stride = math.ceil((last - first + 1) / 8)  # at most 8 labels
-        return np.array([10.0**e for e in range(first - first % stride, last + 1, stride)])
-    ticks = np.array([m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)])
-    if ((ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))).sum() >= 3:
-        return ticks
-    ticks = ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
-    return ticks[ticks > 0]
-
-
-def _log_label(value: float, lo: float, hi: float, shown) -> str:
-    """One style per axis: 10^k over more than WIDE_DECADES; below, plain numbers, or a×10^k for
-    every label when one of them would need an exponent."""
-    if value <= 0:
-        return ""
-    if math.log10(hi / lo) <= WIDE_DECADES and all(1e-3 <= t < 1e5 for t in shown):
-        return _plain(value)
-    return _sci(value)
-
-
-def _readable_log(axis):
-    """Readable labels on a log axis (ax.xaxis or ax.yaxis), chosen when the figure is drawn, so
-    from its final limits: _log_ticks, _log_label; minor ticks unlabelled."""
-    from matplotlib import ticker
-
-    class Locator(ticker.Locator):
-        def __call__(self):
-            return self.tick_values(*_decades(self.axis)[:2])
-
-        def tick_values(self, vmin, vmax):
-            return _log_ticks(min(vmin, vmax), max(vmin, vmax))
-
-    class Formatter(ticker.Formatter):
-        ticks: tuple = ()
-
-        def set_locs(self, locs):
-            self.ticks = tuple(locs)
-
-        def __call__(self, x, pos=None):
-            lo, hi, _ = _decades(self.axis)
-            shown = [t for t in self.ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)] or [x]
-            return _log_label(x, lo, hi, shown)
-
-    axis.set_major_locator(Locator())
-    axis.set_major_formatter(Formatter())
-    axis.set_minor_locator(ticker.LogLocator(base=10, subs=tuple(range(2, 10)), numticks=40))
-    axis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _log_y(ax):
-    """Log y axis with readable labels: 10^k over more than two decades, plain numbers below."""
-    ax.set_yscale("log")
-    _readable_log(ax.yaxis)
-
-
-def _log_x(ax):
-    ax.set_xscale("log")
-    _readable_log(ax.xaxis)
-
 
 def _heads_axis(ax, heads):
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(heads)))
     ax.set_xticklabels([str(h) for h in sorted(set(heads))])
     ax.minorticks_off()
-
 
 def _spread_note(summary: pd.DataFrame) -> str:
     """Seeds per configuration: '3 seeds', or '3-10 seeds' where configurations have more."""
@@ -223,15 +75,12 @@ def _spread_note(summary: pd.DataFrame) -> str:
         return "one seed: no interval"
     return f"mean and 95% CI over {lo if lo == hi else f'{lo}-{hi}'} seeds"
 
-
 def _fmt_params(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-
 
 def _grid(plt, nrows: int, ncols: int, width=5.0, height=3.8):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, axes
-
 
 def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """One panel per (protocol, MLP ratio) that sweeps heads (at least two head counts);
@@ -240,7 +89,6 @@ def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     sweeping = [(key, g) for key, g in groups if g["heads"].nunique() >= 2] or groups
     several_ratios = len({ratio for (_, ratio), _ in sweeping}) > 1
     return [(proto + (f", {_mlp_label(ratio)}" if several_ratios else ""), g) for (proto, ratio), g in sweeping]
-
 
 def _panel_axes(plt, n: int, width=5.2, height=4.0):
     ncols = min(n, 3)
@@ -251,22 +99,19 @@ def _panel_axes(plt, n: int, width=5.2, height=4.0):
         ax.set_visible(False)
     return fig, flat[:n]
 
-
 def _heads_figure(summary: pd.DataFrame):
     """Figure, (axis, title, panel frame) triples and a colour per depth for a vs-heads figure."""
-    plt, sns = _plt()
-    frame = _explode_protocols(summary)
+    plt, sns = pyplot()
+    frame = explode_protocols(summary)
     panels = _heads_panels(frame)
     depths = sorted(frame["depth"].unique())
     palette = dict(zip(depths, sns.color_palette("viridis", len(depths))))
     fig, axes = _panel_axes(plt, len(panels))
     return fig, [(ax, title, sub) for ax, (title, sub) in zip(axes, panels)], depths, palette
 
-
 # The three measurements (conditioning.MATRICES) and their summary column prefixes.
 KAPPA_SERIES = (("", "head outputs [A_1 ... A_h] before W_O"), ("out_", "attention block output after W_O"),
                 ("jac_", "Jacobian of the attention block"))
-
 
 def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P1 Fig. 2, for each of the three measurements (a row each: the head-output concat, the
@@ -274,8 +119,8 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
     dashed, trained solid; singular points as open triangles on the top edge."""
     from matplotlib.lines import Line2D
 
-    plt, sns = _plt()
-    frame = _explode_protocols(summary)
+    plt, sns = pyplot()
+    frame = explode_protocols(summary)
     panels = _heads_panels(frame)
     depths = sorted(frame["depth"].unique())
     palette = dict(zip(depths, sns.color_palette("viridis", len(depths))))
@@ -293,8 +138,8 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
                     agg = _agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa", log=True)
                     if len(agg):
                         _errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
-                        any_singular |= _offscale(ax, agg.loc[np.isinf(agg["mean"]), "heads"], palette[depth])
-            _log_y(ax)
+                        any_singular |= offscale(ax, agg.loc[np.isinf(agg["mean"]), "heads"], palette[depth])
+            log_y(ax)
             _heads_axis(ax, sub["heads"])
             ax.set_xlabel("heads h")
             ax.set_ylabel("kappa (geo. mean over layers)")
@@ -305,13 +150,12 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
                        if (sub["depth"] == d).any()]
             handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
                         for c, ls in styles.items()]
-            ax.legend(handles=handles + ([_singular_handle()] if any_singular else []), fontsize=7)
+            ax.legend(handles=handles + ([singular_handle()] if any_singular else []), fontsize=7)
     fig.suptitle(f"{study}: condition number vs heads, three measurements (rows)")
     fig.text(0.01, -0.01, KAPPA_NOTE + (" " + SINGULAR_NOTE if any_singular else ""), fontsize=8, wrap=True,
              ha="left", va="top")
     fig.tight_layout()
     return save(fig, prefix)
-
 
 def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
@@ -335,11 +179,10 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     fig.tight_layout()
     return save(fig, prefix)
 
-
 def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 4: accuracy vs MLP width, one line per (depth, heads) that sweeps the MLP width."""
-    plt, sns = _plt()
-    frame = _explode_protocols(summary)
+    plt, sns = pyplot()
+    frame = explode_protocols(summary)
     panels = []
     for proto, sub in frame.groupby("protocol", sort=True):
         lines = [(key, g) for key, g in sub.groupby(["depth", "heads"]) if g["mlp_hidden"].nunique() >= 2]
@@ -373,10 +216,9 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
     fig.tight_layout()
     return save(fig, prefix)
 
-
 def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     """Theorem 3.2: Monte Carlo kappa of Gaussian head blocks vs heads, against the closed form."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     from matplotlib.lines import Line2D
 
     fig, axes = _grid(plt, 1, 2, height=4.8)  # the legends sit below the panels
@@ -390,7 +232,7 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
             ax.errorbar(g["heads"], g["kappa_mean"], yerr=g["kappa_std"], color=color, marker="o", capsize=3,
                         linestyle="none", label=f"N={n}, {'d' if fixed == 'head_dim' else 'D'}={f}: Monte Carlo")
             ax.plot(g["heads"], g["kappa_formula"], color=color, linestyle="--")
-        _log_y(ax)
+        log_y(ax)
         _heads_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
         ax.set_ylabel("kappa of N x D Gaussian block")
@@ -404,20 +246,17 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     fig.tight_layout()
     return save(fig, prefix)
 
-
-
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
-P2_AXES = ("modules", "dim", "tokens", "posn")
 
+P2_AXES = ("modules", "dim", "tokens", "posn")
 
 def _line_label(key: tuple, names: list[str]) -> str:
     return ", ".join(HUE_LABELS[n].format(v) for n, v in zip(names, key))
 
-
 def _rank_panels(summary: pd.DataFrame, hue: str):
     """P2 figures: one panel per depth; one line per value of `hue` (and of any other P2 axis the
     study varies, so that no line mixes two settings)."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     names = [hue] + [a for a in P2_AXES if a != hue and summary[a].nunique() > 1]
     depths = sorted(summary["depth"].unique())
     fig, axes = _panel_axes(plt, len(depths), width=4.6, height=3.8)
@@ -426,14 +265,12 @@ def _rank_panels(summary: pd.DataFrame, hue: str):
     return fig, list(zip(axes, depths)), names, [(key if isinstance(key, tuple) else (key,), g, c)
                                                    for (key, g), c in zip(lines, palette)]
 
-
 def _rank_axis(ax, ranks):
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(ranks)))
     ax.set_xticklabels([str(int(r)) for r in sorted(set(ranks))])
     ax.minorticks_off()
     ax.set_xlabel("rank (head dim = d_model / heads)")
-
 
 def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str = "modules",
                 log: bool = True) -> list[Path]:
@@ -452,7 +289,7 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
                 ax.scatter(dv["head_dim"], dv["best_train_loss"].fillna(1.0), marker="x", color="red", s=70,
                            zorder=5, label="diverged")
         if log:
-            _log_y(ax)
+            log_y(ax)
         _rank_axis(ax, summary["head_dim"])
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
         ax.set_ylabel("MSE (min over epochs; zero predictor = 1)")
@@ -464,11 +301,10 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
     fig.tight_layout()
     return save(fig, prefix)
 
-
 def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P2 fig_perfect: angle between Q K^T and the identity for 1-layer, 1-head models (180 deg is
     the construction Q K^T = -c I: hard attention to the farthest point)."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     fig, (ax,) = _panel_axes(plt, 1, width=5.5)
     single = summary[(summary["depth"] == 1) & (summary["heads"] == 1)]
     if not len(single) or "qk_angle_deg_min" not in single:
@@ -486,22 +322,21 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     fig.tight_layout()
     return save(fig, prefix)
 
-
 def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """The conditioning rule on P2's models: kappa of the concatenated head outputs vs rank."""
     from matplotlib.lines import Line2D
 
     fig, panels, names, lines = _rank_panels(summary, "modules")
     for ax, depth in panels:
-        for key, g, color in lines:
+        for _key, g, color in lines:
             g = g[g["depth"] == depth]
             for ckpt, ls in (("init", "--"), ("final", "-")):
                 col = f"kappa_{ckpt}_gmean"
                 if len(g) and col in g:
                     agg = _agg(g.assign(kappa=g[col]), ["head_dim"], "kappa", log=True)
                     _errorbars(ax, agg["head_dim"], agg, color, None, ls)
-                    _offscale(ax, agg.loc[np.isinf(agg["mean"]), "head_dim"], color)
-        _log_y(ax)
+                    offscale(ax, agg.loc[np.isinf(agg["mean"]), "head_dim"], color)
+        log_y(ax)
         _rank_axis(ax, summary["head_dim"])
         ax.set_ylabel("kappa (geometric mean over layers)")
         ax.set_title(f"{depth} layer{'s' if depth > 1 else ''}")
@@ -513,16 +348,15 @@ def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     fig.tight_layout()
     return save(fig, prefix)
 
-
 def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """Does the conditioning seen at initialisation survive training? kappa of the concatenated
     head outputs at every kept checkpoint (init, conditioning.steps, final) against the fraction
     of training done: a line per (heads, depth), mean over seeds with its 95% band (log space);
     a panel per head-scaling protocol (P1's tasks) or per number of attention modules W (P2)."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     frame = kappa[kappa["matrix"] == "heads_concat"] if len(kappa) else kappa
     if len(frame) and "protocols" in frame and frame["protocols"].notna().any():
-        frame = _explode_protocols(frame).assign(panel=lambda f: f["protocol"])
+        frame = explode_protocols(frame).assign(panel=lambda f: f["protocol"])
     elif len(frame):
         frame = frame.assign(panel=[f"W = {w}" for w in frame["modules"]] if "modules" in frame else study)
     panels = sorted(frame["panel"].unique()) if len(frame) else []
@@ -541,11 +375,11 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
             agg = _agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean", log=True)
             ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
                     marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''}, depth {depth}")
-            _offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
+            offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
             if (agg["n"] > 1).any():
                 ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
                                 color=palette[h], alpha=0.15, linewidth=0)
-        _log_y(ax)
+        log_y(ax)
         ax.set_xlabel("fraction of training (0 = initialisation)")
         ax.set_ylabel("kappa (geometric mean over layers)")
         ax.set_title(str(panel))
@@ -557,7 +391,6 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
                  f"({'mean and 95% band over ' + seeds + ' seeds' if hi > 1 else 'one seed'})")
     fig.tight_layout()
     return save(fig, prefix)
-
 
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
                         names: list[str] | None = None) -> list[Path]:
@@ -586,7 +419,6 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
     if unknown:
         raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_FIGURES[task])})")
     return [p for name in names for p in makers[name](summary, out / f"{study}-{name}", study)]
-
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:
     return theory_curves(pd.read_csv(theory_csv), Path(fig_dir) / "theory-gaussian_conditioning")

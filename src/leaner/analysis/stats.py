@@ -1,0 +1,108 @@
+"""The statistics every table and finding uses: intervals over seeds, differences between two
+configurations, rank correlations, and when a difference counts as resolved. scipy does the
+arithmetic; this module decides what is reported."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _finite(values) -> np.ndarray:
+    v = np.asarray([x for x in values if x is not None], float)
+    return v[~np.isnan(v)]
+
+
+def ci95(values) -> tuple[float, float, float, int]:
+    """Mean and Student-t 95% interval over seeds: (mean, lo, hi, n); NaNs are dropped; no
+    interval from one value."""
+    from scipy import stats
+
+    v = _finite(values)
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(v.mean())
+    if n == 1:
+        return mean, math.nan, math.nan, 1
+    if np.ptp(v) == 0:
+        return mean, mean, mean, n
+    lo, hi = stats.ttest_1samp(v, 0.0).confidence_interval(0.95)
+    return mean, float(lo), float(hi), n
+
+
+def welch(a, b) -> tuple[float, float, float]:
+    """mean(a) - mean(b) with a Welch 95% interval; NaN bounds when either side has one value."""
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not len(a) or not len(b):
+        return math.nan, math.nan, math.nan
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return diff, diff, diff
+    lo, hi = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    return diff, float(lo), float(hi)
+
+
+# A difference is called only when its 95% interval clears zero by a quarter of its half-width,
+# and "no difference" only when the interval reaches that far past zero on both sides. In between
+# the comparison is unresolved: a re-run on another CPU type (same seeds, different floating-point
+# path) moved the headline interval by 6.5% of its half-width, enough to flip a verdict that sat
+# on zero; the margin leaves four times that.
+RESOLVE_MARGIN = 0.25
+
+
+def resolve(lo: float, hi: float, margin: float = RESOLVE_MARGIN) -> str:
+    """'above' / 'below' zero, 'includes zero', 'unresolved' (within the margin) or 'n/a' (no interval)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "n/a"
+    room = margin * (hi - lo) / 2
+    if lo > room:
+        return "above"
+    if hi < -room:
+        return "below"
+    if lo < -room and hi > room:
+        return "includes zero"
+    return "unresolved"
+
+
+def gmean(values) -> float:
+    """Geometric mean of positive kappas; +inf (a singular matrix) makes it +inf, NaN is left out."""
+    v = np.asarray(values, float)
+    v = v[~np.isnan(v) & (v > 0)]
+    if not len(v):
+        return math.nan
+    return math.inf if np.isinf(v).any() else float(np.exp(np.log(v).mean()))
+
+
+MIN_N_INTERVAL = 5  # below this, Fisher's z gives no usable interval (at n = 4 a rho of 1 is a 1-in-24 chance)
+
+
+def spearman_ci(x, y) -> tuple[float, float, float, int]:
+    """Spearman's rho with a Fisher-z 95% interval (SE sqrt(1.06 / (n - 3)), Fieller et al.;
+    |rho| capped at 0.99 for the interval, which is degenerate at 1); no interval below 5 points.
+    +inf (a singular kappa) takes part as the largest rank; NaN is left out."""
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = ~np.isnan(x) & ~np.isnan(y)
+    x, y = stats.rankdata(x[ok]), stats.rankdata(y[ok])
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan, math.nan, n
+    rho = float(stats.spearmanr(x, y).statistic)
+    if n < MIN_N_INTERVAL:
+        return rho, math.nan, math.nan, n
+    z, se = math.atanh(max(min(rho, 0.99), -0.99)), math.sqrt(1.06 / (n - 3))
+    return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
+
+
+def fmt_ci(value: float, lo: float, hi: float) -> str:
+    """'+0.41 [-0.37, +0.85]', or without the interval when there is none, or 'n/a'."""
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")

@@ -1,0 +1,161 @@
+"""Per-variant outputs -> summary.csv: one tidy row per variant (architecture, seed, protocols,
+status, final and best metrics, cost, kappa columns), and every variant's kappa at each kept
+checkpoint. Also the per-task facts every analysis reads: a configuration's axes and the study's
+headline metric."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..io import read_json, write_csv, write_json
+from .stats import gmean
+
+ARCH = ["depth", "heads", "width", "head_dim", "mlp_hidden"]
+
+# The architecture axes of each task's variants: one configuration = one value of each.
+AXES = {"image_classification": ARCH, "listops": ARCH, "language_model": ARCH, "glue": ARCH,
+        "nearest_point": ["depth", "heads", "modules", "head_dim", "dim", "tokens", "posn"]}
+
+# Each task's headline metric in the summary (its per-run value) and which way is better.
+METRIC = {"image_classification": ("eval_acc", "max"), "listops": ("eval_acc", "max"),
+          "language_model": ("eval_loss", "min"), "glue": ("glue_avg", "max"),
+          "nearest_point": ("best_train_loss", "min")}
+
+
+# Summary column prefix of each measured matrix (conditioning.MATRICES): kappa_{prefix}{checkpoint}_...
+KAPPA_PREFIX = {"heads_concat": "", "attn_proj_out": "out_", "jacobian": "jac_"}
+
+def _kappa_columns(cond: pd.DataFrame) -> dict:
+    """Summary kappa columns from one variant's conditioning.csv, per checkpoint (init, final) and
+    matrix: layer-1 median, the geometric mean over layers of the per-layer medians (+inf when a
+    layer's median is singular) and the fraction of singular samples over all layers."""
+    out = {}
+    for (ckpt, matrix), g in cond.groupby(["checkpoint", "matrix"]):
+        if ckpt not in ("init", "final") or matrix not in KAPPA_PREFIX:
+            continue
+        prefix = f"kappa_{KAPPA_PREFIX[matrix]}{ckpt}"
+        first = g.loc[g["layer"] == 1, "kappa_median"]
+        out[f"{prefix}_l1"] = float(first.iloc[0]) if len(first) else math.nan
+        out[f"{prefix}_gmean"] = gmean(g["kappa_median"])
+        if "singular_fraction" in g:
+            out[f"{prefix}_singular"] = float(g["singular_fraction"].mean())
+        if matrix == "jacobian" and "method" in g:
+            out[f"{prefix}_method"] = "+".join(sorted(set(g["method"])))  # exact | lanczos (a lower bound)
+    return out
+
+
+def kappa_checkpoints(summary: pd.DataFrame, conditioning_paths: list[str]) -> pd.DataFrame:
+    """One row per (variant, checkpoint, matrix): the step, its fraction of the run, layer-1
+    median kappa and the geometric mean over layers of the per-layer medians, with the variant's
+    architecture, seed and protocols from the summary."""
+    if not len(summary):
+        return pd.DataFrame()
+    task = summary["task"].iloc[0]
+    keep = ["variant", *AXES[task], "seed", "protocols", "status", "steps",
+            *(["total_heads"] if "total_heads" in summary else [])]
+    info = summary[keep].set_index("variant")
+    rows = []
+    for path in conditioning_paths:
+        cond = pd.read_csv(path)
+        for (variant, ckpt, step, matrix), g in cond.groupby(["variant", "checkpoint", "step", "matrix"], sort=False):
+            if variant not in info.index:
+                continue
+            v = info.loc[variant]
+            l1 = g.loc[g["layer"] == 1, "kappa_median"]
+            rows.append({"variant": variant, **v.to_dict(), "checkpoint": ckpt, "step": int(step),
+                         "fraction": step / v["steps"] if v["steps"] else math.nan, "matrix": matrix,
+                         "kappa_l1": float(l1.iloc[0]) if len(l1) else math.nan,
+                         "kappa_gmean": gmean(g["kappa_median"]),
+                         "singular_fraction": float(g["singular_fraction"].mean()) if "singular_fraction" in g
+                         else math.nan})
+    frame = pd.DataFrame(rows)
+    if "total_heads" not in frame and len(frame):
+        frame["total_heads"] = frame["heads"]
+    return frame.sort_values(["variant", "matrix", "step"]).reset_index(drop=True) if len(frame) else frame
+
+
+def glue_scores(metrics_paths: list[str]) -> dict:
+    """One pretrained variant's fine-tuning runs -> each task's score (its GLUE metric at the end
+    of fine-tuning, on the evaluation split) and their unweighted mean, the GLUE average."""
+    tasks = {}
+    for path in metrics_paths:
+        m = read_json(path)
+        task = m["spec"]["glue_task"]
+        tasks[task] = {"score": m["final"].get("eval_score"), "status": m["status"],
+                       **{k[len("eval_"):]: v for k, v in m["final"].items() if k.startswith("eval_")}}
+    scores = [t["score"] for t in tasks.values() if t["score"] is not None]
+    return {"tasks": tasks, "glue_avg": float(np.mean(scores)) if scores else math.nan, "n_tasks": len(scores)}
+
+def write_glue_scores(metrics_paths: list[str], out_json: str) -> dict:
+    scores = glue_scores(metrics_paths)
+    write_json(out_json, scores)
+    return scores
+
+def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: list[str],
+                    protocols: dict[str, list[str]], glue_paths: list[str] = ()) -> pd.DataFrame:
+    """One tidy row per variant."""
+    cond_by_dir = {str(Path(p).parent): p for p in conditioning_paths}
+    glue_by_dir = {str(Path(p).parent): p for p in glue_paths}
+    rows = []
+    for mpath in metrics_paths:
+        m = read_json(mpath)
+        model, task = m["spec"]["model"], m["spec"]["task"]
+        row = {"study": study, "task": task, "dataset": m["spec"].get("dataset"), "variant": m["variant"],
+               **{k: model[k] for k in AXES[task]},
+               "seed": m["seed"], "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
+               **{f"params_{k}": v for k, v in m["params"].items()},
+               **{k: v for k, v in m["final"].items()},
+               f"best_{m['primary_metric']}": m["best"][m["primary_metric"]],
+               "steps": m["steps"], "wall_time_s": m["wall_time_s"],
+               "throughput_samples_per_s": m["throughput_samples_per_s"], "peak_memory_mb": m["peak_memory_mb"],
+               "device": m["device"]}
+        gpath = glue_by_dir.get(str(Path(mpath).parent))
+        if gpath:
+            glue = read_json(gpath)
+            row.update({f"glue_{t}": v["score"] for t, v in glue["tasks"].items()})
+            row["glue_avg"] = glue["glue_avg"]
+        if AXES[task] is ARCH:
+            row["mlp_ratio"] = model["mlp_hidden"] / model["width"]
+            metric, mode = METRIC[task]
+            value = row.get(metric)
+            # error: lower is better for every task (1 - accuracy, or the loss itself)
+            row["error"] = math.nan if value is None else (1.0 - value if mode == "max" else value)
+        else:
+            row["total_heads"] = model["heads"] * model["modules"]
+            row["error"] = row["best_train_loss"]
+        for key, values in (m.get("diagnostics") or {}).items():
+            if values:
+                row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))
+        cpath = cond_by_dir.get(str(Path(mpath).parent))
+        if cpath:
+            row.update(_kappa_columns(pd.read_csv(cpath)))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(AXES[frame["task"].iloc[0]] + ["seed"]).reset_index(drop=True) if len(frame) else frame
+
+def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
+                  protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
+                  kappa_csv: str | None = None) -> pd.DataFrame:
+    """summary.csv, and (kappa_csv) every variant's kappa at each kept checkpoint."""
+    frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
+    if kappa_csv:
+        write_csv(kappa_csv, kappa_checkpoints(frame, conditioning_paths))
+    write_csv(out_csv, frame)
+    return frame
+
+
+def explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
+    frame = summary.assign(protocol=summary["protocols"].fillna("").str.split(";")).explode("protocol")
+    return frame[frame["protocol"] != ""]
+
+
+def config_values(summary: pd.DataFrame, cfg: pd.Series, metric: str) -> np.ndarray:
+    mask = np.ones(len(summary), bool)
+    for k in ARCH:
+        mask &= summary[k].to_numpy() == cfg[k]
+    v = summary.loc[mask, metric].to_numpy(float)
+    return v[np.isfinite(v)]

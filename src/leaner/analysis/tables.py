@@ -1,0 +1,170 @@
+"""Tables from summary.csv: per configuration over seeds, lean against baseline, P2's acceptance
+checks, GLUE per task, the jobs' costs; and the one writer of every table (CSV, Markdown, LaTeX,
+HTML)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import ACCEPTANCE_CHECKS
+from ..io import atomic_path, write_csv
+from .stats import ci95, gmean, resolve, welch
+from .summary import ARCH, AXES, METRIC, config_values
+
+
+def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Per architecture: mean with its 95% interval, min, max and n over seeds (P2 reports the
+    min over seeds and the range); kappa as geometric means."""
+    task = summary["task"].iloc[0]
+    axes, metric = AXES[task], metric or METRIC[task][0]
+    rows = []
+    for key, g in summary.groupby(axes, sort=True):
+        mean, lo, hi, n = ci95(g[metric])
+        row = dict(zip(axes, key))
+        if "protocols" in g and AXES[task] is ARCH:
+            row["protocols"] = g["protocols"].iloc[0]
+        row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
+                    f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
+                    "n": n, "diverged": int((g["status"] != "ok").sum())})
+        for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
+            if col in g:
+                row[col] = gmean(g[col])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.DataFrame:
+    """P2's acceptance checks (papers.md 2.7) named in `checks`, wherever the study's grid holds
+    the points a check needs; per configuration the min over seeds, as in P2's plots."""
+    configs = by_config(summary)
+    metric = "best_train_loss_min"
+    rows = []
+    one_layer = configs[configs["depth"] == 1] if "full_rank_gap" in checks else configs.iloc[:0]
+    for (w, d, n, posn), g in one_layer.groupby(["modules", "dim", "tokens", "posn"]):
+        full = g[g["head_dim"] == g["head_dim"].max()]
+        half = g[g["head_dim"] == full["head_dim"].iloc[0] // 2]
+        if len(full) and len(half) and full["heads"].iloc[0] == 1:
+            ratio = float(half[metric].iloc[0] / full[metric].iloc[0])
+            rows.append({"check": f"1 layer, W={w}, d={d}, N={n}, posn={posn}: MSE(rank d/2) / MSE(rank d)",
+                         "expected": ">= 10", "observed": ratio, "pass": ratio >= 10})
+    for (depth, w, d, posn), g in configs.groupby(["depth", "modules", "dim", "posn"]):
+        low = g[g["head_dim"] == g["head_dim"].min()]
+        short, long_ = low[low["tokens"] == 4], low[low["tokens"] >= 64]
+        if len(short) and len(long_) and g["head_dim"].nunique() > 1 and "short_sequences" in checks:
+            r = int(low["head_dim"].iloc[0])
+            s_mse, l_mse = float(short[metric].iloc[0]), float(long_[metric].min())
+            rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N=4",
+                         "expected": "<= 0.05", "observed": s_mse, "pass": s_mse <= 0.05})
+            rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N >= 64",
+                         "expected": "> 0.5", "observed": l_mse, "pass": l_mse > 0.5})
+    if "qk_angle_deg_min" in summary and "perfect_angle" in checks:
+        single = summary[(summary["depth"] == 1) & (summary["heads"] == 1)]
+        for (w, d, n), g in single.groupby(["modules", "dim", "tokens"]):
+            angle = float(g["qk_angle_deg_min"].min())
+            rows.append({"check": f"fig_perfect: 1 layer, 1 head, W={w}, d={d}, N={n}: angle(QK^T, I), every head",
+                         "expected": "> 165 deg", "observed": angle, "pass": angle > 165})
+    return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass"])
+
+def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
+    """The configured baseline, else the deepest model with the fewest heads, widest, largest MLP."""
+    cand = configs
+    for key, value in baseline.items():
+        cand = cand[cand[key] == value]
+    if cand.empty:
+        raise ValueError(f"baseline {baseline} matches no configuration of the study")
+    cand = cand.sort_values(["depth", "heads", "width", "mlp_hidden"], ascending=[False, True, False, False])
+    return cand.iloc[0]
+
+def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_acc",
+                     mode: str = "max") -> pd.DataFrame:
+    """Each shallower configuration against the baseline: the metric, its difference with a Welch
+    95% interval, and the parameter reduction. `mode` says which way is better (max: accuracy,
+    min: a loss); a difference is called one only when its interval clears 0 by the margin
+    (`resolve`), else it is "no difference" or "unresolved"."""
+    configs = by_config(summary, metric)
+    base = pick_baseline(configs, baseline)
+    base_vals = config_values(summary, base, metric)
+    rows = []
+    for _, cfg in configs[configs["depth"] < base["depth"]].iterrows():
+        vals = config_values(summary, cfg, metric)
+        diff, lo, hi = welch(vals, base_vals)
+        side = resolve(lo, hi)
+        verdict = {"above": "better" if mode == "max" else "worse", "below": "worse" if mode == "max" else "better",
+                   "includes zero": "no difference"}.get(side, side)
+        rows.append({**{k: cfg[k] for k in ARCH}, "protocols": cfg["protocols"], "params": cfg["params"],
+                     "param_reduction_pct": 100.0 * (1 - cfg["params"] / base["params"]),
+                     f"{metric}_mean": cfg[f"{metric}_mean"], f"{metric}_lo": cfg[f"{metric}_lo"],
+                     f"{metric}_hi": cfg[f"{metric}_hi"], "n": cfg["n"],
+                     f"delta_{metric}": diff, "delta_lo": lo, "delta_hi": hi, "verdict": verdict,
+                     "baseline": arch_label(base), f"baseline_{metric}": base[f"{metric}_mean"],
+                     "baseline_params": base["params"]})
+    return pd.DataFrame(rows)
+
+def arch_label(cfg) -> str:
+    return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
+
+
+TABLE_STYLE = ("body{font-family:sans-serif;font-size:0.9em}table{border-collapse:collapse}"
+               "td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}")
+
+def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> list[Path]:
+    """The same table as CSV, Markdown, LaTeX and HTML (the report shows the HTML)."""
+    prefix = Path(prefix)
+    write_csv(prefix.with_suffix(".csv"), frame)
+    shown = frame.copy()
+    for col in shown.columns:
+        if shown[col].dtype.kind == "f":
+            shown[col] = shown[col].map(lambda x: "" if pd.isna(x) else f"{x:.4g}")
+    md = (f"{caption}\n\n" if caption else "") + shown.to_markdown(index=False) + "\n"
+    with atomic_path(prefix.with_suffix(".md")) as tmp:
+        tmp.write_text(md)
+    tex = shown.to_latex(index=False, caption=caption or None, escape=True)
+    with atomic_path(prefix.with_suffix(".tex")) as tmp:
+        tmp.write_text(tex)
+    import html
+
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{TABLE_STYLE}</style></head><body>"
+            f"<p>{html.escape(caption)}</p>{shown.to_html(index=False, border=0, na_rep='')}</body></html>\n")
+    with atomic_path(prefix.with_suffix(".html")) as tmp:
+        tmp.write_text(page)
+    return [prefix.with_suffix(s) for s in (".csv", ".md", ".tex", ".html")]
+
+def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """P1's GLUE table: per configuration, each task's score and the GLUE average (means over seeds)."""
+    cols = [c for c in summary.columns if c.startswith("glue_") and c != "glue_avg"] + ["glue_avg"]
+    rows = []
+    for key, g in summary.groupby(ARCH, sort=True):
+        mean, lo, hi, n = ci95(g["glue_avg"]) if "glue_avg" in g else (math.nan, math.nan, math.nan, len(g))
+        rows.append({**dict(zip(ARCH, key)), "params": int(g["params_total"].iloc[0]), "n": len(g),
+                     **{c: float(g[c].mean()) for c in cols if c in g}, "glue_avg_lo": lo, "glue_avg_hi": hi})
+    return pd.DataFrame(rows)
+
+def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
+    """Snakemake's per-job benchmark files (benchmarks/{rule}/{study}/...tsv) -> per rule and study:
+    jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last."""
+    rows = []
+    for path in benchmark_paths:
+        parts = Path(path).parts
+        i = len(parts) - 1 - parts[::-1].index("benchmarks") if "benchmarks" in parts else 0
+        bench = pd.read_csv(path, sep="\t")
+        rows.append({"rule": parts[i + 1], "study": parts[i + 2] if len(parts) > i + 3 else "-",
+                     "s": float(bench["s"].iloc[-1]),
+                     "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
+                     "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
+                     "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1])})
+    jobs = pd.DataFrame(rows, columns=["rule", "study", "s", "max_rss_mb", "cpu_time_s", "mean_load"])
+
+    def cost(rule: str, study: str, g: pd.DataFrame) -> dict:
+        return {"rule": rule, "study": study, "jobs": len(g), "wall_s_median": g["s"].median(),
+                "wall_s_max": g["s"].max(), "wall_s_total": g["s"].sum(), "max_rss_mb": g["max_rss_mb"].max(),
+                "cpu_time_s_total": g["cpu_time_s"].sum(), "mean_load_pct": g["mean_load"].mean()}
+
+    out = [cost(rule, study, g) for (rule, study), g in jobs.groupby(["rule", "study"], sort=True)]
+    return pd.DataFrame(out + ([cost("all", "-", jobs)] if len(jobs) else []))
+
+def write_job_costs(benchmark_paths: list[str], table_dir: str) -> list[Path]:
+    return write_table(job_costs(benchmark_paths), Path(table_dir) / "all_studies-job_costs",
+                       "What each stage cost, from Snakemake's per-job benchmark files: wall time (s), peak "
+                       "resident memory (MB), CPU time (s) and mean CPU load (%)")

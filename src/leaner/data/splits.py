@@ -1,0 +1,100 @@
+"""How a task reads a prepared dataset: splits held in memory or read through a DataLoader.
+
+Batch order is a pure function of (seed, epoch), so a resumed run draws exactly the batches an
+uninterrupted run would have drawn, without storing a sampler in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..distributed import shard
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The training permutation of epoch `epoch` for run seed `seed`."""
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """The sample indices of each batch of `epoch`; with `world` processes, rank `rank`'s share
+    of each global batch (see distributed.shard)."""
+    order = epoch_order(n, seed, epoch)
+    return [shard(order[i:i + batch_size], rank, world) for i in range(0, n, batch_size)]
+
+
+class InMemorySplit:
+    """A split held as tensors: batches are index lookups, no loader processes."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def to(self, device) -> InMemorySplit:
+        """Hold the split on `device` (a GPU: batches are gathered there, no copy per step)."""
+        self.x, self.y = self.x.to(device), self.y.to(device)
+        return self
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return math.ceil(len(self) / batch_size)
+
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
+                      world: int = 1) -> Iterator[tuple]:
+        import torch
+
+        for idx in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]:
+            idx_t = torch.from_numpy(idx).to(self.x.device, non_blocking=True)
+            yield self.x[idx_t], self.y[idx_t]
+
+    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+        n = len(self) if limit is None else min(limit, len(self))
+        for i in range(0, n, batch_size):
+            yield self.x[i:min(i + batch_size, n)], self.y[i:min(i + batch_size, n)]
+
+
+class LoaderSplit:
+    """A split read through a torch DataLoader (decoding and augmentation in worker processes)."""
+
+    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None):
+        self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+        self.collate = collate  # None: torch's default (stack tensors)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return math.ceil(len(self) / batch_size)
+
+    def _loader(self, batches: list):
+        from torch.utils.data import DataLoader
+
+        return DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory, persistent_workers=False, collate_fn=self.collate)
+
+    def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
+                      world: int = 1) -> Iterator[tuple]:
+        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]]
+        yield from self._loader(batches)
+
+    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+        n = len(self) if limit is None else min(limit, len(self))
+        yield from self._loader([list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)])
+
+
+@dataclass
+class Splits:
+    """What a prepared dataset gives a task: a train split, an eval split, and its facts.
+    `finish`, when set, turns a loaded batch into model input on the training device
+    (`finish.train(x, device)`, `finish.eval(x, device)`); otherwise batches are ready tensors."""
+
+    train: Any
+    eval: Any
+    meta: dict
+    finish: Any = None

@@ -1,0 +1,108 @@
+"""A study's grid: the head-scaling protocols, the expansion of a grid into points, and each
+point's variant id and model. config.py (a study's grid) and match.py (lean variants of a
+baseline) share these."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+PROTOCOLS = ("fixed_width", "fixed_head_dim")
+
+
+def head_shape(protocol: str, heads: int, width: int | None = None,
+               head_dim: int | None = None) -> tuple[int, int] | None:
+    """(model width, head dimension) of `heads` heads under `protocol`: fixed_width keeps the
+    width (None when the heads do not divide it), fixed_head_dim keeps the head dimension."""
+    if protocol == "fixed_width":
+        return (width, width // heads) if width % heads == 0 else None
+    return heads * head_dim, head_dim
+
+IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "seeds")
+
+NEAREST_GRID_KEYS = ("depth", "heads", "modules", "dim", "tokens", "posn", "seeds")
+
+def grid_key(name: str, idx: int | None) -> str:
+    return f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
+
+def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
+    """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
+    protocols = grid.get("protocol")
+    if not protocols:
+        problems.append(f"config error: {key}.protocol: required by this study's task "
+                        f"(allowed: fixed_width, fixed_head_dim)")
+        return []
+    if "fixed_width" in protocols and "width" not in grid:
+        problems.append(f"config error: {key}.width: required by protocol fixed_width (allowed: a list of fixed model "
+                        f"widths D, e.g. width: [64])")
+    if "fixed_head_dim" in protocols and "head_dim" not in grid:
+        problems.append(f"config error: {key}.head_dim: required by protocol fixed_head_dim (allowed: a list of fixed "
+                        f"head dimensions d, e.g. head_dim: [16])")
+    if "mlp_ratio" in grid and "mlp_hidden" in grid:
+        problems.append(f"config error: {key}: give mlp_ratio or mlp_hidden, not both "
+                        f"(allowed: one of mlp_ratio, mlp_hidden)")
+    mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
+    points = []
+    for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
+            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)]):
+        if protocol == "fixed_width":
+            shapes = []
+            for width in grid.get("width", []):
+                shape = head_shape(protocol, heads, width=width)
+                if shape is None:
+                    divisors = [h for h in range(1, width + 1) if width % h == 0]
+                    problems.append(
+                        f"config error: {key}.heads: {heads} does not divide width {width} under fixed_width "
+                        f"(allowed: divisors of {width}: {', '.join(map(str, divisors))})")
+                    continue
+                shapes.append(shape)
+        else:
+            shapes = [head_shape(protocol, heads, head_dim=d) for d in grid.get("head_dim", [])]
+        for width, head_dim in shapes:
+            hidden = mlp_value * width if mlp_kind == "ratio" else mlp_value
+            if not math.isclose(hidden, round(hidden)):
+                problems.append(f"config error: {key}.mlp_ratio: {mlp_value} x width {width} is not a whole "
+                                f"number of MLP units (allowed: ratios giving an integer, or mlp_hidden)")
+                continue
+            for seed in grid["seeds"]:
+                points.append({"depth": depth, "heads": heads, "width": width, "head_dim": head_dim,
+                               "mlp_hidden": int(round(hidden)), "seed": seed, "protocol": protocol})
+    return points
+
+def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) -> list[dict]:
+    """P2 grid: depth x heads per module x modules W x dimension d x tokens N x positions x seeds.
+    Rank (head dim) = d_model / heads, d_model = d (+ posn_dim for concatenated positions)."""
+    for req in ("dim", "tokens"):
+        if req not in grid:
+            problems.append(f"config error: {key}.{req}: required by task nearest_point")
+    points = []
+    for depth, heads, modules, dim, tokens, posn, seed in itertools.product(
+            grid["depth"], grid["heads"], grid.get("modules", [1]), grid.get("dim", []), grid.get("tokens", []),
+            grid.get("posn", ["none"]), grid["seeds"]):
+        d_model = dim + (model["posn_dim"] if posn == "concatenated" else 0)
+        if d_model % heads:
+            problems.append(f"config error: {key}.heads: {heads} does not divide the model width {d_model} "
+                            f"(allowed: divisors of {d_model})")
+            continue
+        points.append({"depth": depth, "heads": heads, "modules": modules, "dim": dim, "tokens": tokens,
+                       "posn": posn, "rank": d_model // heads, "d_model": d_model, "seed": seed})
+    return points
+
+def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int) -> str:
+    return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
+
+def image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+    """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
+    p = point
+    model = {**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
+             "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
+    return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
+
+def nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+    p = point
+    model = {"arch": "nearest_point_encoder", **model_base, "depth": p["depth"], "heads": p["heads"],
+             "modules": p["modules"], "dim": p["dim"], "tokens": p["tokens"], "posn": p["posn"],
+             "d_model": p["d_model"], "head_dim": p["rank"]}
+    vid = (f"L{p['depth']}-H{p['heads']}-W{p['modules']}-r{p['rank']}-d{p['dim']}-N{p['tokens']}"
+           f"-{p['posn']}-s{p['seed']}")
+    return vid, model

@@ -1,0 +1,103 @@
+"""The state of a training run, saved every checkpoint_every steps and restored by a re-run.
+
+It lives in ``<out>/.resume/`` (not a declared Snakemake output, so a killed job keeps it):
+state.pt, and state.prev.pt, the one before, in case the newest is damaged. A state belongs to one
+spec; it is loaded as tensors only (weights_only), and a damaged or foreign file is skipped with a
+warning. With every rank's RNG state in it, a resumed CPU run is bit for bit an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .io import atomic_path
+
+RESUME_DIR = ".resume"
+RESUME_FILE = "state.pt"
+PREVIOUS_FILE = "state.prev.pt"  # the checkpoint before the last: the fallback if the last is damaged
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Each rank's own RNG stream after the shared initialisation (dropout, augmentation)."""
+    return int(np.random.SeedSequence([seed, rank, 0xDD9]).generate_state(1)[0])
+
+
+def rng_state() -> dict:
+    """This process's Python, NumPy, torch (and CUDA) RNG states, as tensors and plain values."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+             "numpy_meta": [kind, int(pos), int(has_gauss), float(cached)], "python": repr(random.getstate())}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import ast
+
+    torch.set_rng_state(state["torch"])
+    kind, pos, has_gauss, cached = state["numpy_meta"]
+    np.random.set_state((kind, state["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(ast.literal_eval(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class RunState:
+    """Where a run stands: weights, optimiser, step, history so far, the epoch's loss sums, the
+    training time so far and every rank's RNG state."""
+
+    spec: str  # the spec's JSON, sorted keys: a state is only ever restored into its own spec
+    model: dict = field(default_factory=dict)
+    optimizer: dict = field(default_factory=dict)
+    step: int = 0
+    history: list = field(default_factory=list)
+    epoch_loss: float = 0.0
+    epoch_count: int = 0
+    elapsed_s: float = 0.0
+    rng: list = field(default_factory=list)
+
+    def save(self, out: Path) -> None:
+        """Write atomically, keeping the previous state as state.prev.pt."""
+        path = out / RESUME_DIR / RESUME_FILE
+        with atomic_path(path) as tmp:
+            torch.save(asdict(self), tmp)
+            if path.exists():
+                os.replace(path, path.with_name(PREVIOUS_FILE))
+
+    @classmethod
+    def load(cls, out: Path, spec_json: str, log: Callable[[str], None]) -> RunState | None:
+        """The newest readable state of this spec: state.pt, else state.prev.pt, else None."""
+        path = out / RESUME_DIR / RESUME_FILE
+        for candidate in (path, path.with_name(PREVIOUS_FILE)):
+            if not candidate.exists():
+                continue
+            try:
+                state = torch.load(candidate, map_location="cpu", weights_only=True)
+            except Exception as exc:  # truncated, corrupted, or carrying code
+                log(f"warning: resume checkpoint {candidate} is unreadable ({exc.__class__.__name__}: "
+                    f"{str(exc).splitlines()[0][:200]}); trying the previous one")
+                continue
+            if state.get("spec") != spec_json:
+                log(f"warning: resume checkpoint {candidate} belongs to a different spec; ignoring it")
+                continue
+            if not isinstance(state["rng"], list):  # states written before RNG states were per rank
+                state["rng"] = [state["rng"]]
+            return cls(**state)
+        if path.parent.exists() and any(path.parent.iterdir()):
+            log("warning: no usable resume checkpoint; starting from step 0")
+        return None
