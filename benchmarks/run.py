@@ -461,7 +461,7 @@ def _p2_bare(spec_file: str, steps: int) -> None:
     from leaner.data.nearest_point import PointStream
     from leaner.models import build_model
     from leaner.optim import make_optimizer
-    from leaner.tasks import nearest_point_mse
+    from leaner.tasks.nearest import nearest_point_mse
 
     spec = json.loads(Path(spec_file).read_text())
     dev = torch.device("cuda")

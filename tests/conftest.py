@@ -96,15 +96,16 @@ def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float =
 
 def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = None, seed: int = 3):
     """P2's task at toy size: (spec, manifest) with the generator's manifest written under root."""
-    from leaner.config import RECIPE_DEFAULTS, TASK_RECIPE_DEFAULTS
+    from leaner.config import RECIPE_DEFAULTS
     from leaner.data import prepare
+    from leaner.tasks import task_info
 
     manifest = root / "np" / "manifest.json"
     prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
             str(manifest))
     m = {"arch": "nearest_point_encoder", "depth": 1, "heads": 1, "modules": 1, "dim": 8, "tokens": 4,
          "posn": "none", "d_model": 8, "head_dim": 8, "ff": 16, "posn_dim": 64, **(model or {})}
-    r = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS["nearest_point"], "epochs": 8, "steps_per_epoch": 25,
+    r = {**RECIPE_DEFAULTS, **task_info("nearest_point").recipe, "epochs": 8, "steps_per_epoch": 25,
          "batch_size": 64, "lr": 0.02, **(recipe or {})}
     spec = {"study": "unit", "variant": "v", "task": "nearest_point", "dataset": "nearest_point", "seed": seed,
             "model": m, "recipe": r, "conditioning": {"samples": 16}}

@@ -14,7 +14,7 @@ from leaner.data.nearest_point import PointStream, _generator, farthest_targets,
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
 from leaner.optim import lr_at
-from leaner.tasks import nearest_point_mse
+from leaner.tasks.nearest import nearest_point_mse
 from leaner.train import train
 
 from conftest import nearest_setup

@@ -177,7 +177,7 @@ def test_divergence_is_a_status_not_a_crash(tmp_path, digits_manifest):
 
 def _nan_from(monkeypatch, first_bad: int) -> None:
     """Make the image task's loss NaN from its `first_bad`-th call (0-based) on."""
-    from leaner.tasks import ImageClassification
+    from leaner.tasks.image import ImageClassification
 
     real, calls = ImageClassification.loss, [0]
 

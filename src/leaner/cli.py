@@ -118,11 +118,12 @@ def cmd_match(a):
     from .config import load_yaml, study_model_base
     from .grid import PROTOCOLS
     from .match import match
+    from .tasks import CATALOG, task_info
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
-    if st["task"] == "nearest_point":
-        raise ValueError(f"study {a.study} is a nearest_point study (allowed: image_classification, listops, "
-                         f"language_model, glue studies)")
+    if task_info(st["task"]).grid != "arch":
+        arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
+        raise ValueError(f"study {a.study} is a {st['task']} study (allowed: {', '.join(arch_tasks)} studies)")
     lean = st.get("lean") or {}
     baseline = a.baseline or lean.get("baseline") or st.get("baseline")
     if not baseline:

@@ -21,40 +21,14 @@ from typing import Any
 import yaml
 
 # the tokenizers' facts (numpy-only modules: still no torch import here)
-from .data.glue import PAD as BERT_PAD
 from .data.glue import TASKS as GLUE_TASKS
-from .data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
-from .data.listops import VOCAB as LISTOPS_VOCAB
-from .data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
-from .grid import (
-    IMAGE_GRID_KEYS,
-    NEAREST_GRID_KEYS,
-    expand_image_grid,
-    expand_nearest_grid,
-    grid_key,
-    image_variant,
-    nearest_variant,
-)
+from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
+from .tasks import CATALOG, FINETUNE_SUFFIX, task_info
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
-# What each study produces besides its summary: results/figures/{study}-{name}.{png,pdf} and
-# results/tables/{study}-{name}.{csv,md,tex}.
-STUDY_FIGURES = {
-    "image_classification": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"),
-    "nearest_point": ("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                      "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
-    "listops": ("kappa_vs_heads", "accuracy_vs_heads", "accuracy_vs_mlp", "kappa_through_training"),
-    "language_model": ("kappa_vs_heads", "loss_vs_heads", "loss_vs_mlp", "kappa_through_training"),
-    "glue": ("kappa_vs_heads", "glue_vs_heads", "glue_vs_mlp", "kappa_through_training"),
-}
 ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
-STUDY_TABLES = {"image_classification": ("by_config", "lean_vs_baseline", "paper_comparison"),
-                "nearest_point": ("by_config", "acceptance", "paper_comparison"),
-                "listops": ("by_config", "lean_vs_baseline", "paper_comparison"),
-                "language_model": ("by_config", "lean_vs_baseline", "paper_comparison"),
-                "glue": ("by_config", "lean_vs_baseline", "glue_tasks", "paper_comparison")}
 
 
 @dataclass(frozen=True)
@@ -140,13 +114,14 @@ def grid_points(rows: Iterable[dict]) -> list[dict]:
 
 def study_outputs(task: str, points: list[dict],
                   baseline: dict | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(figure names, table names) of a study: its task's candidates (STUDY_FIGURES, STUDY_TABLES)
+    """(figure names, table names) of a study: its task's candidates (the catalogue's figures, tables)
     whose REQUIRES the grid's points meet. The Snakefile's outputs, its targets and the figures
     and tables commands all take their names from here."""
     def shown(names):
         return tuple(n for n in names if all(r.met(points, baseline or {}) for r in REQUIRES.get(n, ())))
 
-    return shown(STUDY_FIGURES[task]), shown(STUDY_TABLES[task])
+    info = task_info(task)
+    return shown(info.figures), shown(info.tables)
 
 
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).
@@ -179,13 +154,6 @@ REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "a
 TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
 GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
 
-MODEL_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
-NEAREST_MODEL_DEFAULTS = {"ff": 2048, "posn_dim": 64}
-MODEL_KEYS = {"image_classification": ("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"),
-              "nearest_point": ("ff", "posn_dim"),
-              "listops": ("qkv_bias", "drop_path_rate"),
-              "language_model": ("qkv_bias", "drop_path_rate", "context"),
-              "glue": ("qkv_bias", "drop_path_rate", "context")}
 
 RECIPE_DEFAULTS = {
     "epochs": 30, "batch_size": 64, "lr": 1e-3, "min_lr": 0.0, "weight_decay": 0.05,
@@ -193,19 +161,6 @@ RECIPE_DEFAULTS = {
     "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
     "eval_batch_size": 256, "num_workers": 0, "max_steps": None, "schedule": "cosine",
     "steps_per_epoch": None, "init_seed": None, "compile": False, "cuda_graph": False, "sync_every": None,
-}
-# P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100 steps,
-# warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed.
-TASK_RECIPE_DEFAULTS = {
-    "image_classification": {},
-    "nearest_point": {"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
-                      "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
-                      "eval_batch_size": 1024},
-    "listops": {},
-    # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
-    "language_model": {"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0},
-    # cramming BERT: AdamW(0.9, 0.98), weight decay 0.01, clipping 0.5 [INF]; steps_per_epoch random windows
-    "glue": {"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
 }
 # Fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF]).
 FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
@@ -230,8 +185,11 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- schema validation
 
 def _schema() -> dict:
+    """The config's JSON Schema, with the task names filled in from the task catalogue."""
     with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
+    return schema
 
 
 def _key_path(path: Iterable[Any]) -> str:
@@ -371,7 +329,7 @@ class Study:
         """The spec of fine-tuning pretrained `variant` on one GLUE task (a `leaner train` job)."""
         v = self.variants[variant]
         model = {**v.model, "arch": "sequence_classifier", "num_classes": GLUE_NUM_LABELS[glue_task]}
-        return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": "glue_finetune",
+        return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": f"{self.task}{FINETUNE_SUFFIX}",
                 "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed, "model": model,
                 "recipe": self.finetune["recipe"], "conditioning": {**v.conditioning, "steps": []},
                 "init_from": f"results/{self.name}/{variant}/model.safetensors"}
@@ -397,15 +355,6 @@ def _deep_merge(base: dict, update: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-TASKS = {
-    "image_classification": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("digits", "hub", "imagefolder")},
-    "nearest_point": {"grid_keys": NEAREST_GRID_KEYS, "dataset_kinds": ("nearest_point",)},
-    "listops": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("listops",)},
-    "language_model": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("text",)},
-    "glue": {"grid_keys": IMAGE_GRID_KEYS, "dataset_kinds": ("text",)},  # the pretraining corpus
-}
 
 
 def _matches(where: dict, point: dict) -> bool:
@@ -484,6 +433,17 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     return Plan(datasets=datasets, studies=studies, theory=theory)
 
 
+def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
+    """The model settings a study's variants share: its `model:` block over its task's base."""
+    task, given = st["task"], st.get("model") or {}
+    allowed = task_info(task).model_keys
+    for key in given:
+        if key not in allowed:
+            problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
+                            f"(allowed: {', '.join(allowed)})")
+    return task_info(task).model_base(given, ds, lambda text: problems.append(f"config error: studies.{name}.{text}"))
+
+
 def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tuple[dict, dict]:
     """(the study's config block, the model settings its variants share): what `leaner match`
     builds candidate models from. Raises ConfigError."""
@@ -496,41 +456,10 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
     spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
     if spec["kind"] not in DATASET_DEFAULTS:
         raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
-    model_base = _task_model_base(study, st, _check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
+    model_base = _model_base(study, st, _check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
     if problems:
         raise ConfigError(problems)
     return st, model_base
-
-
-def _task_model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
-    task = st["task"]
-    given = st.get("model") or {}
-    allowed = MODEL_KEYS[task]
-    for key in given:
-        if key not in allowed:
-            problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
-                            f"(allowed: {', '.join(allowed)})")
-    if task == "nearest_point":
-        return {**NEAREST_MODEL_DEFAULTS, **given}
-    if task == "listops":
-        return {"arch": "sequence_classifier", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-                "vocab_size": len(LISTOPS_VOCAB), "max_len": ds["max_length"], "num_classes": 10}
-    if task in ("language_model", "glue"):
-        given = dict(given)
-        context = given.pop("context", 256 if task == "language_model" else 128)
-        if task == "glue":
-            return {"arch": "masked_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-                    "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
-        return {"arch": "causal_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-                "vocab_size": BYTE_VOCAB_SIZE, "max_len": context}
-    model = {"arch": "vit", **MODEL_DEFAULTS, **given}
-    model.setdefault("img_size", ds["img_size"])
-    model["in_chans"] = ds["in_chans"]
-    model["num_classes"] = ds["num_classes"]
-    if model["img_size"] % model["patch_size"]:
-        problems.append(f"config error: studies.{name}.model.patch_size: {model['patch_size']} does not "
-                        f"divide img_size {model['img_size']} (allowed: divisors of the image size)")
-    return model
 
 
 RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # folders of results/ itself
@@ -546,15 +475,15 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
                         f"(allowed: {', '.join(sorted(datasets))})")
         return None
-    ds = datasets[st["dataset"]]
-    if ds["kind"] not in TASKS[task]["dataset_kinds"]:
-        fitting = sorted(n for n, d in datasets.items() if d["kind"] in TASKS[task]["dataset_kinds"])
+    ds, info = datasets[st["dataset"]], task_info(task)
+    if ds["kind"] not in info.dataset_kinds:
+        fitting = sorted(n for n, d in datasets.items() if d["kind"] in info.dataset_kinds)
         problems.append(f"config error: studies.{name}.dataset: {st['dataset']!r} is a {ds['kind']} dataset, "
-                        f"task {task} needs one of kind {', '.join(TASKS[task]['dataset_kinds'])} "
+                        f"task {task} needs one of kind {', '.join(info.dataset_kinds)} "
                         f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
-    model_base = _task_model_base(name, st, ds, problems)
-    recipe_base = {**RECIPE_DEFAULTS, **TASK_RECIPE_DEFAULTS[task], **(st.get("recipe") or {})}
+    model_base = _model_base(name, st, ds, problems)
+    recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
     conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
 
     baseline = dict(st.get("baseline") or {})
@@ -563,9 +492,10 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
                         f"sweep; lean, a baseline and a parameter budget)")
         return None
     if "lean" in st:
-        if task == "nearest_point":
-            problems.append(f"config error: studies.{name}.lean: not for task nearest_point (allowed: "
-                            f"image_classification, listops, language_model, glue)")
+        if info.grid != "arch":
+            arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
+            problems.append(f"config error: studies.{name}.lean: not for task {task} (allowed: "
+                            f"{', '.join(arch_tasks)})")
             return None
         if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
             problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
@@ -587,18 +517,18 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     points: list[dict] = []
     for i, g in enumerate(grids):
         key = grid_key(name, i if isinstance(st["grid"], list) else None)
-        unused = [k for k in g if k not in TASKS[task]["grid_keys"]]
+        unused = [k for k in g if k not in info.grid_keys]
         for k in unused:
             problems.append(f"config error: {key}.{k}: not used by task {task} "
-                            f"(allowed: {', '.join(TASKS[task]['grid_keys'])})")
+                            f"(allowed: {', '.join(info.grid_keys)})")
         if unused:
             continue
-        if task == "nearest_point":
+        if info.grid == "nearest":
             points += expand_nearest_grid(key, g, problems, model_base)
         else:
             points += expand_image_grid(key, g, problems)
 
-    make_variant = nearest_variant if task == "nearest_point" else image_variant
+    make_variant = nearest_variant if info.grid == "nearest" else image_variant
     variants: dict[str, Variant] = {}
     protocols: dict[str, list[str]] = {}
     overrides = st.get("overrides") or []
@@ -630,7 +560,7 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
     if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
         problems.append(f"config error: studies.{name}.grid: expands to no variants")
     finetune = None
-    if task == "glue":
+    if info.finetune_trainer:
         ft = st.get("finetune")
         if not ft:
             problems.append(f"config error: studies.{name}.finetune: required by task glue "

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import STUDY_FIGURES, grid_points, study_outputs
+from ..config import grid_points, study_outputs
+from ..tasks import task_info
 from .plots import SINGULAR_NOTE, log_y, offscale, pyplot, save, singular_handle
 from .stats import ci95
 from .summary import explode_protocols
@@ -395,7 +396,7 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
                         names: list[str] | None = None) -> list[Path]:
     """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
-    STUDY_FIGURES that the study's grid gives something to show (config.study_outputs)."""
+    figures (the task catalogue's) that the study's grid gives something to show (config.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
@@ -415,9 +416,10 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
         "perfect_angle": perfect_angle, "kappa_vs_rank": kappa_vs_rank,
     }
     out = Path(fig_dir)
-    unknown = [name for name in names if name not in STUDY_FIGURES[task]]
+    known = task_info(task).figures
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_FIGURES[task])})")
+        raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(known)})")
     return [p for name in names for p in makers[name](summary, out / f"{study}-{name}", study)]
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:

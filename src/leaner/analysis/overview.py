@@ -28,35 +28,34 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_path
+from ..tasks import task_info
 from .plots import log_x, log_y, offscale, pyplot, save
 from .stats import MIN_N_INTERVAL, ci95, fmt_ci, gmean, resolve, spearman_ci, welch
-from .summary import METRIC, explode_protocols
+from .summary import explode_protocols
 from .tables import lean_vs_baseline, write_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
 ARCH_GROUP = ["depth", "protocol", "mlp_ratio"]
 
-FAMILY = {"image_classification": "P1", "listops": "P1", "language_model": "P1", "glue": "P1",
-          "nearest_point": "P2"}
 
 def _configs(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration (and protocol, for P1's tasks): error values over seeds, kappa, rank."""
     task = summary["task"].iloc[0]
     frame = summary.copy()
-    if FAMILY[task] == "P1":
+    if task_info(task).family == "P1":
         frame = explode_protocols(frame)
         frame["model_width"] = frame["width"]
     else:
         frame["model_width"] = frame["head_dim"] * frame["heads"]
         frame["heads"] = frame["heads"] * frame["modules"]  # every head of the layer
-    group = ARCH_GROUP if FAMILY[task] == "P1" else P2_GROUP
+    group = ARCH_GROUP if task_info(task).family == "P1" else P2_GROUP
     rows = []
     for key, g in frame.groupby(group + ["heads", "head_dim"], sort=True, dropna=False):
         errors = g["error"].to_numpy(float)
         mean, lo, hi, n = ci95(errors)
         named = list(zip(group, key[:len(group)]))
-        rows.append({"study": summary["study"].iloc[0], "task": task, "family": FAMILY[task],
+        rows.append({"study": summary["study"].iloc[0], "task": task, "family": task_info(task).family,
                      "group": ", ".join(f"{k}={v}" for k, v in named),
                      # the same model but for its depth: the group of a depth sweep
                      "depth_group": ", ".join(f"{k}={v}" for k, v in named if k != "depth") +
@@ -168,9 +167,9 @@ def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFra
              "verdict": r["verdict"]} for _, r in effects.iterrows()]
     for summary in summaries:
         task = summary["task"].iloc[0] if len(summary) else None
-        if task is None or FAMILY[task] != "P1" or summary["depth"].nunique() < 2:
+        if task is None or task_info(task).family != "P1" or summary["depth"].nunique() < 2:
             continue
-        metric, mode = METRIC[task]
+        metric, mode = task_info(task).metric
         lean = lean_vs_baseline(summary, {}, metric, mode)
         if not len(lean):
             continue

@@ -12,8 +12,9 @@ import math
 
 import pandas as pd
 
+from ..tasks import task_info
 from .stats import fmt_ci, spearman_ci, welch
-from .summary import METRIC, config_values, explode_protocols
+from .summary import config_values, explode_protocols
 from .tables import acceptance_checks, by_config, lean_vs_baseline, pick_baseline
 
 COLUMNS = ["quantity", "paper", "paper setting", "ours", "our setting", "difference", "check"]
@@ -88,7 +89,7 @@ def _kappa_trend(summary: pd.DataFrame) -> list[dict]:
 
 def p1_comparison(summary: pd.DataFrame, baseline: dict) -> list[dict]:
     task = summary["task"].iloc[0]
-    metric, mode = METRIC[task]
+    metric, mode = task_info(task).metric
     setting = our_setting(summary)
     rows = []
     best = _best_lean(summary, baseline, metric, mode)
@@ -193,7 +194,7 @@ def paper_comparison(summary: pd.DataFrame, baseline: dict, checks=None) -> pd.D
     from ..config import ACCEPTANCE_CHECKS
 
     task = summary["task"].iloc[0]
-    rows = (p2_comparison(summary, ACCEPTANCE_CHECKS if checks is None else checks) if task == "nearest_point"
+    rows = (p2_comparison(summary, ACCEPTANCE_CHECKS if checks is None else checks) if task_info(task).family == "P2"
             else p1_comparison(summary, baseline))
     return pd.DataFrame(rows, columns=COLUMNS)
 

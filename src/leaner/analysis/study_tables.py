@@ -7,24 +7,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ACCEPTANCE_CHECKS, STUDY_TABLES, grid_points, study_outputs
+from ..config import ACCEPTANCE_CHECKS, grid_points, study_outputs
+from ..tasks import task_info
 from .papers import paper_comparison, theorem_comparison
-from .summary import METRIC
 from .tables import acceptance_checks, by_config, glue_tasks_table, lean_vs_baseline, write_table
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
                        checks=ACCEPTANCE_CHECKS, names: list[str] | None = None) -> list[Path]:
     """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names`; by default the task's
-    STUDY_TABLES that the study's grid gives something to show (config.study_outputs)."""
+    tables (the task catalogue's) that the study's grid gives something to show (config.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
         names = study_outputs(task, grid_points(summary.to_dict("records")), baseline)[1]
-    unknown = [name for name in names if name not in STUDY_TABLES[task]]
+    known = task_info(task).tables
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise ValueError(f"no table {', '.join(unknown)} for task {task} (allowed: {', '.join(STUDY_TABLES[task])})")
-    metric, mode = METRIC[task]
+        raise ValueError(f"no table {', '.join(unknown)} for task {task} (allowed: {', '.join(known)})")
+    metric, mode = task_info(task).metric
     checks = ACCEPTANCE_CHECKS if checks is None else checks
     makers = {
         "by_config": lambda: (by_config(summary), f"{study}: {metric} per configuration over seeds "

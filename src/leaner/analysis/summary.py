@@ -12,18 +12,20 @@ import numpy as np
 import pandas as pd
 
 from ..io import read_json, write_csv, write_json
+from ..tasks import GRID_AXES, task_info
 from .stats import gmean
 
-ARCH = ["depth", "heads", "width", "head_dim", "mlp_hidden"]
+ARCH = list(GRID_AXES["arch"])  # depth x heads x width x head_dim x MLP: P1's configurations
 
-# The architecture axes of each task's variants: one configuration = one value of each.
-AXES = {"image_classification": ARCH, "listops": ARCH, "language_model": ARCH, "glue": ARCH,
-        "nearest_point": ["depth", "heads", "modules", "head_dim", "dim", "tokens", "posn"]}
 
-# Each task's headline metric in the summary (its per-run value) and which way is better.
-METRIC = {"image_classification": ("eval_acc", "max"), "listops": ("eval_acc", "max"),
-          "language_model": ("eval_loss", "min"), "glue": ("glue_avg", "max"),
-          "nearest_point": ("best_train_loss", "min")}
+def axes(task: str) -> list[str]:
+    """The architecture axes of the task's variants: one configuration is one value of each."""
+    return list(task_info(task).axes)
+
+
+def is_arch(task: str) -> bool:
+    """Whether the task's grid is P1's depth x heads x protocol x width x MLP (else P2's)."""
+    return task_info(task).grid == "arch"
 
 
 # Summary column prefix of each measured matrix (conditioning.MATRICES): kappa_{prefix}{checkpoint}_...
@@ -55,7 +57,7 @@ def kappa_checkpoints(summary: pd.DataFrame, conditioning_paths: list[str]) -> p
     if not len(summary):
         return pd.DataFrame()
     task = summary["task"].iloc[0]
-    keep = ["variant", *AXES[task], "seed", "protocols", "status", "steps",
+    keep = ["variant", *axes(task), "seed", "protocols", "status", "steps",
             *(["total_heads"] if "total_heads" in summary else [])]
     info = summary[keep].set_index("variant")
     rows = []
@@ -105,7 +107,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         m = read_json(mpath)
         model, task = m["spec"]["model"], m["spec"]["task"]
         row = {"study": study, "task": task, "dataset": m["spec"].get("dataset"), "variant": m["variant"],
-               **{k: model[k] for k in AXES[task]},
+               **{k: model[k] for k in axes(task)},
                "seed": m["seed"], "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
                **{f"params_{k}": v for k, v in m["params"].items()},
                **{k: v for k, v in m["final"].items()},
@@ -118,9 +120,9 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             glue = read_json(gpath)
             row.update({f"glue_{t}": v["score"] for t, v in glue["tasks"].items()})
             row["glue_avg"] = glue["glue_avg"]
-        if AXES[task] is ARCH:
+        if is_arch(task):
             row["mlp_ratio"] = model["mlp_hidden"] / model["width"]
-            metric, mode = METRIC[task]
+            metric, mode = task_info(task).metric
             value = row.get(metric)
             # error: lower is better for every task (1 - accuracy, or the loss itself)
             row["error"] = math.nan if value is None else (1.0 - value if mode == "max" else value)
@@ -135,7 +137,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             row.update(_kappa_columns(pd.read_csv(cpath)))
         rows.append(row)
     frame = pd.DataFrame(rows)
-    return frame.sort_values(AXES[frame["task"].iloc[0]] + ["seed"]).reset_index(drop=True) if len(frame) else frame
+    return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True) if len(frame) else frame
 
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                   protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),

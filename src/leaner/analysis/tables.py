@@ -11,20 +11,21 @@ import pandas as pd
 
 from ..config import ACCEPTANCE_CHECKS
 from ..io import atomic_path, write_csv
+from ..tasks import task_info
 from .stats import ci95, gmean, resolve, welch
-from .summary import ARCH, AXES, METRIC, config_values
+from .summary import ARCH, axes, config_values, is_arch
 
 
 def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     """Per architecture: mean with its 95% interval, min, max and n over seeds (P2 reports the
     min over seeds and the range); kappa as geometric means."""
     task = summary["task"].iloc[0]
-    axes, metric = AXES[task], metric or METRIC[task][0]
+    keys, metric = axes(task), metric or task_info(task).metric[0]
     rows = []
-    for key, g in summary.groupby(axes, sort=True):
+    for key, g in summary.groupby(keys, sort=True):
         mean, lo, hi, n = ci95(g[metric])
-        row = dict(zip(axes, key))
-        if "protocols" in g and AXES[task] is ARCH:
+        row = dict(zip(keys, key))
+        if "protocols" in g and is_arch(task):
             row["protocols"] = g["protocols"].iloc[0]
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),

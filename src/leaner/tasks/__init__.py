@@ -1,0 +1,173 @@
+"""The task catalogue: one record per task, the one place a task is registered.
+
+A task is what a study trains on and how it is read: which datasets it takes, its grid (the
+architecture axes of a configuration), the model settings its variants share, its recipe
+defaults, the metric that heads its study (and which way is better), its figures and tables,
+which paper's rows it reproduces, and the class that trains it (imported only when training:
+this module needs neither torch nor pandas, so the Snakefile can read it).
+
+To add a task: write its training class (a `Task`, see base.py) in a module of this package and
+add one `TaskInfo` below. Config expansion, summary.csv, tables, figures and the overview read
+everything else from the record.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..data.glue import PAD as BERT_PAD
+from ..data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
+from ..data.listops import VOCAB as LISTOPS_VOCAB
+from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
+
+# A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP
+# ("arch": ViTs and the sequence models), or P2's depth x heads x modules x d x N x positions.
+GRID_AXES = {"arch": ("depth", "heads", "width", "head_dim", "mlp_hidden"),
+             "nearest": ("depth", "heads", "modules", "head_dim", "dim", "tokens", "posn")}
+GRID_KEYS = {"arch": IMAGE_GRID_KEYS, "nearest": NEAREST_GRID_KEYS}
+FIGURES_P1 = ("kappa_vs_heads", "{metric}_vs_heads", "{metric}_vs_mlp", "kappa_through_training")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    name: str
+    family: str  # the paper whose claim it tests: "P1" (more heads, less depth) or "P2" (heads hurt)
+    grid: str  # "arch" or "nearest" (GRID_AXES)
+    dataset_kinds: tuple[str, ...]
+    model_keys: tuple[str, ...]  # the study's `model:` keys it uses
+    model_base: Callable[[dict, dict, Callable[[str], None]], dict]  # (model block, dataset, problem) -> model
+    metric: tuple[str, str]  # the study's headline: a summary.csv column and "max" or "min"
+    train_metric: tuple[str, str]  # what a run tracks for its best epoch (a history column)
+    figures: tuple[str, ...]
+    tables: tuple[str, ...]
+    trainer: str  # "module:Class" of its training side, e.g. "leaner.tasks.image:ImageClassification"
+    recipe: dict = field(default_factory=dict)  # defaults over config.RECIPE_DEFAULTS
+    finetune_trainer: str | None = None  # a second stage trained per pretrained variant (GLUE)
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return GRID_AXES[self.grid]
+
+    @property
+    def grid_keys(self) -> tuple[str, ...]:
+        return GRID_KEYS[self.grid]
+
+
+VIT_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
+
+
+def _vit(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
+    model = {"arch": "vit", **VIT_DEFAULTS, **given}
+    model.setdefault("img_size", ds["img_size"])
+    model["in_chans"] = ds["in_chans"]
+    model["num_classes"] = ds["num_classes"]
+    if model["img_size"] % model["patch_size"]:
+        problem(f"model.patch_size: {model['patch_size']} does not divide img_size {model['img_size']} "
+                f"(allowed: divisors of the image size)")
+    return model
+
+
+def _nearest(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
+    return {"ff": 2048, "posn_dim": 64, **given}
+
+
+def _listops(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
+    return {"arch": "sequence_classifier", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+            "vocab_size": len(LISTOPS_VOCAB), "max_len": ds["max_length"], "num_classes": 10}
+
+
+def _causal_lm(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
+    given = dict(given)
+    context = given.pop("context", 256)
+    return {"arch": "causal_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+            "vocab_size": BYTE_VOCAB_SIZE, "max_len": context}
+
+
+def _masked_lm(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
+    given = dict(given)
+    context = given.pop("context", 128)
+    return {"arch": "masked_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
+            "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
+
+
+def _p1(metric_word: str) -> tuple[str, ...]:
+    return tuple(f.format(metric=metric_word) for f in FIGURES_P1)
+
+
+P1_TABLES = ("by_config", "lean_vs_baseline", "paper_comparison")
+SEQUENCE_MODEL_KEYS = ("qkv_bias", "drop_path_rate")
+
+CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
+    TaskInfo(
+        "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder"),
+        model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
+        trainer="leaner.tasks.image:ImageClassification"),
+    # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
+    # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed.
+    TaskInfo(
+        "nearest_point", family="P2", grid="nearest", dataset_kinds=("nearest_point",),
+        model_keys=("ff", "posn_dim"), model_base=_nearest,
+        metric=("best_train_loss", "min"), train_metric=("train_loss", "min"),
+        figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
+                 "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
+        tables=("by_config", "acceptance", "paper_comparison"), trainer="leaner.tasks.nearest:NearestPoint",
+        recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
+                "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
+                "eval_batch_size": 1024}),
+    TaskInfo(
+        "listops", family="P1", grid="arch", dataset_kinds=("listops",),
+        model_keys=SEQUENCE_MODEL_KEYS, model_base=_listops,
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
+        trainer="leaner.tasks.sequence:SequenceClassification"),
+    # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
+    TaskInfo(
+        "language_model", family="P1", grid="arch", dataset_kinds=("text",),
+        model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_causal_lm,
+        metric=("eval_loss", "min"), train_metric=("eval_loss", "min"), figures=_p1("loss"), tables=P1_TABLES,
+        trainer="leaner.tasks.sequence:LanguageModeling",
+        recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0}),
+    # cramming BERT: masked-LM pretraining on a text corpus (its training metric), then fine-tuning
+    # of each variant on every GLUE task: the study's metric is the GLUE average of the fine-tuned
+    # runs. AdamW(0.9, 0.98), weight decay 0.01, clipping 0.5 [INF].
+    TaskInfo(
+        "glue", family="P1", grid="arch", dataset_kinds=("text",),  # the pretraining corpus
+        model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_masked_lm,
+        metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), figures=_p1("glue"),
+        tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), trainer="leaner.tasks.sequence:MaskedLanguageModeling",
+        recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
+        finetune_trainer="leaner.tasks.sequence:GlueFinetune"),
+)}
+FINETUNE_SUFFIX = "_finetune"  # a fine-tuning run's spec names its task <study task>_finetune
+FINETUNE_METRIC = ("eval_score", "max")  # a fine-tuning run's: the GLUE task's own metric
+
+
+def task_info(name: str) -> TaskInfo:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r} (allowed: {', '.join(CATALOG)})") from None
+
+
+def trainer_metric(spec_task: str) -> tuple[str, str]:
+    """The metric (and its better direction) a run of spec task `spec_task` tracks."""
+    if spec_task.endswith(FINETUNE_SUFFIX):
+        return FINETUNE_METRIC
+    return task_info(spec_task).train_metric
+
+
+def make_task(spec: dict, data_path: str, device: Any):
+    """The training side of the spec's task (imports torch)."""
+    name = spec["task"]
+    base = name[: -len(FINETUNE_SUFFIX)] if name.endswith(FINETUNE_SUFFIX) else name
+    info = CATALOG.get(base)
+    target = info and (info.finetune_trainer if base != name else info.trainer)
+    if not target:
+        allowed = [*CATALOG, *(n + FINETUNE_SUFFIX for n, i in CATALOG.items() if i.finetune_trainer)]
+        raise ValueError(f"unknown task {name!r} (allowed: {', '.join(allowed)})")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(spec, data_path, device)

@@ -1,0 +1,76 @@
+"""Image classification (ViT on digits, CIFAR, ImageNet)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .base import Task, classification_measure, evaluation_sums
+
+
+class ImageClassification(Task):
+    """Images -> class logits; cross-entropy (optionally label smoothing, Mixup/CutMix); accuracy."""
+
+    name = "image_classification"
+
+    def __init__(self, spec: dict, data_path: str, device: torch.device):
+        from ..data import InMemorySplit, load_splits
+
+        recipe = spec["recipe"]
+        self.splits = load_splits(data_path, recipe, device.type)
+        for split in (self.splits.train, self.splits.eval):
+            if device.type == "cuda" and isinstance(split, InMemorySplit):
+                split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
+        self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
+        self.label_smoothing = recipe.get("label_smoothing", 0.0)
+        self.eval_batch_size = recipe.get("eval_batch_size", 256)
+        self.mixup = None
+        if recipe.get("mixup", 0) > 0 or recipe.get("cutmix", 0) > 0:
+            from timm.data import Mixup
+
+            self.mixup = Mixup(mixup_alpha=recipe.get("mixup", 0.0), cutmix_alpha=recipe.get("cutmix", 0.0),
+                               label_smoothing=self.label_smoothing, num_classes=spec["model"]["num_classes"])
+
+    def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
+        """This process's share of each global batch of `epoch`, from batch `skip` on (only the
+        share is loaded and augmented)."""
+        from ..distributed import check_split
+
+        check_split(len(self.splits.train), self.batch_size, world)
+        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world)
+
+    def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model input and labels on the device; `decode: device` datasets are decoded and
+        augmented here."""
+        x, y = batch
+        finish = self.splits.finish
+        if finish is not None:
+            x = (finish.train if train else finish.eval)(x, self.device)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
+        x, y = self._to_device(batch, train=True)
+        if self.mixup is not None and len(y) % 2 == 0:
+            x, soft = self.mixup(x, y)
+            logits = model(x)
+            loss = torch.sum(-soft * F.log_softmax(logits.float(), dim=-1), dim=-1).mean()
+        else:
+            logits = model(x)
+            loss = F.cross_entropy(logits.float(), y, label_smoothing=self.label_smoothing)
+        return loss, len(y)
+
+    @torch.no_grad()
+    def evaluate(self, model, autocast) -> dict[str, float]:
+        batches = (self._to_device(b, train=False) for b in self.splits.eval.eval_batches(self.eval_batch_size))
+        s = evaluation_sums(model, batches, autocast, classification_measure)
+        return {"eval_loss": s["loss"] / max(s["n"], 1), "eval_acc": s["correct"] / max(s["n"], 1)}
+
+    def probe_inputs(self, n: int) -> torch.Tensor:
+        """The fixed evaluation batch for condition numbers: the first n eval examples."""
+        xs = [self._to_device(batch, train=False)[0].cpu()
+              for batch in self.splits.eval.eval_batches(self.eval_batch_size, limit=n)]
+        return torch.cat(xs)[:n]
