@@ -297,7 +297,7 @@ def _dry_run(config: Path, work: Path) -> float:
 def bench_dag(repeats: int, work: Path, quick: bool) -> str:
     import yaml
 
-    from leaner.config import build_plan
+    from leaner.plan import build_plan
 
     rows = []
     for n in ([50, 100] if quick else [100, 500, 1000, 2000]):
@@ -549,7 +549,7 @@ IMAGENET_TRAIN = 1_281_167  # ImageNet-1k training images
 def bench_projection(vit_rates: dict, p2_rates: dict) -> str:
     """Each paper-scale study's work (configs/paper.yaml), and its wall time on one GPU and on an
     8-GPU node projected from the measured rates of rows 5 and 6b."""
-    from leaner.config import load_plan
+    from leaner.plan import load_plan
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     rows = []
@@ -605,8 +605,8 @@ def bench_gpu_e2e(work: Path) -> str:
 
 def _p2_variant(work: Path, steps: int) -> tuple[dict, str]:
     """P2's fig1 variant of configs/paper.yaml (L1, d 64, N 16, ff 2048, batch 256), cut to `steps`."""
-    from leaner.config import load_plan
     from leaner.data import prepare
+    from leaner.plan import load_plan
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     study = plan.studies["nearest_fig1"]

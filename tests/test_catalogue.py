@@ -62,7 +62,7 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     from leaner.analysis.study_tables import write_study_tables
     from leaner.analysis.summary import write_summary
     from leaner.conditioning import write_conditioning
-    from leaner.config import build_plan
+    from leaner.plan import build_plan
     from leaner.train import train
 
     config = yaml.safe_load(TINY.read_text())

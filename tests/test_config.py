@@ -7,8 +7,9 @@ import copy
 import pytest
 import yaml
 
-from leaner.config import ConfigError, build_plan, load_plan, load_yaml
+from leaner.config import ConfigError, load_yaml
 from leaner.grid import variant_id
+from leaner.plan import build_plan, load_plan
 
 from conftest import BIN, REPO, TINY, run
 

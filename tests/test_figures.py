@@ -13,7 +13,8 @@ import yaml
 
 from leaner.analysis import figures, plots
 from leaner.cli import main
-from leaner.config import build_plan, grid_points, study_outputs
+from leaner.outputs import grid_points, study_outputs
+from leaner.plan import build_plan
 
 from conftest import TINY, snakemake
 

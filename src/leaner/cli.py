@@ -115,9 +115,10 @@ def _ints(text: str) -> list[int]:
 def cmd_match(a):
     import pandas as pd
 
-    from .config import load_yaml, study_model_base
+    from .config import load_yaml
     from .grid import PROTOCOLS
     from .match import match
+    from .plan import study_model_base
     from .tasks import CATALOG, task_info
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
@@ -171,7 +172,7 @@ def cmd_theory_report(a):
 
 
 def cmd_variants(a):
-    from .config import load_plan
+    from .plan import load_plan
 
     plan = load_plan(a.config)
     for name, study in plan.studies.items():
@@ -182,7 +183,7 @@ def cmd_variants(a):
 
 
 def cmd_check_config(a):
-    from .config import load_plan
+    from .plan import load_plan
 
     plan = load_plan(a.config)
     n = sum(len(s.variants) for s in plan.studies.values())
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
-        if "--debug" in sys.argv or os.environ.get("LEANER_DEBUG"):
+        if os.environ.get("LEANER_DEBUG"):  # the traceback, for a bug report
             raise
         print(f"leaner {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,18 @@ import math
 PROTOCOLS = ("fixed_width", "fixed_head_dim")
 
 
+def join_protocols(protocols) -> str:
+    """A variant's protocols as summary.csv holds them: 'fixed_width;fixed_head_dim'."""
+    return ";".join(protocols)
+
+
+def split_protocols(value) -> list[str]:
+    """The protocols of a list, a summary.csv string ('a;b'), or a missing value (NaN: none)."""
+    if isinstance(value, str):
+        return [p for p in value.split(";") if p]
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
 def head_shape(protocol: str, heads: int, width: int | None = None,
                head_dim: int | None = None) -> tuple[int, int] | None:
     """(model width, head dimension) of `heads` heads under `protocol`: fixed_width keeps the
@@ -18,12 +30,15 @@ def head_shape(protocol: str, heads: int, width: int | None = None,
         return (width, width // heads) if width % heads == 0 else None
     return heads * head_dim, head_dim
 
+
 IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "seeds")
 
 NEAREST_GRID_KEYS = ("depth", "heads", "modules", "dim", "tokens", "posn", "seeds")
 
+
 def grid_key(name: str, idx: int | None) -> str:
     return f"studies.{name}.grid" + (f"[{idx}]" if idx is not None else "")
+
 
 def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
     """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
@@ -69,6 +84,7 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                                "mlp_hidden": int(round(hidden)), "seed": seed, "protocol": protocol})
     return points
 
+
 def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) -> list[dict]:
     """P2 grid: depth x heads per module x modules W x dimension d x tokens N x positions x seeds.
     Rank (head dim) = d_model / heads, d_model = d (+ posn_dim for concatenated positions)."""
@@ -88,8 +104,10 @@ def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) 
                        "posn": posn, "rank": d_model // heads, "d_model": d_model, "seed": seed})
     return points
 
+
 def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int) -> str:
     return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
+
 
 def image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
     """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
@@ -97,6 +115,7 @@ def image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
     model = {**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
              "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
     return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
+
 
 def nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
     p = point

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import grid_points, study_outputs
+from ..outputs import grid_points, study_outputs
 from ..tasks import task_info
-from .plots import SINGULAR_NOTE, log_y, offscale, pyplot, save, singular_handle
+from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
 from .stats import ci95
 from .summary import explode_protocols
 
@@ -23,6 +23,7 @@ METRIC_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "glue_avg": "GLUE a
 
 METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (evaluation split, nats/token)",
                  "glue_avg": "GLUE average score (evaluation splits)"}
+
 
 def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) -> pd.DataFrame:
     """Per key: mean with its 95% interval over the rows (log: geometric). A +inf value (a singular
@@ -45,6 +46,7 @@ def _agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) ->
         rows.append(row)
     return pd.DataFrame(rows)
 
+
 def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"):
     """Mean with its interval; +inf points (singular) are left to `offscale`."""
     finite = np.isfinite(agg["mean"].to_numpy(float))
@@ -58,14 +60,10 @@ def _errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"
         ax.scatter(dv[x.name] if hasattr(x, "name") else dv.index, dv["mean"], marker="x", s=80, color="red",
                    zorder=5, label="diverged run(s)")
 
+
 def _mlp_label(ratio: float) -> str:
     return f"MLP ratio {ratio:g}"
 
-def _heads_axis(ax, heads):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(heads)))
-    ax.set_xticklabels([str(h) for h in sorted(set(heads))])
-    ax.minorticks_off()
 
 def _spread_note(summary: pd.DataFrame) -> str:
     """Seeds per configuration: '3 seeds', or '3-10 seeds' where configurations have more."""
@@ -76,12 +74,15 @@ def _spread_note(summary: pd.DataFrame) -> str:
         return "one seed: no interval"
     return f"mean and 95% CI over {lo if lo == hi else f'{lo}-{hi}'} seeds"
 
+
 def _fmt_params(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
 
 def _grid(plt, nrows: int, ncols: int, width=5.0, height=3.8):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, axes
+
 
 def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """One panel per (protocol, MLP ratio) that sweeps heads (at least two head counts);
@@ -91,6 +92,7 @@ def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     several_ratios = len({ratio for (_, ratio), _ in sweeping}) > 1
     return [(proto + (f", {_mlp_label(ratio)}" if several_ratios else ""), g) for (proto, ratio), g in sweeping]
 
+
 def _panel_axes(plt, n: int, width=5.2, height=4.0):
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
@@ -99,6 +101,7 @@ def _panel_axes(plt, n: int, width=5.2, height=4.0):
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
+
 
 def _heads_figure(summary: pd.DataFrame):
     """Figure, (axis, title, panel frame) triples and a colour per depth for a vs-heads figure."""
@@ -110,9 +113,11 @@ def _heads_figure(summary: pd.DataFrame):
     fig, axes = _panel_axes(plt, len(panels))
     return fig, [(ax, title, sub) for ax, (title, sub) in zip(axes, panels)], depths, palette
 
+
 # The three measurements (conditioning.MATRICES) and their summary column prefixes.
 KAPPA_SERIES = (("", "head outputs [A_1 ... A_h] before W_O"), ("out_", "attention block output after W_O"),
                 ("jac_", "Jacobian of the attention block"))
+
 
 def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P1 Fig. 2, for each of the three measurements (a row each: the head-output concat, the
@@ -141,7 +146,7 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
                         _errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
                         any_singular |= offscale(ax, agg.loc[np.isinf(agg["mean"]), "heads"], palette[depth])
             log_y(ax)
-            _heads_axis(ax, sub["heads"])
+            log2_axis(ax, sub["heads"])
             ax.set_xlabel("heads h")
             ax.set_ylabel("kappa (geo. mean over layers)")
             method = sub.get(f"kappa_{col_prefix}final_method", pd.Series(dtype=str)).astype(str)
@@ -158,6 +163,7 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
     fig.tight_layout()
     return save(fig, prefix)
 
+
 def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
     fig, panels, depths, palette = _heads_figure(summary)
@@ -170,7 +176,7 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
             for _, r in agg.iterrows():
                 ax.annotate(_fmt_params(r["params"]), (r["heads"], r["mean"]), textcoords="offset points",
                             xytext=(5, -12 if depth == depths[0] else 6), fontsize=7, color=palette[depth])
-        _heads_axis(ax, sub["heads"])
+        log2_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.set_title(title)
@@ -179,6 +185,7 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
                  f"(labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
+
 
 def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 4: accuracy vs MLP width, one line per (depth, heads) that sweeps the MLP width."""
@@ -204,10 +211,7 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
             for _, r in agg.iterrows():
                 ax.annotate(_fmt_params(r["params"]), (r["mlp_hidden"], r["mean"]), textcoords="offset points",
                             xytext=(5, 6), fontsize=7, color=color)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(widths))
-        ax.set_xticklabels([str(int(w)) for w in sorted(widths)])
-        ax.minorticks_off()
+        log2_axis(ax, widths)
         ax.set_xlabel("MLP hidden width")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.set_title(proto)
@@ -216,6 +220,7 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
                  f"(labels: parameters; {_spread_note(summary)})")
     fig.tight_layout()
     return save(fig, prefix)
+
 
 def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     """Theorem 3.2: Monte Carlo kappa of Gaussian head blocks vs heads, against the closed form."""
@@ -234,7 +239,7 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
                         linestyle="none", label=f"N={n}, {'d' if fixed == 'head_dim' else 'D'}={f}: Monte Carlo")
             ax.plot(g["heads"], g["kappa_formula"], color=color, linestyle="--")
         log_y(ax)
-        _heads_axis(ax, sub["heads"])
+        log2_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
         ax.set_ylabel("kappa of N x D Gaussian block")
         ax.set_title(title)
@@ -247,12 +252,15 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     fig.tight_layout()
     return save(fig, prefix)
 
+
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
 
 P2_AXES = ("modules", "dim", "tokens", "posn")
 
+
 def _line_label(key: tuple, names: list[str]) -> str:
     return ", ".join(HUE_LABELS[n].format(v) for n, v in zip(names, key))
+
 
 def _rank_panels(summary: pd.DataFrame, hue: str):
     """P2 figures: one panel per depth; one line per value of `hue` (and of any other P2 axis the
@@ -266,12 +274,11 @@ def _rank_panels(summary: pd.DataFrame, hue: str):
     return fig, list(zip(axes, depths)), names, [(key if isinstance(key, tuple) else (key,), g, c)
                                                    for (key, g), c in zip(lines, palette)]
 
+
 def _rank_axis(ax, ranks):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(ranks)))
-    ax.set_xticklabels([str(int(r)) for r in sorted(set(ranks))])
-    ax.minorticks_off()
+    log2_axis(ax, ranks)
     ax.set_xlabel("rank (head dim = d_model / heads)")
+
 
 def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str = "modules",
                 log: bool = True) -> list[Path]:
@@ -302,6 +309,7 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
     fig.tight_layout()
     return save(fig, prefix)
 
+
 def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P2 fig_perfect: angle between Q K^T and the identity for 1-layer, 1-head models (180 deg is
     the construction Q K^T = -c I: hard attention to the farthest point)."""
@@ -322,6 +330,7 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     fig.suptitle(f"{study}: trained 1-head models learn Q K^T = -c I")
     fig.tight_layout()
     return save(fig, prefix)
+
 
 def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """The conditioning rule on P2's models: kappa of the concatenated head outputs vs rank."""
@@ -348,6 +357,7 @@ def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     fig.suptitle(f"{study}: condition number of the concatenated head outputs vs rank")
     fig.tight_layout()
     return save(fig, prefix)
+
 
 def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """Does the conditioning seen at initialisation survive training? kappa of the concatenated
@@ -393,10 +403,11 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
     fig.tight_layout()
     return save(fig, prefix)
 
+
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
                         names: list[str] | None = None) -> list[Path]:
     """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
-    figures (the task catalogue's) that the study's grid gives something to show (config.study_outputs)."""
+    figures (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
@@ -421,6 +432,7 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
     if unknown:
         raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(known)})")
     return [p for name in names for p in makers[name](summary, out / f"{study}-{name}", study)]
+
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:
     return theory_curves(pd.read_csv(theory_csv), Path(fig_dir) / "theory-gaussian_conditioning")

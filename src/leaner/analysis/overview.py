@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..io import atomic_path
 from ..tasks import task_info
-from .plots import log_x, log_y, offscale, pyplot, save
+from .plots import log2_axis, log_x, log_y, offscale, pyplot, save
 from .stats import MIN_N_INTERVAL, ci95, fmt_ci, gmean, resolve, spearman_ci, welch
 from .summary import explode_protocols
 from .tables import lean_vs_baseline, write_table
@@ -70,6 +70,7 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", []))})
     return pd.DataFrame(rows)
 
+
 def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
     """Every configuration of every study, with its error relative to the fewest-heads
     configuration of its comparison group (NaN where the group has one head count)."""
@@ -82,6 +83,7 @@ def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
             out[name + col] = _relative_to(out, group, axis, src)
     return out
 
+
 def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "error_mean") -> pd.Series:
     """`column` of each configuration over the mean error of the smallest `axis` value in its
     group (for the interval bounds: the configuration's interval, the reference's mean)."""
@@ -92,11 +94,13 @@ def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "er
             rel[idx] = value / ref if ref > 0 else math.nan
     return pd.Series(rel)
 
+
 def verdict(lo: float, hi: float) -> str:
     """On an error difference (more heads minus fewer heads): lower error is better; called only
     with the margin of `aggregate.resolve`, else unresolved."""
     return {"n/a": "n/a (one seed)", "below": "more heads help", "above": "more heads hurt",
             "includes zero": "no difference", "unresolved": "unresolved"}[resolve(lo, hi)]
+
 
 def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
     """Per comparison group with two head counts or more: most heads against fewest."""
@@ -114,6 +118,7 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
                      "n": f"{len(few['errors'])}, {len(many['errors'])}", "verdict": verdict(lo, hi)})
     return pd.DataFrame(rows)
+
 
 def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
     """Per study: Spearman(kappa after training, error) and Spearman(kappa at init, kappa after
@@ -146,6 +151,7 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
         frame = pd.concat([frame, pd.DataFrame(pooled_rows)], ignore_index=True)
     return frame
 
+
 def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     """Inverse-variance pooling of Fisher's z over studies with at least MIN_N_INTERVAL points."""
     ok = rhos.notna() & (ns >= MIN_N_INTERVAL)
@@ -155,6 +161,7 @@ def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     w = (ns[ok].to_numpy(float) - 3) / 1.06
     zbar, se = float((w * z).sum() / w.sum()), math.sqrt(1 / w.sum())
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
+
 
 def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFrame:
     """The findings the README states, one row each, all with a verdict under the margin of
@@ -186,6 +193,7 @@ def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFra
                      "n": str(r["n"]), "verdict": r["verdict"]})
     return pd.DataFrame(rows, columns=["study", "comparison", "measure", "delta", "lo", "hi", "n", "verdict"])
 
+
 def headline_markdown(frame: pd.DataFrame) -> str:
     """The README's findings table: the difference and its 95% interval to 3 decimals, the verdict."""
     lines = ["| study | comparison | measure | difference [95% CI] | n | verdict |", "|---|---|---|---|---|---|"]
@@ -194,6 +202,7 @@ def headline_markdown(frame: pd.DataFrame) -> str:
         lines.append(f"| `{r['study']}` | {r['comparison']} | {r['measure']} | {r['delta']:+.3f}{ci} | {r['n']} | "
                      f"{r['verdict']} |")
     return "\n".join(lines) + "\n"
+
 
 def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
     """The summary paragraphs, each sentence computed from the tables."""
@@ -278,12 +287,14 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                      f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
     return paras
 
+
 def _association(lo: float, hi: float) -> str:
     return {"n/a": "too few configurations for an interval",
             "above": "better-conditioned attention goes with lower error",
             "below": "better-conditioned attention goes with higher error",
             "includes zero": "the interval includes zero",
             "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]
+
 
 def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
     plt, sns = pyplot()
@@ -311,9 +322,9 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
                         marker=markers[g["family"].iloc[0]], markersize=4, linewidth=1, alpha=0.8, capsize=2)
         ax.axhline(1, color="grey", linestyle="--", linewidth=1)
         if x == "heads":
-            _powers_of_two(ax, configs[x])
+            log2_axis(ax, configs[x], powers=True)
         elif x == "rank_fraction":
-            _powers_of_two(ax, configs[x], fractions=True)
+            log2_axis(ax, configs[x], powers=True, fractions=True)
         else:
             from matplotlib.ticker import MaxNLocator
 
@@ -370,6 +381,7 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
     fig.tight_layout()
     return save(fig, prefix)
 
+
 def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
     """Legend entries: each study's colour with its family's marker (P1 circles, P2 squares)."""
     from matplotlib.lines import Line2D
@@ -377,17 +389,6 @@ def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
     return [Line2D([], [], color=palette[study], marker=markers[family], markersize=5, linewidth=1,
                    label=f"{study} ({family})") for study, family in drawn]
 
-def _powers_of_two(ax, values: pd.Series, fractions: bool = False):
-    """Log-2 x axis ticked at the powers of two the data spans: 1, 2, 4, ... or 1/64, ..., 1/2, 1."""
-    ax.set_xscale("log", base=2)
-    v = values[values > 0]
-    if not len(v):
-        return
-    lo, hi = math.floor(math.log2(v.min())), math.ceil(math.log2(v.max()))
-    exps = range(lo, hi + 1, math.ceil((hi - lo + 1) / 8))  # at most 8 labels
-    ax.set_xticks([2.0**e for e in exps])
-    ax.set_xticklabels([f"1/{2**-e}" if fractions and e < 0 else f"{2**e:g}" for e in exps])
-    ax.minorticks_off()
 
 def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFrame]]) -> str:
     body = [f"<h2>{html.escape(title)}</h2>"] + [f"<p>{html.escape(p)}</p>" for p in paras]
@@ -398,6 +399,7 @@ def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFram
              "table{border-collapse:collapse;font-size:0.85em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
 
 def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str) -> list[Path]:
     summaries = [pd.read_csv(p) for p in summary_csvs]

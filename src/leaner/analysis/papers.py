@@ -191,7 +191,7 @@ def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
 
 def paper_comparison(summary: pd.DataFrame, baseline: dict, checks=None) -> pd.DataFrame:
     """The study's comparison table (COLUMNS)."""
-    from ..config import ACCEPTANCE_CHECKS
+    from ..outputs import ACCEPTANCE_CHECKS
 
     task = summary["task"].iloc[0]
     rows = (p2_comparison(summary, ACCEPTANCE_CHECKS if checks is None else checks) if task_info(task).family == "P2"

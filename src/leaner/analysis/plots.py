@@ -21,6 +21,7 @@ def pyplot():
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.1)
     return plt, sns
 
+
 def save(fig, prefix: str | Path) -> list[Path]:
     prefix = Path(prefix)
     paths = []
@@ -34,8 +35,10 @@ def save(fig, prefix: str | Path) -> list[Path]:
     plt.close(fig)
     return paths
 
+
 SINGULAR_NOTE = ("Open triangles on the top edge: singular (sigma_min within float64 rounding of zero, "
                  "kappa above 1/(eps*max(N, C))); they are ranks above every drawn value, not magnitudes.")
+
 
 def offscale(ax, xs, color, axis: str = "y") -> bool:
     """Open triangles on the top (or right) edge of the axes at `xs`: points whose kappa is +inf."""
@@ -52,18 +55,22 @@ def offscale(ax, xs, color, axis: str = "y") -> bool:
                    marker=">", s=60, facecolors="none", edgecolors=[color], linewidths=1.5, zorder=6, clip_on=False)
     return True
 
+
 def singular_handle():
     from matplotlib.lines import Line2D
 
     return Line2D([], [], color="grey", marker="^", markerfacecolor="none", linestyle="none",
                   label="singular (off scale)")
 
+
 WIDE_DECADES = 2.0  # a log axis spanning more than this many decades is labelled at powers of ten only
+
 
 def decades(axis) -> tuple[float, float, float]:
     lo, hi = sorted(axis.get_view_interval())
     lo = lo if lo > 0 else hi / 10
     return lo, hi, math.log10(hi / lo) if hi > lo > 0 else 0.0
+
 
 def _sci(value: float) -> str:
     """2e+06 -> 2×10⁶ and 1e+06 -> 10⁶, as math text."""
@@ -72,8 +79,10 @@ def _sci(value: float) -> str:
     power = rf"10^{{{exp}}}"
     return rf"$\mathdefault{{{power}}}$" if mant == 1 else rf"$\mathdefault{{{mant:g}\times{power}}}$"
 
+
 def _plain(value: float) -> str:
     return np.format_float_positional(float(f"{value:.4g}"), trim="-")
+
 
 def log_ticks(lo: float, hi: float) -> np.ndarray:
     """Tick values of a log axis over [lo, hi]: over more than WIDE_DECADES, powers of ten; else
@@ -90,6 +99,7 @@ def log_ticks(lo: float, hi: float) -> np.ndarray:
     ticks = ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
     return ticks[ticks > 0]
 
+
 def log_label(value: float, lo: float, hi: float, shown) -> str:
     """One style per axis: 10^k over more than WIDE_DECADES; below, plain numbers, or a×10^k for
     every label when one of them would need an exponent."""
@@ -98,6 +108,7 @@ def log_label(value: float, lo: float, hi: float, shown) -> str:
     if math.log10(hi / lo) <= WIDE_DECADES and all(1e-3 <= t < 1e5 for t in shown):
         return _plain(value)
     return _sci(value)
+
 
 def readable_log(axis):
     """Readable labels on a log axis (ax.xaxis or ax.yaxis), chosen when the figure is drawn, so
@@ -127,10 +138,31 @@ def readable_log(axis):
     axis.set_minor_locator(ticker.LogLocator(base=10, subs=tuple(range(2, 10)), numticks=40))
     axis.set_minor_formatter(ticker.NullFormatter())
 
+
+def log2_axis(ax, values, powers: bool = False, fractions: bool = False) -> None:
+    """Log-2 x axis ticked at each value drawn (heads, ranks, widths), or (powers) at the powers of
+    two the values span, at most 8 labels, those below 1 written 1/2^k when `fractions`."""
+    ax.set_xscale("log", base=2)
+    drawn = sorted({float(x) for x in values if x > 0})
+    if not drawn:
+        return
+    if powers:
+        lo, hi = math.floor(math.log2(drawn[0])), math.ceil(math.log2(drawn[-1]))
+        exps = range(lo, hi + 1, math.ceil((hi - lo + 1) / 8))
+        ticks = [2.0**e for e in exps]
+        labels = [f"1/{2**-e}" if fractions and e < 0 else f"{2**e:g}" for e in exps]
+    else:
+        ticks, labels = drawn, [f"{x:g}" for x in drawn]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels)
+    ax.minorticks_off()
+
+
 def log_y(ax):
     """Log y axis with readable labels: 10^k over more than two decades, plain numbers below."""
     ax.set_yscale("log")
     readable_log(ax.yaxis)
+
 
 def log_x(ax):
     ax.set_xscale("log")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ACCEPTANCE_CHECKS, grid_points, study_outputs
+from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import task_info
 from .papers import paper_comparison, theorem_comparison
 from .tables import acceptance_checks, by_config, glue_tasks_table, lean_vs_baseline, write_table
@@ -16,7 +16,7 @@ from .tables import acceptance_checks, by_config, glue_tasks_table, lean_vs_base
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
                        checks=ACCEPTANCE_CHECKS, names: list[str] | None = None) -> list[Path]:
     """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names`; by default the task's
-    tables (the task catalogue's) that the study's grid gives something to show (config.study_outputs)."""
+    tables (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
 from ..tasks import GRID_AXES, task_info
 from .stats import gmean
@@ -30,6 +31,7 @@ def is_arch(task: str) -> bool:
 
 # Summary column prefix of each measured matrix (conditioning.MATRICES): kappa_{prefix}{checkpoint}_...
 KAPPA_PREFIX = {"heads_concat": "", "attn_proj_out": "out_", "jacobian": "jac_"}
+
 
 def _kappa_columns(cond: pd.DataFrame) -> dict:
     """Summary kappa columns from one variant's conditioning.csv, per checkpoint (init, final) and
@@ -92,10 +94,12 @@ def glue_scores(metrics_paths: list[str]) -> dict:
     scores = [t["score"] for t in tasks.values() if t["score"] is not None]
     return {"tasks": tasks, "glue_avg": float(np.mean(scores)) if scores else math.nan, "n_tasks": len(scores)}
 
+
 def write_glue_scores(metrics_paths: list[str], out_json: str) -> dict:
     scores = glue_scores(metrics_paths)
     write_json(out_json, scores)
     return scores
+
 
 def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                     protocols: dict[str, list[str]], glue_paths: list[str] = ()) -> pd.DataFrame:
@@ -108,7 +112,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         model, task = m["spec"]["model"], m["spec"]["task"]
         row = {"study": study, "task": task, "dataset": m["spec"].get("dataset"), "variant": m["variant"],
                **{k: model[k] for k in axes(task)},
-               "seed": m["seed"], "protocols": ";".join(protocols.get(m["variant"], [])), "status": m["status"],
+               "seed": m["seed"], "protocols": join_protocols(protocols.get(m["variant"], [])), "status": m["status"],
                **{f"params_{k}": v for k, v in m["params"].items()},
                **{k: v for k, v in m["final"].items()},
                f"best_{m['primary_metric']}": m["best"][m["primary_metric"]],
@@ -139,6 +143,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
     frame = pd.DataFrame(rows)
     return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True) if len(frame) else frame
 
+
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                   protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
                   kappa_csv: str | None = None) -> pd.DataFrame:
@@ -151,8 +156,8 @@ def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list
 
 
 def explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
-    frame = summary.assign(protocol=summary["protocols"].fillna("").str.split(";")).explode("protocol")
-    return frame[frame["protocol"] != ""]
+    frame = summary.assign(protocol=summary["protocols"].map(split_protocols)).explode("protocol")
+    return frame[frame["protocol"].notna()]
 
 
 def config_values(summary: pd.DataFrame, cfg: pd.Series, metric: str) -> np.ndarray:

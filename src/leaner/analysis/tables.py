@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import ACCEPTANCE_CHECKS
 from ..io import atomic_path, write_csv
+from ..outputs import ACCEPTANCE_CHECKS
 from ..tasks import task_info
 from .stats import ci95, gmean, resolve, welch
 from .summary import ARCH, axes, config_values, is_arch
@@ -35,6 +35,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
                 row[col] = gmean(g[col])
         rows.append(row)
     return pd.DataFrame(rows)
+
 
 def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.DataFrame:
     """P2's acceptance checks (papers.md 2.7) named in `checks`, wherever the study's grid holds
@@ -68,6 +69,7 @@ def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.Dat
                          "expected": "> 165 deg", "observed": angle, "pass": angle > 165})
     return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass"])
 
+
 def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
     """The configured baseline, else the deepest model with the fewest heads, widest, largest MLP."""
     cand = configs
@@ -77,6 +79,7 @@ def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
         raise ValueError(f"baseline {baseline} matches no configuration of the study")
     cand = cand.sort_values(["depth", "heads", "width", "mlp_hidden"], ascending=[False, True, False, False])
     return cand.iloc[0]
+
 
 def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_acc",
                      mode: str = "max") -> pd.DataFrame:
@@ -103,12 +106,14 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
                      "baseline_params": base["params"]})
     return pd.DataFrame(rows)
 
+
 def arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
 
 
 TABLE_STYLE = ("body{font-family:sans-serif;font-size:0.9em}table{border-collapse:collapse}"
                "td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}")
+
 
 def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> list[Path]:
     """The same table as CSV, Markdown, LaTeX and HTML (the report shows the HTML)."""
@@ -132,6 +137,7 @@ def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> l
         tmp.write_text(page)
     return [prefix.with_suffix(s) for s in (".csv", ".md", ".tex", ".html")]
 
+
 def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
     """P1's GLUE table: per configuration, each task's score and the GLUE average (means over seeds)."""
     cols = [c for c in summary.columns if c.startswith("glue_") and c != "glue_avg"] + ["glue_avg"]
@@ -141,6 +147,7 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
         rows.append({**dict(zip(ARCH, key)), "params": int(g["params_total"].iloc[0]), "n": len(g),
                      **{c: float(g[c].mean()) for c in cols if c in g}, "glue_avg_lo": lo, "glue_avg_hi": hi})
     return pd.DataFrame(rows)
+
 
 def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
     """Snakemake's per-job benchmark files (benchmarks/{rule}/{study}/...tsv) -> per rule and study:
@@ -164,6 +171,7 @@ def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
 
     out = [cost(rule, study, g) for (rule, study), g in jobs.groupby(["rule", "study"], sort=True)]
     return pd.DataFrame(out + ([cost("all", "-", jobs)] if len(jobs) else []))
+
 
 def write_job_costs(benchmark_paths: list[str], table_dir: str) -> list[Path]:
     return write_table(job_costs(benchmark_paths), Path(table_dir) / "all_studies-job_costs",

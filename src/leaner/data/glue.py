@@ -58,8 +58,6 @@ def _load(spec: dict, task: str, split: str):
     return datasets.load_dataset(spec["name"], task, split=split)
 
 
-
-
 def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)

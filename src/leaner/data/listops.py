@@ -88,8 +88,6 @@ def decode(ids) -> list[str]:
     return [VOCAB[int(i)] for i in ids if int(i) != 0]
 
 
-
-
 def prepare_listops(name: str, spec: dict, out_manifest: str) -> dict:
     """Generate train/val/test once from spec['seed'] and write them beside the manifest."""
     from tqdm import tqdm

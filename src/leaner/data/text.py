@@ -105,8 +105,6 @@ def _tokenize_to_file(ds, text_key: str, path: Path, limit: int | None) -> int:
     return total
 
 
-
-
 def prepare_text(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -72,9 +72,6 @@ def _init(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
 
 
-ARCHS = ("sequence_classifier", "causal_lm", "masked_lm")
-
-
 def build_sequence_model(spec: dict) -> SequenceTransformer:
     """spec: arch (sequence_classifier | causal_lm | masked_lm), vocab_size, max_len, width, depth,
     heads, head_dim, mlp_hidden, num_classes (classifier), pad_id (encoders, default 0),

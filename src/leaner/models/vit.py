@@ -54,7 +54,3 @@ def build_vit(spec: dict) -> VisionTransformer:
     assert block.mlp.fc1.out_features == spec["mlp_hidden"]
     return model
 
-
-def tokens(spec: dict) -> int:
-    """Sequence length N seen by attention: patches plus the class token."""
-    return (spec["img_size"] // spec["patch_size"]) ** 2 + (1 if spec.get("global_pool", "token") == "token" else 0)

@@ -1,0 +1,350 @@
+"""The plan: every study of a validated config expanded into its variants.
+
+A *study* is a task, a dataset, a base recipe and a grid over
+depth x heads x head-scaling protocol x MLP width x seeds. Each point of the grid is a *variant*
+with a readable id derived from its architecture (``L4-H16-D64-hd4-mlp256-s0``). Two protocols
+that give the same model (12 heads of 64 at width 768 is both ``fixed_width`` and
+``fixed_head_dim``) give one variant, trained once, that belongs to both protocols' curves.
+
+Everything here is light (no torch import): Snakemake imports it to build the DAG.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import (
+    CONDITIONING_DEFAULTS,
+    DATASET_DEFAULTS,
+    DATASET_REQUIRED,
+    FINETUNE_RECIPE_DEFAULTS,
+    RECIPE_DEFAULTS,
+    REQUIRED_HINTS,
+    RESOURCE_DEFAULTS,
+    TEXT_SOURCE_REQUIRED,
+    THEORY_DEFAULTS,
+    ConfigError,
+    load_yaml,
+    validate_schema,
+)
+from .data.glue import TASKS as GLUE_TASKS
+from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
+from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
+from .tasks import CATALOG, FINETUNE_SUFFIX, task_info
+
+GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One trainable point of a study's grid."""
+
+    study: str
+    id: str
+    task: str
+    dataset: str
+    seed: int
+    model: dict
+    recipe: dict
+    conditioning: dict
+    protocols: tuple[str, ...] = ()
+    expect_params: dict | None = None
+
+    def spec(self) -> dict:
+        """Everything a training job needs; the `params` of its rule (protocols excluded, so
+        adding a protocol to the grid does not retrain a model it shares)."""
+        out = {"study": self.study, "variant": self.id, "task": self.task, "dataset": self.dataset,
+               "seed": self.seed, "model": self.model, "recipe": self.recipe,
+               "conditioning": self.conditioning}
+        if self.expect_params:
+            out["expect_params"] = self.expect_params
+        return out
+
+    def spec_json(self) -> str:
+        return json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class Study:
+    name: str
+    task: str
+    dataset: str
+    variants: dict[str, Variant]
+    baseline: dict
+    resources: dict
+    acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
+    finetune: dict | None = None  # glue: {dataset, tasks, recipe}
+
+    def outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(figure names, table names) with something to show on this study's grid."""
+        rows = [{**v.model, "protocols": v.protocols} for v in self.variants.values()]
+        return study_outputs(self.task, grid_points(rows), self.baseline)
+
+    def protocol_map(self) -> dict[str, list[str]]:
+        return {vid: list(v.protocols) for vid, v in self.variants.items()}
+
+    def finetune_spec(self, variant: str, glue_task: str) -> dict:
+        """The spec of fine-tuning pretrained `variant` on one GLUE task (a `leaner train` job)."""
+        v = self.variants[variant]
+        model = {**v.model, "arch": "sequence_classifier", "num_classes": GLUE_NUM_LABELS[glue_task]}
+        return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": f"{self.task}{FINETUNE_SUFFIX}",
+                "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed, "model": model,
+                "recipe": self.finetune["recipe"], "conditioning": {**v.conditioning, "steps": []},
+                "init_from": f"results/{self.name}/{variant}/model.safetensors"}
+
+
+@dataclass
+class Plan:
+    """The validated configuration: datasets, studies with their variants, theory settings."""
+
+    datasets: dict[str, dict]
+    studies: dict[str, Study]
+    theory: dict
+
+    def variant(self, study: str, variant: str) -> Variant:
+        return self.studies[study].variants[variant]
+
+
+def _matches(where: dict, point: dict) -> bool:
+    return all(point.get(k) == v for k, v in where.items())
+
+
+def _folder(path: str, base_dir: Path) -> Path:
+    """A dataset's folder: as given when absolute, else relative to the config's folder."""
+    root = Path(path)
+    return root if root.is_absolute() else base_dir / root
+
+
+def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -> dict:
+    kind = spec["kind"]
+    out = {**DATASET_DEFAULTS[kind], **spec}
+    for req in DATASET_REQUIRED.get(kind, ()):
+        if req not in spec:
+            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind} "
+                            f"(allowed: {REQUIRED_HINTS.get(req, 'a value')})")
+    if kind == "text":
+        for req in TEXT_SOURCE_REQUIRED[out["source"]]:
+            if req not in spec:
+                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from "
+                                f"{out['source']}")
+        if out["source"] == "files" and "path" in spec:
+            root = _folder(spec["path"], base_dir)
+            if not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                                f"(allowed: a folder holding train_file and eval_file)")
+            for key in ("train_file", "eval_file") if root.is_dir() else ():
+                if not (root / out[key]).is_file():
+                    problems.append(f"config error: datasets.{name}.{key}: {str(root / out[key])!r} does not exist "
+                                    f"(allowed: a text file, one document per line)")
+            out["path"] = str(root)
+    if kind == "glue":
+        if out["source"] == "generated":
+            problems.append(f"config error: datasets.{name}.source: 'generated' is not allowed for glue "
+                            f"(allowed: hub, files)")
+        elif out["source"] == "files":
+            root = _folder(spec.get("path", ""), base_dir)
+            if "path" not in spec or not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec.get('path')!r} is not a directory "
+                                f"(allowed: a folder with <task>/train.tsv and <task>/<eval split>.tsv)")
+            else:
+                out["path"] = str(root)
+    if kind == "listops":
+        if out["min_length"] > out["max_length"]:
+            problems.append(f"config error: datasets.{name}.min_length: {out['min_length']} is above max_length "
+                            f"{out['max_length']} (allowed: at most max_length)")
+    if kind == "imagefolder" and "path" in spec:
+        root = _folder(spec["path"], base_dir)
+        if not root.is_dir():
+            problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                            f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
+        else:
+            out["path"] = str(root)
+    return out
+
+
+def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
+    """Validate `config` (schema, then semantics) and expand it. Raises ConfigError."""
+    validate_schema(config)
+    problems: list[str] = []
+    base_dir = Path(base_dir)
+
+    datasets = {n: _check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
+    for implicit in ("digits", "nearest_point"):  # need no settings: always available by kind name
+        datasets.setdefault(implicit, {"kind": implicit, **DATASET_DEFAULTS[implicit]})
+
+    studies: dict[str, Study] = {}
+    for name, st in config["studies"].items():
+        study = _build_study(name, st, datasets, problems)
+        if study is not None:
+            studies[name] = study
+
+    theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    return Plan(datasets=datasets, studies=studies, theory=theory)
+
+
+def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
+    """The model settings a study's variants share: its `model:` block over its task's base."""
+    task, given = st["task"], st.get("model") or {}
+    allowed = task_info(task).model_keys
+    for key in given:
+        if key not in allowed:
+            problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
+                            f"(allowed: {', '.join(allowed)})")
+    return task_info(task).model_base(given, ds, lambda text: problems.append(f"config error: studies.{name}.{text}"))
+
+
+def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tuple[dict, dict]:
+    """(the study's config block, the model settings its variants share): what `leaner match`
+    builds candidate models from. Raises ConfigError."""
+    validate_schema(config)
+    if study not in config["studies"]:
+        raise ConfigError([f"config error: studies.{study}: no such study (allowed: "
+                           f"{', '.join(config['studies'])})"])
+    st, problems = config["studies"][study], []
+    ds_name = st["dataset"]
+    spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
+    if spec["kind"] not in DATASET_DEFAULTS:
+        raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
+    model_base = _model_base(study, st, _check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
+    if problems:
+        raise ConfigError(problems)
+    return st, model_base
+
+
+RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # folders of results/ itself
+
+
+def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
+    task = st["task"]
+    if name in RESERVED_STUDY_NAMES:
+        problems.append(f"config error: studies.{name}: reserved name, results/{name}/ holds other outputs "
+                        f"(allowed: any name but {', '.join(RESERVED_STUDY_NAMES)})")
+        return None
+    if st["dataset"] not in datasets:
+        problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
+                        f"(allowed: {', '.join(sorted(datasets))})")
+        return None
+    ds, info = datasets[st["dataset"]], task_info(task)
+    if ds["kind"] not in info.dataset_kinds:
+        fitting = sorted(n for n, d in datasets.items() if d["kind"] in info.dataset_kinds)
+        problems.append(f"config error: studies.{name}.dataset: {st['dataset']!r} is a {ds['kind']} dataset, "
+                        f"task {task} needs one of kind {', '.join(info.dataset_kinds)} "
+                        f"(allowed: {', '.join(fitting) or 'none declared'})")
+        return None
+    model_base = _model_base(name, st, ds, problems)
+    recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
+    conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
+
+    baseline = dict(st.get("baseline") or {})
+    if ("grid" in st) == ("lean" in st):
+        problems.append(f"config error: studies.{name}: give grid or lean, one of them (allowed: grid, the axes to "
+                        f"sweep; lean, a baseline and a parameter budget)")
+        return None
+    if "lean" in st:
+        if info.grid != "arch":
+            arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
+            problems.append(f"config error: studies.{name}.lean: not for task {task} (allowed: "
+                            f"{', '.join(arch_tasks)})")
+            return None
+        if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
+            problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
+                            f"budget, a parameter count; reduction, a fraction in (0, 1))")
+            return None
+        from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
+
+        try:
+            st = {**st, "grid": lean_grids(model_base, st["lean"])}
+        except ValueError as exc:
+            problems.append(f"config error: studies.{name}.lean: {exc}")
+            return None
+        if len(st["grid"]) == 1:
+            problems.append(f"config error: studies.{name}.lean: no configuration of fewer layers and more heads "
+                            f"fits the budget (allowed: a larger budget or reduction; `leaner match` lists them)")
+        base = baseline_point(st["lean"]["baseline"])
+        baseline = baseline or {k: base[k] for k in ("depth", "heads", "width", "mlp_hidden")}
+    grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
+    points: list[dict] = []
+    for i, g in enumerate(grids):
+        key = grid_key(name, i if isinstance(st["grid"], list) else None)
+        unused = [k for k in g if k not in info.grid_keys]
+        for k in unused:
+            problems.append(f"config error: {key}.{k}: not used by task {task} "
+                            f"(allowed: {', '.join(info.grid_keys)})")
+        if unused:
+            continue
+        if info.grid == "nearest":
+            points += expand_nearest_grid(key, g, problems, model_base)
+        else:
+            points += expand_image_grid(key, g, problems)
+
+    make_variant = nearest_variant if info.grid == "nearest" else image_variant
+    variants: dict[str, Variant] = {}
+    protocols: dict[str, list[str]] = {}
+    overrides = st.get("overrides") or []
+    expect = {e["variant"]: {"params": e["params"], "tolerance": e["tolerance"]}
+              for e in st.get("expect_params") or []}
+    for p in points:
+        vid, model = make_variant(p, model_base)
+        protocols.setdefault(vid, [])
+        if "protocol" in p and p["protocol"] not in protocols[vid]:
+            protocols[vid].append(p["protocol"])
+        if vid in variants:
+            continue
+        recipe = dict(recipe_base)
+        for ov in overrides:
+            if _matches(ov["where"], p):
+                recipe = {**recipe, **ov["recipe"]}
+        variants[vid] = Variant(study=name, id=vid, task=task, dataset=st["dataset"], seed=p["seed"],
+                                model=model, recipe=recipe, conditioning=conditioning,
+                                expect_params=expect.get(vid))
+    for i, ov in enumerate(overrides):
+        if not any(_matches(ov["where"], p) for p in points):
+            problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid "
+                            f"(allowed: values on the study's grid axes)")
+    for vid in expect:
+        if vid not in variants:
+            problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid "
+                            f"(allowed: ids listed by `leaner variants <config>`)")
+    variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
+    if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
+        problems.append(f"config error: studies.{name}.grid: expands to no variants")
+    finetune = None
+    if info.finetune_trainer:
+        ft = st.get("finetune")
+        if not ft:
+            problems.append(f"config error: studies.{name}.finetune: required by task glue "
+                            f"(allowed: a mapping with keys dataset, recipe)")
+        elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != "glue":
+            glue_sets = sorted(n for n, d in datasets.items() if d["kind"] == "glue")
+            problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
+                            f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
+        elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
+            max_length = datasets[ft["dataset"]]["max_length"]
+            problems.append(f"config error: datasets.{ft['dataset']}.max_length: {max_length} "
+                            f"is longer than study {name}'s context {model_base['max_len']} (allowed: at most the "
+                            f"pretraining context, model.context)")
+        else:
+            finetune = {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
+                        "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
+    elif st.get("finetune"):
+        problems.append(f"config error: studies.{name}.finetune: only used by task glue "
+                        f"(allowed: remove it, or task: glue)")
+    res = st.get("resources") or {}
+    if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
+        problems.append(f"config error: studies.{name}.resources.jobs_per_gpu: {res['jobs_per_gpu']} jobs share one "
+                        f"GPU, so gpu must be 1, got {res.get('gpu', 0)} (allowed: gpu: 1 with jobs_per_gpu > 1, "
+                        f"or jobs_per_gpu: 1)")
+    return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
+                 baseline=baseline,
+                 resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
+                 acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Load and expand a config file; relative dataset paths resolve against the working
+    directory, as they do under Snakemake."""
+    return build_plan(load_yaml(path))
