@@ -58,7 +58,7 @@ def toy_task(tmp_path, monkeypatch):
 def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_task, digits_manifest):
     import yaml
 
-    from leaner.analysis.figures import write_study_figures
+    from leaner.analysis.study_figures import write_study_figures
     from leaner.analysis.study_tables import write_study_tables
     from leaner.analysis.summary import write_summary
     from leaner.conditioning import write_conditioning

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import figures, plots
+from leaner.analysis import figures, figures_p2, plots
 from leaner.cli import main
 from leaner.outputs import grid_points, study_outputs
 from leaner.plan import build_plan
@@ -152,7 +152,8 @@ def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
 def drawn(monkeypatch, make, *args):
     """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
     shown = []
-    monkeypatch.setattr(figures, "save", lambda fig, prefix: shown.append(fig) or [])
+    for module in (figures, figures_p2):
+        monkeypatch.setattr(module, "save", lambda fig, prefix: shown.append(fig) or [])
     make(*args)
     fig = shown[0]
     fig.canvas.draw()
@@ -191,9 +192,9 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "loss_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "eval_loss"),
             "glue_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "glue_avg"),
             "glue_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s", "glue_avg"),
-            "mse_vs_rank": (figures.mse_vs_rank, p2_summary(), "x", "p"),
-            "kappa_vs_rank": (figures.kappa_vs_rank, p2_summary(), "x", "p"),
-            "perfect_angle": (figures.perfect_angle, p2_summary(), "x", "p"),
+            "mse_vs_rank": (figures_p2.mse_vs_rank, p2_summary(), "x", "p"),
+            "kappa_vs_rank": (figures_p2.kappa_vs_rank, p2_summary(), "x", "p"),
+            "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
             "theory": (figures.theory_curves, theory, "x")}
     for name, (make, *args) in made.items():
         fig = drawn(monkeypatch, make, *args)
@@ -210,12 +211,12 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
 
 
 def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
-    from leaner.analysis import overview
+    from leaner.analysis import overview, overview_figure
 
     shown = []
-    monkeypatch.setattr(overview, "save", lambda fig, prefix: shown.append(fig) or [])
+    monkeypatch.setattr(overview_figure, "save", lambda fig, prefix: shown.append(fig) or [])
     configs = overview.configurations([p1_summary()])
-    overview.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
+    overview_figure.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
     fig = shown[0]
     fig.canvas.draw()
     assert len(fig.axes) == 4

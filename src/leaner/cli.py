@@ -158,13 +158,13 @@ def cmd_overview(a):
 
 
 def cmd_figures(a):
-    from .analysis.figures import write_study_figures
+    from .analysis.study_figures import write_study_figures
 
     write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names)
 
 
 def cmd_theory_report(a):
-    from .analysis.figures import write_theory_figure
+    from .analysis.study_figures import write_theory_figure
     from .analysis.study_tables import write_theory_table
 
     write_theory_figure(a.theory, a.figdir)

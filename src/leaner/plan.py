@@ -18,18 +18,16 @@ from pathlib import Path
 from .config import (
     CONDITIONING_DEFAULTS,
     DATASET_DEFAULTS,
-    DATASET_REQUIRED,
     FINETUNE_RECIPE_DEFAULTS,
     RECIPE_DEFAULTS,
-    REQUIRED_HINTS,
     RESOURCE_DEFAULTS,
-    TEXT_SOURCE_REQUIRED,
     THEORY_DEFAULTS,
     ConfigError,
     load_yaml,
     validate_schema,
 )
 from .data.glue import TASKS as GLUE_TASKS
+from .dataset_config import check_dataset
 from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from .tasks import CATALOG, FINETUNE_SUFFIX, task_info
@@ -111,66 +109,13 @@ def _matches(where: dict, point: dict) -> bool:
     return all(point.get(k) == v for k, v in where.items())
 
 
-def _folder(path: str, base_dir: Path) -> Path:
-    """A dataset's folder: as given when absolute, else relative to the config's folder."""
-    root = Path(path)
-    return root if root.is_absolute() else base_dir / root
-
-
-def _check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -> dict:
-    kind = spec["kind"]
-    out = {**DATASET_DEFAULTS[kind], **spec}
-    for req in DATASET_REQUIRED.get(kind, ()):
-        if req not in spec:
-            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind} "
-                            f"(allowed: {REQUIRED_HINTS.get(req, 'a value')})")
-    if kind == "text":
-        for req in TEXT_SOURCE_REQUIRED[out["source"]]:
-            if req not in spec:
-                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from "
-                                f"{out['source']}")
-        if out["source"] == "files" and "path" in spec:
-            root = _folder(spec["path"], base_dir)
-            if not root.is_dir():
-                problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
-                                f"(allowed: a folder holding train_file and eval_file)")
-            for key in ("train_file", "eval_file") if root.is_dir() else ():
-                if not (root / out[key]).is_file():
-                    problems.append(f"config error: datasets.{name}.{key}: {str(root / out[key])!r} does not exist "
-                                    f"(allowed: a text file, one document per line)")
-            out["path"] = str(root)
-    if kind == "glue":
-        if out["source"] == "generated":
-            problems.append(f"config error: datasets.{name}.source: 'generated' is not allowed for glue "
-                            f"(allowed: hub, files)")
-        elif out["source"] == "files":
-            root = _folder(spec.get("path", ""), base_dir)
-            if "path" not in spec or not root.is_dir():
-                problems.append(f"config error: datasets.{name}.path: {spec.get('path')!r} is not a directory "
-                                f"(allowed: a folder with <task>/train.tsv and <task>/<eval split>.tsv)")
-            else:
-                out["path"] = str(root)
-    if kind == "listops":
-        if out["min_length"] > out["max_length"]:
-            problems.append(f"config error: datasets.{name}.min_length: {out['min_length']} is above max_length "
-                            f"{out['max_length']} (allowed: at most max_length)")
-    if kind == "imagefolder" and "path" in spec:
-        root = _folder(spec["path"], base_dir)
-        if not root.is_dir():
-            problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
-                            f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
-        else:
-            out["path"] = str(root)
-    return out
-
-
 def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     """Validate `config` (schema, then semantics) and expand it. Raises ConfigError."""
     validate_schema(config)
     problems: list[str] = []
     base_dir = Path(base_dir)
 
-    datasets = {n: _check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
+    datasets = {n: check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
     for implicit in ("digits", "nearest_point"):  # need no settings: always available by kind name
         datasets.setdefault(implicit, {"kind": implicit, **DATASET_DEFAULTS[implicit]})
 
@@ -209,7 +154,7 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
     spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
     if spec["kind"] not in DATASET_DEFAULTS:
         raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
-    model_base = _model_base(study, st, _check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
+    model_base = _model_base(study, st, check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
     if problems:
         raise ConfigError(problems)
     return st, model_base
@@ -219,7 +164,37 @@ RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # fo
 
 
 def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
+    """One study of the config, expanded and checked; None (with the problems said) when it cannot be."""
     task = st["task"]
+    info = task_info(task)
+    ds = _study_dataset(name, st, datasets, problems)
+    if ds is None:
+        return None
+    model_base = _model_base(name, st, ds, problems)
+    baseline = dict(st.get("baseline") or {})
+    if ("grid" in st) == ("lean" in st):
+        problems.append(f"config error: studies.{name}: give grid or lean, one of them (allowed: grid, the axes to "
+                        f"sweep; lean, a baseline and a parameter budget)")
+        return None
+    if "lean" in st:
+        lean = _lean_grid(name, st, info, model_base, problems)
+        if lean is None:
+            return None
+        grid, base = lean
+        st, baseline = {**st, "grid": grid}, baseline or base
+    variants = _variants(name, st, info, _grid_points(name, st, info, model_base, problems), model_base, problems)
+    finetune = _finetune(name, st, info, datasets, model_base, problems)
+    res = st.get("resources") or {}
+    if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
+        problems.append(f"config error: studies.{name}.resources.jobs_per_gpu: {res['jobs_per_gpu']} jobs share one "
+                        f"GPU, so gpu must be 1, got {res.get('gpu', 0)} (allowed: gpu: 1 with jobs_per_gpu > 1, "
+                        f"or jobs_per_gpu: 1)")
+    return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune, baseline=baseline,
+                 resources={**RESOURCE_DEFAULTS, **res}, acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))
+
+
+def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> dict | None:
+    """The study's dataset, if the name is free, the dataset declared and of a kind its task takes."""
     if name in RESERVED_STUDY_NAMES:
         problems.append(f"config error: studies.{name}: reserved name, results/{name}/ holds other outputs "
                         f"(allowed: any name but {', '.join(RESERVED_STUDY_NAMES)})")
@@ -228,51 +203,51 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
                         f"(allowed: {', '.join(sorted(datasets))})")
         return None
-    ds, info = datasets[st["dataset"]], task_info(task)
+    ds, info = datasets[st["dataset"]], task_info(st["task"])
     if ds["kind"] not in info.dataset_kinds:
         fitting = sorted(n for n, d in datasets.items() if d["kind"] in info.dataset_kinds)
         problems.append(f"config error: studies.{name}.dataset: {st['dataset']!r} is a {ds['kind']} dataset, "
-                        f"task {task} needs one of kind {', '.join(info.dataset_kinds)} "
+                        f"task {st['task']} needs one of kind {', '.join(info.dataset_kinds)} "
                         f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
-    model_base = _model_base(name, st, ds, problems)
-    recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
-    conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
+    return ds
 
-    baseline = dict(st.get("baseline") or {})
-    if ("grid" in st) == ("lean" in st):
-        problems.append(f"config error: studies.{name}: give grid or lean, one of them (allowed: grid, the axes to "
-                        f"sweep; lean, a baseline and a parameter budget)")
+
+def _lean_grid(name: str, st: dict, info, model_base: dict, problems: list[str]) -> tuple[list, dict] | None:
+    """(the grids of a `lean:` study - its baseline and every configuration that fits the budget -,
+    the baseline's settings)."""
+    if info.grid != "arch":
+        arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
+        problems.append(f"config error: studies.{name}.lean: not for task {st['task']} (allowed: "
+                        f"{', '.join(arch_tasks)})")
         return None
-    if "lean" in st:
-        if info.grid != "arch":
-            arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
-            problems.append(f"config error: studies.{name}.lean: not for task {task} (allowed: "
-                            f"{', '.join(arch_tasks)})")
-            return None
-        if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
-            problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
-                            f"budget, a parameter count; reduction, a fraction in (0, 1))")
-            return None
-        from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
+    if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
+        problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
+                        f"budget, a parameter count; reduction, a fraction in (0, 1))")
+        return None
+    from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
 
-        try:
-            st = {**st, "grid": lean_grids(model_base, st["lean"])}
-        except ValueError as exc:
-            problems.append(f"config error: studies.{name}.lean: {exc}")
-            return None
-        if len(st["grid"]) == 1:
-            problems.append(f"config error: studies.{name}.lean: no configuration of fewer layers and more heads "
-                            f"fits the budget (allowed: a larger budget or reduction; `leaner match` lists them)")
-        base = baseline_point(st["lean"]["baseline"])
-        baseline = baseline or {k: base[k] for k in ("depth", "heads", "width", "mlp_hidden")}
+    try:
+        grid = lean_grids(model_base, st["lean"])
+    except ValueError as exc:
+        problems.append(f"config error: studies.{name}.lean: {exc}")
+        return None
+    if len(grid) == 1:
+        problems.append(f"config error: studies.{name}.lean: no configuration of fewer layers and more heads "
+                        f"fits the budget (allowed: a larger budget or reduction; `leaner match` lists them)")
+    base = baseline_point(st["lean"]["baseline"])
+    return grid, {k: base[k] for k in ("depth", "heads", "width", "mlp_hidden")}
+
+
+def _grid_points(name: str, st: dict, info, model_base: dict, problems: list[str]) -> list[dict]:
+    """Every point of the study's grid (or list of grids), checked against its task's grid keys."""
     grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
     points: list[dict] = []
     for i, g in enumerate(grids):
         key = grid_key(name, i if isinstance(st["grid"], list) else None)
         unused = [k for k in g if k not in info.grid_keys]
         for k in unused:
-            problems.append(f"config error: {key}.{k}: not used by task {task} "
+            problems.append(f"config error: {key}.{k}: not used by task {st['task']} "
                             f"(allowed: {', '.join(info.grid_keys)})")
         if unused:
             continue
@@ -280,7 +255,15 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
             points += expand_nearest_grid(key, g, problems, model_base)
         else:
             points += expand_image_grid(key, g, problems)
+    return points
 
+
+def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
+              problems: list[str]) -> dict[str, Variant]:
+    """One variant per distinct model of the points (its protocols merged), each with its recipe
+    (the task's defaults, the study's recipe, then the overrides whose `where` matches)."""
+    recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
+    conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
     make_variant = nearest_variant if info.grid == "nearest" else image_variant
     variants: dict[str, Variant] = {}
     protocols: dict[str, list[str]] = {}
@@ -298,7 +281,7 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         for ov in overrides:
             if _matches(ov["where"], p):
                 recipe = {**recipe, **ov["recipe"]}
-        variants[vid] = Variant(study=name, id=vid, task=task, dataset=st["dataset"], seed=p["seed"],
+        variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
                                 model=model, recipe=recipe, conditioning=conditioning,
                                 expect_params=expect.get(vid))
     for i, ov in enumerate(overrides):
@@ -309,39 +292,35 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
         if vid not in variants:
             problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid "
                             f"(allowed: ids listed by `leaner variants <config>`)")
-    variants = {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
     if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
         problems.append(f"config error: studies.{name}.grid: expands to no variants")
-    finetune = None
-    if info.finetune_trainer:
-        ft = st.get("finetune")
-        if not ft:
-            problems.append(f"config error: studies.{name}.finetune: required by task glue "
-                            f"(allowed: a mapping with keys dataset, recipe)")
-        elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != "glue":
-            glue_sets = sorted(n for n, d in datasets.items() if d["kind"] == "glue")
-            problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
-                            f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
-        elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
-            max_length = datasets[ft["dataset"]]["max_length"]
-            problems.append(f"config error: datasets.{ft['dataset']}.max_length: {max_length} "
-                            f"is longer than study {name}'s context {model_base['max_len']} (allowed: at most the "
-                            f"pretraining context, model.context)")
-        else:
-            finetune = {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
-                        "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
-    elif st.get("finetune"):
-        problems.append(f"config error: studies.{name}.finetune: only used by task glue "
-                        f"(allowed: remove it, or task: glue)")
-    res = st.get("resources") or {}
-    if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
-        problems.append(f"config error: studies.{name}.resources.jobs_per_gpu: {res['jobs_per_gpu']} jobs share one "
-                        f"GPU, so gpu must be 1, got {res.get('gpu', 0)} (allowed: gpu: 1 with jobs_per_gpu > 1, "
-                        f"or jobs_per_gpu: 1)")
-    return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune,
-                 baseline=baseline,
-                 resources={**RESOURCE_DEFAULTS, **(st.get("resources") or {})},
-                 acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))
+    return {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
+
+
+def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, problems: list[str]) -> dict | None:
+    """A pretraining study's fine-tuning stage (GLUE): its dataset, tasks and recipe."""
+    ft = st.get("finetune")
+    if not info.finetune_trainer:
+        if ft:
+            problems.append(f"config error: studies.{name}.finetune: only used by task glue "
+                            f"(allowed: remove it, or task: glue)")
+        return None
+    if not ft:
+        problems.append(f"config error: studies.{name}.finetune: required by task glue "
+                        f"(allowed: a mapping with keys dataset, recipe)")
+    elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != "glue":
+        glue_sets = sorted(n for n, d in datasets.items() if d["kind"] == "glue")
+        problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
+                        f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
+    elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
+        max_length = datasets[ft["dataset"]]["max_length"]
+        problems.append(f"config error: datasets.{ft['dataset']}.max_length: {max_length} "
+                        f"is longer than study {name}'s context {model_base['max_len']} (allowed: at most the "
+                        f"pretraining context, model.context)")
+    else:
+        return {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
+                "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
+    return None
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -29,12 +29,14 @@ import pandas as pd
 
 from ..io import atomic_path
 from ..tasks import task_info
-from .plots import log2_axis, log_x, log_y, offscale, pyplot, save
-from .stats import MIN_N_INTERVAL, ci95, fmt_ci, gmean, resolve, spearman_ci, welch
+from .findings import findings
+from .overview_figure import overview_figure
+from .stats import MIN_N_INTERVAL, ci95, gmean, resolve, spearman_ci, welch
 from .summary import explode_protocols
 from .tables import lean_vs_baseline, write_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
+
 
 ARCH_GROUP = ["depth", "protocol", "mlp_ratio"]
 
@@ -202,192 +204,6 @@ def headline_markdown(frame: pd.DataFrame) -> str:
         lines.append(f"| `{r['study']}` | {r['comparison']} | {r['measure']} | {r['delta']:+.3f}{ci} | {r['n']} | "
                      f"{r['verdict']} |")
     return "\n".join(lines) + "\n"
-
-
-def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
-    """The summary paragraphs, each sentence computed from the tables."""
-    studies = list(dict.fromkeys(configs["study"]))
-    paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
-             f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
-             f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
-             f"is called one only when its interval clears zero by a quarter of its half-width (else it is "
-             f"unresolved: a re-run on another machine could reverse it)."]
-    for family, label in (("P1", "P1's tasks (more heads at equal or lower head rank)"),
-                          ("P2", "P2's nearest-point task (rank d/h)")):
-        e = effects[effects["family"] == family] if len(effects) else effects
-        if not len(e):
-            continue
-        counts = e["verdict"].value_counts()
-        kinds = ("more heads help", "more heads hurt", "no difference", "unresolved", "n/a (one seed)")
-        parts = [f"{counts.get(v, 0)} {v}" for v in kinds if counts.get(v, 0)]
-        paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
-                     + ", ".join(parts) + ".")
-    if len(effects):
-        hurt = effects[effects["verdict"] == "more heads hurt"]
-        fine = effects[effects["verdict"].isin(["more heads help", "no difference"])]
-        if len(hurt) and len(fine):
-            hurt_rf, fine_rf = hurt["rank_fraction_many"], fine["rank_fraction_many"]
-            text = (f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} (head rank "
-                    f"{hurt_rf.min():.3g}-{hurt_rf.max():.3g} of the width after the split) and did not hurt in "
-                    f"{', '.join(sorted(set(fine['study'])))} (head rank {fine_rf.min():.3g}-{fine_rf.max():.3g} of "
-                    f"the width). ")
-            if fine_rf.min() < hurt_rf.max():
-                text += (f"Head rank alone does not divide them: models that kept only {fine_rf.min():.3g} of the "
-                         f"width per head did not suffer where others lost at {hurt_rf.max():.3g}. ")
-            else:
-                text += "Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
-            if set(hurt["family"]) == {"P2"} and set(fine["family"]) == {"P1"}:
-                text += ("Every loss is on P2's nearest-point task, which one full-rank head solves, and no P1 "
-                         "comparison with an interval lost: what decides is whether the task needs full-rank "
-                         "attention, as P2 argues.")
-            paras.append(text)
-        elif len(hurt):
-            paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
-                         f"interval excluding zero.")
-        elif len(fine):
-            paras.append("More heads hurt in no comparison with an interval; P2's failure mode did not appear "
-                         "in these studies.")
-    if len(corr):
-        pooled = corr[corr["study"] == "pooled"].iloc[0]
-        studies_only = corr[~corr["study"].str.startswith("pooled")]
-        per = "; ".join(f"{r['study']} {fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
-                        for _, r in studies_only.iterrows())
-        families = []
-        for family in ("P1", "P2"):
-            row = corr[corr["study"] == f"pooled {family}"]
-            row = row.iloc[0] if len(row) else (pooled if set(studies_only["family"]) == {family} else None)
-            if row is not None and not math.isnan(row["rho_kappa_error"]):
-                families.append(f"{family}'s tasks {fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
-                                f"{_association(row['lo'], row['hi'])}")
-        paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
-                     f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
-                     f"All studies pooled: {fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
-                     f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
-                     f"studies with an interval).")
-        if "rho_jacobian_error" in pooled and not math.isnan(pooled["rho_jacobian_error"]):
-            jac = []
-            for family in ("P1", "P2"):
-                row = corr[corr["study"] == f"pooled {family}"]
-                if len(row):
-                    r = row.iloc[0]
-                    jac.append(f"{family}'s tasks {fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
-                               f": {_association(r['lo_jacobian'], r['hi_jacobian'])}")
-            paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
-                         f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
-                         f"{fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
-        init = fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
-        lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
-        survives = {"n/a": "too few configurations to say whether the ordering by kappa at initialisation survives",
-                    "above": "the ordering of configurations by kappa at initialisation survives training",
-                    "below": "training reverses the ordering by kappa at initialisation",
-                    "includes zero": "the interval cannot tell whether the ordering by kappa at initialisation "
-                                     "survives",
-                    "unresolved": "unresolved: the interval comes within the margin of zero"}[resolve(lo_t, hi_t)]
-        paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
-                     f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
-    return paras
-
-
-def _association(lo: float, hi: float) -> str:
-    return {"n/a": "too few configurations for an interval",
-            "above": "better-conditioned attention goes with lower error",
-            "below": "better-conditioned attention goes with higher error",
-            "includes zero": "the interval includes zero",
-            "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]
-
-
-def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Path) -> list[Path]:
-    plt, sns = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
-    studies = list(dict.fromkeys(configs["study"]))
-    palette = dict(zip(studies, sns.color_palette("tab10", len(studies))))
-    markers = {"P1": "o", "P2": "s"}
-    panels = ((axes[0][0], "heads", "group", "relative_error", "heads (all heads of a layer)",
-               "error / error with the fewest heads", "more heads: below the line helps, above hurts"),
-              (axes[0][1], "rank_fraction", "group", "relative_error",
-               "head rank / model width (1 = one full-rank head)", "error / error with the fewest heads",
-               "the same against head rank"),
-              (axes[1][0], "depth", "depth_group", "relative_error_depth", "depth (layers)",
-               "error / error of the shallowest", "more layers, heads and rank fixed"))
-    for ax, x, group, y, xlabel, ylabel, title in panels:
-        drawn = []  # the studies with a line here, for the legend
-        for _, g in configs.groupby(["study", group], sort=False):
-            g = g.dropna(subset=[y]).sort_values(x)
-            if g[x].nunique() < 2:
-                continue
-            drawn.append((g["study"].iloc[0], g["family"].iloc[0]))
-            lo = (g[y] - g[f"{y}_lo"]).clip(lower=0).fillna(0)
-            hi = (g[f"{y}_hi"] - g[y]).clip(lower=0).fillna(0)
-            ax.errorbar(g[x], g[y], yerr=[lo, hi], color=palette[g["study"].iloc[0]],
-                        marker=markers[g["family"].iloc[0]], markersize=4, linewidth=1, alpha=0.8, capsize=2)
-        ax.axhline(1, color="grey", linestyle="--", linewidth=1)
-        if x == "heads":
-            log2_axis(ax, configs[x], powers=True)
-        elif x == "rank_fraction":
-            log2_axis(ax, configs[x], powers=True, fractions=True)
-        else:
-            from matplotlib.ticker import MaxNLocator
-
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        log_y(ax)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        if drawn:
-            ax.legend(handles=_study_handles(dict.fromkeys(drawn), palette, markers), fontsize=7)
-        else:
-            ax.text(0.5, 0.5, f"no study varies {xlabel.split(' (')[0]} at fixed settings", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=9, color="grey")
-    ax = axes[1][1]
-    singular = False
-    for study, g in configs.groupby("study", sort=False):
-        g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
-        scaled = g["error_mean"] / g["error_mean"].median()
-        r = corr[corr["study"] == study]
-        tag = fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"
-        tag_j = fmt_ci(*r[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0]) \
-            if len(r) and "rho_jacobian_error" in r else "n/a"
-        color, marker = palette[study], markers[g["family"].iloc[0]]
-        for col, filled in (("kappa_final", True), ("kappa_jac_final", False)):
-            if col not in g or g[col].isna().all():
-                continue
-            finite = np.isfinite(g[col])
-            ax.scatter(g.loc[finite, col], scaled[finite], marker=marker, s=22, linewidths=1.2,
-                       facecolors=color if filled else "none", edgecolors=color,
-                       label=f"{study}: rho {tag}" + ("" if tag_j == "n/a" else f"; Jacobian {tag_j}")
-                       if filled else None)
-            singular |= offscale(ax, scaled[~finite], color, axis="x")
-    log_x(ax)
-    log_y(ax)
-    ax.set_xlabel("kappa after training (geometric mean over layers and seeds)")
-    ax.set_ylabel("error / the study's median error")
-    pooled = corr[corr["study"] == "pooled"]
-    ax.set_title("kappa vs error, Spearman rho [95% CI]; pooled " +
-                 (fmt_ci(*pooled[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(pooled) else "n/a") +
-                 ("; Jacobian " + fmt_ci(*pooled[["rho_jacobian_error", "lo_jacobian", "hi_jacobian"]].iloc[0])
-                  if len(pooled) and "rho_jacobian_error" in pooled else ""), fontsize=9)
-    from matplotlib.lines import Line2D
-
-    handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="filled: head outputs before W_O"),
-                Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none",
-                       label="open: the block's Jacobian")]
-    if singular:
-        handles.append(Line2D([], [], color="grey", marker=">", markerfacecolor="none", linestyle="none",
-                              label="singular (off scale, right edge)"))
-    # below the panel: off the points
-    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
-    fig.suptitle("Both papers in one view: every configuration of every study (circles: P1's tasks, squares: P2's)")
-    fig.tight_layout()
-    return save(fig, prefix)
-
-
-def _study_handles(drawn: dict, palette: dict, markers: dict) -> list:
-    """Legend entries: each study's colour with its family's marker (P1 circles, P2 squares)."""
-    from matplotlib.lines import Line2D
-
-    return [Line2D([], [], color=palette[study], marker=markers[family], markersize=5, linewidth=1,
-                   label=f"{study} ({family})") for study, family in drawn]
 
 
 def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFrame]]) -> str:

@@ -1,0 +1,102 @@
+"""The findings paragraph: what the overview's numbers say about where the two papers' claims
+meet, generated from the data (findings.md / findings.html), nothing written in advance."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .stats import MIN_N_INTERVAL, fmt_ci, resolve
+
+
+def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
+    """The summary paragraphs, each sentence computed from the tables."""
+    studies = list(dict.fromkeys(configs["study"]))
+    paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
+             f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
+             f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
+             f"is called one only when its interval clears zero by a quarter of its half-width (else it is "
+             f"unresolved: a re-run on another machine could reverse it)."]
+    for family, label in (("P1", "P1's tasks (more heads at equal or lower head rank)"),
+                          ("P2", "P2's nearest-point task (rank d/h)")):
+        e = effects[effects["family"] == family] if len(effects) else effects
+        if not len(e):
+            continue
+        counts = e["verdict"].value_counts()
+        kinds = ("more heads help", "more heads hurt", "no difference", "unresolved", "n/a (one seed)")
+        parts = [f"{counts.get(v, 0)} {v}" for v in kinds if counts.get(v, 0)]
+        paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
+                     + ", ".join(parts) + ".")
+    if len(effects):
+        hurt = effects[effects["verdict"] == "more heads hurt"]
+        fine = effects[effects["verdict"].isin(["more heads help", "no difference"])]
+        if len(hurt) and len(fine):
+            hurt_rf, fine_rf = hurt["rank_fraction_many"], fine["rank_fraction_many"]
+            text = (f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} (head rank "
+                    f"{hurt_rf.min():.3g}-{hurt_rf.max():.3g} of the width after the split) and did not hurt in "
+                    f"{', '.join(sorted(set(fine['study'])))} (head rank {fine_rf.min():.3g}-{fine_rf.max():.3g} of "
+                    f"the width). ")
+            if fine_rf.min() < hurt_rf.max():
+                text += (f"Head rank alone does not divide them: models that kept only {fine_rf.min():.3g} of the "
+                         f"width per head did not suffer where others lost at {hurt_rf.max():.3g}. ")
+            else:
+                text += "Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
+            if set(hurt["family"]) == {"P2"} and set(fine["family"]) == {"P1"}:
+                text += ("Every loss is on P2's nearest-point task, which one full-rank head solves, and no P1 "
+                         "comparison with an interval lost: what decides is whether the task needs full-rank "
+                         "attention, as P2 argues.")
+            paras.append(text)
+        elif len(hurt):
+            paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
+                         f"interval excluding zero.")
+        elif len(fine):
+            paras.append("More heads hurt in no comparison with an interval; P2's failure mode did not appear "
+                         "in these studies.")
+    if len(corr):
+        pooled = corr[corr["study"] == "pooled"].iloc[0]
+        studies_only = corr[~corr["study"].str.startswith("pooled")]
+        per = "; ".join(f"{r['study']} {fmt_ci(r['rho_kappa_error'], r['lo'], r['hi'])} (n={r['configurations']})"
+                        for _, r in studies_only.iterrows())
+        families = []
+        for family in ("P1", "P2"):
+            row = corr[corr["study"] == f"pooled {family}"]
+            row = row.iloc[0] if len(row) else (pooled if set(studies_only["family"]) == {family} else None)
+            if row is not None and not math.isnan(row["rho_kappa_error"]):
+                families.append(f"{family}'s tasks {fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
+                                f"{_association(row['lo'], row['hi'])}")
+        paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
+                     f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
+                     f"All studies pooled: {fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
+                     f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
+                     f"studies with an interval).")
+        if "rho_jacobian_error" in pooled and not math.isnan(pooled["rho_jacobian_error"]):
+            jac = []
+            for family in ("P1", "P2"):
+                row = corr[corr["study"] == f"pooled {family}"]
+                if len(row):
+                    r = row.iloc[0]
+                    jac.append(f"{family}'s tasks {fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
+                               f": {_association(r['lo_jacobian'], r['hi_jacobian'])}")
+            paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
+                         f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
+                         f"{fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
+        init = fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
+        lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
+        survives = {"n/a": "too few configurations to say whether the ordering by kappa at initialisation survives",
+                    "above": "the ordering of configurations by kappa at initialisation survives training",
+                    "below": "training reverses the ordering by kappa at initialisation",
+                    "includes zero": "the interval cannot tell whether the ordering by kappa at initialisation "
+                                     "survives",
+                    "unresolved": "unresolved: the interval comes within the margin of zero"}[resolve(lo_t, hi_t)]
+        paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
+                     f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
+    return paras
+
+
+def _association(lo: float, hi: float) -> str:
+    return {"n/a": "too few configurations for an interval",
+            "above": "better-conditioned attention goes with lower error",
+            "below": "better-conditioned attention goes with higher error",
+            "includes zero": "the interval includes zero",
+            "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]

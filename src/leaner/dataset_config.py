@@ -1,0 +1,62 @@
+"""A dataset's config entry checked and completed: its kind's defaults filled in, what the kind
+requires present, and local folders resolved against the config's folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import DATASET_DEFAULTS, DATASET_REQUIRED, REQUIRED_HINTS, TEXT_SOURCE_REQUIRED
+
+
+def _folder(path: str, base_dir: Path) -> Path:
+    """A dataset's folder: as given when absolute, else relative to the config's folder."""
+    root = Path(path)
+    return root if root.is_absolute() else base_dir / root
+
+
+def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -> dict:
+    """The dataset `name` with every key (`spec` over its kind's defaults); problems are appended."""
+    kind = spec["kind"]
+    out = {**DATASET_DEFAULTS[kind], **spec}
+    for req in DATASET_REQUIRED.get(kind, ()):
+        if req not in spec:
+            problems.append(f"config error: datasets.{name}.{req}: required for kind {kind} "
+                            f"(allowed: {REQUIRED_HINTS.get(req, 'a value')})")
+    if kind == "text":
+        for req in TEXT_SOURCE_REQUIRED[out["source"]]:
+            if req not in spec:
+                problems.append(f"config error: datasets.{name}.{req}: required for a text dataset from "
+                                f"{out['source']}")
+        if out["source"] == "files" and "path" in spec:
+            root = _folder(spec["path"], base_dir)
+            if not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                                f"(allowed: a folder holding train_file and eval_file)")
+            for key in ("train_file", "eval_file") if root.is_dir() else ():
+                if not (root / out[key]).is_file():
+                    problems.append(f"config error: datasets.{name}.{key}: {str(root / out[key])!r} does not exist "
+                                    f"(allowed: a text file, one document per line)")
+            out["path"] = str(root)
+    if kind == "glue":
+        if out["source"] == "generated":
+            problems.append(f"config error: datasets.{name}.source: 'generated' is not allowed for glue "
+                            f"(allowed: hub, files)")
+        elif out["source"] == "files":
+            root = _folder(spec.get("path", ""), base_dir)
+            if "path" not in spec or not root.is_dir():
+                problems.append(f"config error: datasets.{name}.path: {spec.get('path')!r} is not a directory "
+                                f"(allowed: a folder with <task>/train.tsv and <task>/<eval split>.tsv)")
+            else:
+                out["path"] = str(root)
+    if kind == "listops":
+        if out["min_length"] > out["max_length"]:
+            problems.append(f"config error: datasets.{name}.min_length: {out['min_length']} is above max_length "
+                            f"{out['max_length']} (allowed: at most max_length)")
+    if kind == "imagefolder" and "path" in spec:
+        root = _folder(spec["path"], base_dir)
+        if not root.is_dir():
+            problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                            f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
+        else:
+            out["path"] = str(root)
+    return out
