@@ -195,7 +195,7 @@ BAD = [
     ("model key of another task", _set(["studies", "tiny", "model", "ff"], 64),
      "studies.tiny.model.ff: not used by task image_classification (allowed: patch_size"),
     ("GPU model in quotes", _set(["studies", "tiny", "resources", "gpu_model"], "'h100'"),
-     "studies.tiny.resources.gpu_model: \"'h100'\" is not allowed (allowed: a string matching ^[A-Za-z0-9_.]+$)"),
+     "studies.tiny.resources.gpu_model: \"'h100'\" is not allowed (allowed: a string matching ^[A-Za-z0-9_.]*$)"),
     ("zero probe samples", _set(["studies", "tiny", "conditioning", "samples"], 0),
      "studies.tiny.conditioning.samples: 0 is not allowed (allowed: an integer >= 1)"),
     ("empty theory grid", _set(["theory", "heads"], []), "theory.heads: must not be empty"),
@@ -224,3 +224,19 @@ def test_cli_reports_bad_config_without_traceback(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "config error: studies.tiny.grid[0].heads: 3 does not divide width 16 under fixed_width "
         "(allowed: divisors of 16: 1, 2, 4, 8, 16)"]
+
+
+def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_the_schema():
+    """Each key is declared once, in the schema, with its type, description and default; the
+    defaults themselves pass the schema."""
+    from leaner.config import _defaults, _schema, _schema_file, validate_schema
+
+    for section in ("recipe", "conditioning", "resources", "theory"):
+        props = _schema_file()["$defs"][section]["properties"]
+        assert set(_defaults(section)) == set(props), section
+    config = yaml.safe_load(TINY.read_text())
+    study = next(iter(config["studies"].values()))
+    study.update(recipe=_defaults("recipe"), conditioning=_defaults("conditioning"), resources=_defaults("resources"))
+    config["theory"] = _defaults("theory")
+    validate_schema(config)
+    assert set(_schema()["$defs"]["study"]["properties"]["task"]["enum"]) >= {"image_classification", "nearest_point"}

@@ -8,6 +8,7 @@ expands a validated config into studies and variants.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,31 +51,25 @@ REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "a
 TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
 
 
-RECIPE_DEFAULTS = {
-    "epochs": 30, "batch_size": 64, "lr": 1e-3, "min_lr": 0.0, "weight_decay": 0.05,
-    "betas": [0.9, 0.999], "warmup_frac": 0.05, "grad_clip": None, "label_smoothing": 0.0,
-    "mixup": 0.0, "cutmix": 0.0, "augment": False, "eval_every": 1, "checkpoint_every": 500,
-    "eval_batch_size": 256, "num_workers": 0, "max_steps": None, "schedule": "cosine",
-    "steps_per_epoch": None, "init_seed": None, "compile": False, "cuda_graph": False, "sync_every": None,
-}
+@functools.cache
+def _schema_file() -> dict:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
 
 
-# Fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF]).
-FINETUNE_RECIPE_DEFAULTS = {"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
-                            "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}
+def _defaults(section: str) -> dict[str, Any]:
+    """A config section's defaults, as the schema declares them beside each key's type and
+    description (every key of these sections has one; tests/test_config.py checks)."""
+    return {key: copy.deepcopy(spec["default"])
+            for key, spec in _schema_file()["$defs"][section]["properties"].items() if "default" in spec}
 
 
-# jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact up to
-# jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)
-CONDITIONING_DEFAULTS = {"samples": 256, "steps": [], "jacobian_samples": 4, "jacobian_exact_max": 1200,
-                         "lanczos_steps": 64}
-
-
-RESOURCE_DEFAULTS = {"gpu": 0, "jobs_per_gpu": 1, "gpu_model": "", "runtime": 30, "mem_mb": 4000, "threads": 1}
-
-
-THEORY_DEFAULTS = {"draws": 20, "seed": 0, "tokens": [197], "head_dim": [64], "width": [768],
-                   "heads": [1, 2, 4, 8, 12, 16, 24, 32]}
+RECIPE_DEFAULTS = _defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
+# conditioning: jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact
+# up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)
+CONDITIONING_DEFAULTS = _defaults("conditioning")
+RESOURCE_DEFAULTS = _defaults("resources")
+THEORY_DEFAULTS = _defaults("theory")
 
 
 class ConfigError(ValueError):
@@ -87,8 +82,7 @@ class ConfigError(ValueError):
 
 def _schema() -> dict:
     """The config's JSON Schema, with the task names filled in from the task catalogue."""
-    with open(SCHEMA_PATH) as fh:
-        schema = yaml.safe_load(fh)
+    schema = copy.deepcopy(_schema_file())
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
     return schema
 

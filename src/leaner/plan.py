@@ -18,7 +18,6 @@ from pathlib import Path
 from .config import (
     CONDITIONING_DEFAULTS,
     DATASET_DEFAULTS,
-    FINETUNE_RECIPE_DEFAULTS,
     RECIPE_DEFAULTS,
     RESOURCE_DEFAULTS,
     THEORY_DEFAULTS,
@@ -319,7 +318,7 @@ def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, probl
                         f"pretraining context, model.context)")
     else:
         return {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
-                "recipe": {**RECIPE_DEFAULTS, **FINETUNE_RECIPE_DEFAULTS, **(ft.get("recipe") or {})}}
+                "recipe": {**RECIPE_DEFAULTS, **info.finetune_recipe, **(ft.get("recipe") or {})}}
     return None
 
 

@@ -47,6 +47,7 @@ class TaskInfo:
     trainer: str  # "module:Class" of its training side, e.g. "leaner.tasks.image:ImageClassification"
     recipe: dict = field(default_factory=dict)  # defaults over config.RECIPE_DEFAULTS
     finetune_trainer: str | None = None  # a second stage trained per pretrained variant (GLUE)
+    finetune_recipe: dict = field(default_factory=dict)  # its defaults over config.RECIPE_DEFAULTS
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -140,7 +141,10 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), figures=_p1("glue"),
         tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), trainer="leaner.tasks.sequence:MaskedLanguageModeling",
         recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
-        finetune_trainer="leaner.tasks.sequence:GlueFinetune"),
+        finetune_trainer="leaner.tasks.sequence:GlueFinetune",
+        # fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF])
+        finetune_recipe={"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
+                         "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}),
 )}
 FINETUNE_SUFFIX = "_finetune"  # a fine-tuning run's spec names its task <study task>_finetune
 FINETUNE_METRIC = ("eval_score", "max")  # a fine-tuning run's: the GLUE task's own metric
