@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from leaner.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.plan import build_plan
-from leaner.data.glue import TASKS as GLUE_TASKS
+from leaner.data.glue import GLUE_TASKS
 from leaner.preflight import resource_problems, unknown_study_message
 from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 

@@ -227,9 +227,16 @@ def test_cli_reports_bad_config_without_traceback(tmp_path):
 
 
 def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_the_schema():
-    """Each key is declared once, in the schema, with its type, description and default; the
-    defaults themselves pass the schema."""
-    from leaner.config import _defaults, _schema, _schema_file, validate_schema
+    """Each key is declared once, in the schema, with its type, description and default (a
+    dataset key per kind); the defaults themselves pass the schema."""
+    import jsonschema
+
+    from leaner.config import DATASET_DEFAULTS, _defaults, _schema, _schema_file, validate_schema
+
+    dataset_schema = {**_schema_file()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
+    for kind, defaults in DATASET_DEFAULTS.items():
+        jsonschema.Draft202012Validator(dataset_schema).validate({"kind": kind, **defaults})
+    assert DATASET_DEFAULTS["digits"]["img_size"] == 8 and DATASET_DEFAULTS["hub"]["img_size"] == 224
 
     for section in ("recipe", "conditioning", "resources", "theory"):
         props = _schema_file()["$defs"][section]["properties"]

@@ -21,26 +21,6 @@ from .tasks import CATALOG
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "digits": {"test_fraction": 0.2, "split_seed": 0, "img_size": 8, "in_chans": 1, "num_classes": 10},
-    "hub": {"subset": None, "train_split": "train", "eval_split": "validation",
-            "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
-            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "decode": "pil"},
-    "imagefolder": {"train_split": "train", "eval_split": "validation",
-                    "image_key": "image", "label_key": "label", "in_chans": 3, "img_size": 224,
-                    "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "decode": "pil"},
-}
-DATASET_DEFAULTS["nearest_point"] = {"streams": 7, "eval_samples": 4096, "eval_seed": 12345}
-# LRA ListOps as published: depth 10, up to 10 arguments, 500-2000 tokens, 96k/2k/2k examples.
-DATASET_DEFAULTS["listops"] = {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10,
-                               "max_args": 10, "min_length": 500, "max_length": 2000}
-DATASET_DEFAULTS["text"] = {"source": "hub", "subset": None, "text_key": "text", "train_split": "train",
-                            "eval_split": "validation", "train_file": "train.txt", "eval_file": "validation.txt",
-                            "stories": 4000, "seed": 0, "max_train_tokens": None, "eval_tokens": 262144}
-# GLUE as in P1's table: the eight tasks of the GLUE average (WNLI left out, as cramming does).
-DATASET_DEFAULTS["glue"] = {"source": "hub", "name": "nyu-mll/glue",
-                            "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
-                            "max_length": 128, "max_train_examples": None}
 DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
 
 
@@ -64,6 +44,18 @@ def _defaults(section: str) -> dict[str, Any]:
             for key, spec in _schema_file()["$defs"][section]["properties"].items() if "default" in spec}
 
 
+def _dataset_defaults() -> dict[str, dict[str, Any]]:
+    """Each dataset kind's defaults, declared in the schema beside each key (`kind_defaults`: a key
+    such as img_size defaults to 224 for a hub dataset and 8 for digits)."""
+    dataset = _schema_file()["$defs"]["dataset"]
+    out: dict[str, dict[str, Any]] = {kind: {} for kind in dataset["properties"]["kind"]["enum"]}
+    for key, spec in dataset["properties"].items():
+        for kind, value in (spec.get("kind_defaults") or {}).items():
+            out[kind][key] = copy.deepcopy(value)
+    return out
+
+
+DATASET_DEFAULTS = _dataset_defaults()
 RECIPE_DEFAULTS = _defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
 # conditioning: jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact
 # up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)

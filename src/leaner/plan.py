@@ -25,7 +25,7 @@ from .config import (
     load_yaml,
     validate_schema,
 )
-from .data.glue import TASKS as GLUE_TASKS
+from .data.glue import GLUE_TASKS
 from .dataset_config import check_dataset
 from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs

@@ -21,7 +21,7 @@ PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260
 
 # task: (text columns, number of labels (1 = regression), evaluation split, main metric)
-TASKS = {
+GLUE_TASKS = {
     "cola": (("sentence",), 2, "validation", "matthews"),
     "sst2": (("sentence",), 2, "validation", "accuracy"),
     "mrpc": (("sentence1", "sentence2"), 2, "validation", "f1"),
@@ -63,7 +63,7 @@ def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = {}
     for task in spec["tasks"]:
-        columns, n_labels, eval_split, metric = TASKS[task]
+        columns, n_labels, eval_split, metric = GLUE_TASKS[task]
         arrays, counts = {}, {}
         for role, split in (("train", "train"), ("eval", eval_split)):
             ds = _load(spec, task, split)
@@ -112,7 +112,7 @@ def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """GLUE's metrics for one task: the main one as `score`, with the others GLUE reports."""
     from scipy import stats
 
-    metric = TASKS[task][3]
+    metric = GLUE_TASKS[task][3]
     out: dict[str, float] = {}
     if metric == "spearman":
         out["spearman"] = float(stats.spearmanr(pred, labels)[0])
