@@ -236,3 +236,40 @@ def test_expected_parameter_count_is_enforced(tmp_path, digits_manifest):
     spec["expect_params"] = {"params": 10, "tolerance": 0}
     with pytest.raises(ValueError, match="expects 10"):
         train(spec, str(digits_manifest), tmp_path, progress=False)
+
+
+def test_the_log_and_metrics_say_which_code_ran(tmp_path, digits_manifest, capsys):
+    """A header line (code, device, threads, parameters, start step) opens the log, and
+    metrics.json records the commit of this checkout and whether its tracked files differed."""
+    from conftest import REPO
+
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 2
+    metrics = train(spec, str(digits_manifest), tmp_path, progress=False)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("[unit/v] leaner 0.1.0") and "device cpu" in first and "step 0 of 2" in first
+    assert f"{metrics['params']['total']:,} parameters" in first
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert metrics["code"]["commit"] == head.stdout.strip() and isinstance(metrics["code"]["dirty"], bool)
+    version = subprocess.run([str(BIN / "leaner"), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith(f"leaner 0.1.0 (commit {head.stdout[:10]}")
+
+
+def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, digits_manifest):
+    from leaner.train import _LineProgress
+
+    lines = []
+    bar = _LineProgress(10, 0, lines.append, every=0.0)
+    for _ in range(10):
+        bar.update(1)
+    assert lines[0].startswith("step 1/10 (10%), ") and lines[-1].startswith("step 10/10 (100%)")
+    spec = small_spec()
+    spec["recipe"]["max_steps"] = 5
+    with open(tmp_path / "train.log", "w") as log:
+        proc = subprocess.run([str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data",
+                               str(digits_manifest), "--out", str(tmp_path / "run")], stderr=log)
+    assert proc.returncode == 0
+    text = (tmp_path / "train.log").read_text()
+    assert "\r" not in text and "[unit/v] leaner 0.1.0" in text.splitlines()[0]

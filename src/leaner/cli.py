@@ -191,7 +191,10 @@ def cmd_check_config(a):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .provenance import describe
+
     p = argparse.ArgumentParser(prog="leaner", description=__doc__)
+    p.add_argument("--version", action="version", version=describe())
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("prepare-data", help="prepare one dataset and write its manifest")

@@ -34,6 +34,7 @@ from .devices import claimed, pick_device
 from .io import remove_stale_temps, sha256_file, write_csv, write_json
 from .models import build_model, param_counts
 from .optim import lr_at, make_optimizer
+from .provenance import code_state, describe
 from .resume import RESUME_DIR, RunState, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, make_deterministic, sync_interval
 from .tasks import make_task
@@ -73,8 +74,9 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     # ------------------------------------------------------------ resume
     run = _resume(spec, out, model, optimizer, ctx, kept_tmp, log)
     step, history = run.step, run.history
-    if step:
-        log(f"resumed from step {step} of {total}")
+    log(f"{describe()}; device {dev}, {torch.get_num_threads()} threads, {ctx.world} process(es); "
+        f"{counts['total']:,} parameters; batch {recipe['batch_size']}; "
+        + (f"resumed from step {step} of {total}" if step else f"step 0 of {total}"))
     meter = LossMeter(dev, ctx, run.epoch_loss, run.epoch_count)
     optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
     sync_every = sync_interval(recipe, dev)
@@ -93,10 +95,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     runner = GraphedStep(one_step, optimizer, dev) if graphed else None
 
     # ------------------------------------------------------------ train
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, initial=step, disable=not (progress and ctx.main), file=sys.stderr, dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 10.0, desc=spec["variant"])
+    bar = _progress(total, step, progress and ctx.main, spec["variant"], log)
     t0, samples, status, diverged_at = time.perf_counter(), 0, "ok", None
     best = _best_of(history, task)
     model.train()
@@ -170,6 +169,42 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
     ctx.close()
     return metrics
+
+
+class _LineProgress:
+    """Progress for a log file: one line every `every` seconds (steps, rate, time left) instead
+    of a terminal bar's carriage-return frames."""
+
+    def __init__(self, total: int, initial: int, log, every: float = 60.0):
+        self.total, self.n, self.log, self.every = total, initial, log, every
+        self.start_n, self.t0 = initial, time.perf_counter()
+        self.last = self.t0
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        now = time.perf_counter()
+        if now - self.last >= self.every:
+            self.last = now
+            rate = (self.n - self.start_n) / (now - self.t0)
+            left = (self.total - self.n) / rate if rate > 0 else float("nan")
+            self.log(f"step {self.n}/{self.total} ({100 * self.n / self.total:.0f}%), {rate:.3g} steps/s, "
+                     f"{left / 60:.1f} min left")
+
+    def set_postfix(self, values: dict) -> None:
+        pass  # the epoch lines carry the metrics
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, initial: int, show: bool, desc: str, log):
+    """A tqdm bar on a terminal, progress lines in a log file, nothing when not shown."""
+    from tqdm import tqdm
+
+    if show and not sys.stderr.isatty():
+        return _LineProgress(total, initial, log)
+    return tqdm(total=total, initial=initial, disable=not show, file=sys.stderr, dynamic_ncols=True,
+                mininterval=1.0, desc=desc)
 
 
 def _logger(spec: dict, local_rank: int | None):
@@ -299,6 +334,7 @@ def _cost_and_provenance(dev: torch.device, ctx, started: float) -> dict:
         "threads": torch.get_num_threads(), "processes": ctx.world, "backend": ctx.backend,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "timm": version("timm"),
                      "numpy": np.__version__, "leaner": __version__},
+        "code": code_state(),  # the commit that produced this run, and whether the tree differed
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_claim": claimed(),
                 "started_unix": started, "finished_unix": time.time()},

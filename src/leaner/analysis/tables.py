@@ -115,6 +115,15 @@ TABLE_STYLE = ("body{font-family:sans-serif;font-size:0.9em}table{border-collaps
                "td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}")
 
 
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """`text` as LaTeX prints it literally (pandas escapes the cells, not the caption)."""
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
 def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> list[Path]:
     """The same table as CSV, Markdown, LaTeX and HTML (the report shows the HTML)."""
     prefix = Path(prefix)
@@ -126,7 +135,7 @@ def write_table(frame: pd.DataFrame, prefix: str | Path, caption: str = "") -> l
     md = (f"{caption}\n\n" if caption else "") + shown.to_markdown(index=False) + "\n"
     with atomic_path(prefix.with_suffix(".md")) as tmp:
         tmp.write_text(md)
-    tex = shown.to_latex(index=False, caption=caption or None, escape=True)
+    tex = shown.to_latex(index=False, caption=latex_escape(caption) or None, escape=True)
     with atomic_path(prefix.with_suffix(".tex")) as tmp:
         tmp.write_text(tex)
     import html
