@@ -247,3 +247,25 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     config["theory"] = _defaults("theory")
     validate_schema(config)
     assert set(_schema()["$defs"]["study"]["properties"]["task"]["enum"]) >= {"image_classification", "nearest_point"}
+
+
+def test_strings_from_the_command_line_are_read_as_the_type_the_schema_wants():
+    """`snakemake --config 'theory={draws: 5}'` hands draws over as the string '5': it is read as
+    the integer the schema wants; a string that is no such value is still refused in one line."""
+    config = yaml.safe_load(TINY.read_text())
+    config["theory"] = {"draws": "5", "tokens": "[17, 33]"}
+    config["studies"]["tiny"]["recipe"]["lr"] = "0.01"
+    plan = build_plan(config)
+    assert plan.theory["draws"] == 5 and plan.theory["tokens"] == [17, 33]
+    assert next(iter(plan.studies["tiny"].variants.values())).recipe["lr"] == 0.01
+    config["theory"]["draws"] = "many"
+    with pytest.raises(ConfigError) as err:
+        build_plan(config)
+    assert str(err.value) == 'config error: theory.draws: "many" is not allowed (allowed: an integer >= 1)'
+
+
+def test_a_nested_config_on_the_snakemake_command_line_works(tmp_path):
+    proc = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1",
+                "--configfile", str(TINY), "--config", "theory={draws: 5, seed: 1}", "--quiet", "all"],
+               tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -150,11 +150,38 @@ def _format_error(err, root: dict) -> str:
     return f"{where}: {json.dumps(err.instance)} is not allowed (allowed: {_allowed(err.schema, root)})"
 
 
+def _typed_cli_values(config: dict, validator) -> None:
+    """Snakemake hands nested `--config` values over as strings (`theory={draws: 5}` gives
+    draws '5'): where the schema wants another type, a string that reads as YAML of that type
+    is replaced by it, in place. Anything else is left for the schema to refuse."""
+    for _ in range(100):  # each pass fixes every coercible value it sees; nested ones may need more
+        changed = False
+        for err in validator.iter_errors(config):
+            if err.validator != "type" or not isinstance(err.instance, str) or not err.absolute_path:
+                continue
+            try:
+                value = yaml.safe_load(err.instance)
+            except yaml.YAMLError:
+                continue
+            if isinstance(value, str) or not validator.evolve(schema=err.schema).is_valid(value):
+                continue
+            *parents, last = err.absolute_path
+            holder = config
+            for key in parents:
+                holder = holder[key]
+            holder[last], changed = value, True
+        if not changed:
+            return
+
+
 def validate_schema(config: dict) -> None:
+    """Check `config` against the schema (strings from `--config` read as the type the schema
+    wants); ConfigError with one line per problem."""
     import jsonschema
 
     schema = _schema()
     validator = jsonschema.Draft202012Validator(schema)
+    _typed_cli_values(config, validator)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = list(dict.fromkeys(f"config error: {_format_error(e, schema)}" for e in errors))
