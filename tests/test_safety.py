@@ -76,3 +76,30 @@ def test_config_strings_reach_no_shell(tmp_path):
     assert "touch PWNED1" in manifest  # the path arrived whole, as data
     pwned = [p for root in (tmp_path, work, REPO) for p in root.rglob("PWNED*")]
     assert pwned == [], pwned
+
+
+@pytest.mark.parametrize("failure", ["enospc", "torch_unexpected_pos"])
+def test_a_full_disk_is_named_with_the_file_being_written(tmp_path, digits_manifest, monkeypatch, failure):
+    """Out of space while the resume checkpoint is written: the error says so and names the
+    file, whether the writer reports ENOSPC or, as torch.save does, only 'unexpected pos'; the
+    temporary file is removed and no checkpoint is half-written."""
+    import collections
+    import errno
+
+    from leaner import io, resume
+
+    from conftest import small_spec
+
+    def full(*args, **kwargs):
+        if failure == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 118208 vs 118096")
+
+    monkeypatch.setattr(resume.torch, "save", full)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(io.shutil, "disk_usage", lambda path: usage(2**30, 2**30, 0))
+    spec = small_spec()
+    spec["recipe"].update(max_steps=6, checkpoint_every=3)
+    with pytest.raises(OSError, match=r"no space left on device writing .*\.resume/state\.pt \(0 MB free"):
+        train(spec, str(digits_manifest), tmp_path, progress=False)
+    assert not list((tmp_path / RESUME_DIR).glob("*.tmp")) and not (tmp_path / RESUME_DIR / RESUME_FILE).exists()

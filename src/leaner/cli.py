@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, RuntimeError, TimeoutError) as exc:
+    except (ValueError, OSError, RuntimeError, TimeoutError) as exc:
         if os.environ.get("LEANER_DEBUG"):  # the traceback, for a bug report
             raise
         print(f"leaner {args.command}: error: {exc}", file=sys.stderr)

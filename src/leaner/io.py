@@ -7,10 +7,12 @@ complete new one, never a half-written one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,9 +41,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
         _fault_pause(path)
         os.replace(tmp_path, path)
+    except (OSError, RuntimeError) as exc:
+        if _disk_full(exc, path):
+            raise OSError(errno.ENOSPC, f"no space left on device writing {path} "
+                                        f"({_free_mb(path):.0f} MB free there; nothing was replaced)") from exc
+        raise
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+LOW_SPACE_MB = 64  # below this much free space, a failed write is taken for a full disk
+
+
+def _free_mb(path: Path) -> float:
+    try:
+        return shutil.disk_usage(path.parent).free / 2**20
+    except OSError:
+        return float("nan")
+
+
+def _disk_full(exc: BaseException, path: Path) -> bool:
+    """Whether a failed write ran out of space: ENOSPC/EDQUOT, or a writer that hides it (torch.save
+    says only 'unexpected pos ...') with next to no space left beside `path`."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return _free_mb(path) < LOW_SPACE_MB
 
 
 def _fault_pause(path: Path) -> None:
