@@ -426,17 +426,18 @@ def _leaner_vit(manifest: str, batch: int, epochs: int, compile_model: bool, wor
     return (b["step"] - a["step"]) * batch / (b["elapsed_s"] - a["elapsed_s"]), float(h.iloc[0]["elapsed_s"])
 
 
-def bench_gpu(steps: int, loader_rates: dict, work: Path) -> tuple[str, dict]:
+def bench_gpu(steps: int, loader_rates: dict, work: Path, quick: bool = False) -> tuple[str, dict]:
     """ViT-B/16 at 224 px, bf16, fused attention: `leaner train` against a bare loop on the same
-    GPU, eager and compiled; steady state, with the first steps (compile) apart."""
+    GPU, eager and compiled; steady state, with the first steps (compile) apart. quick: batch 32,
+    eager only (a smoke run of the row, minutes less)."""
     title = "5. ViT-B/16 on the GPU: `leaner train` against a bare loop (bf16, fused attention)"
     if not torch.cuda.is_available():
         return table(title, ["result"], [["skipped: no CUDA device on this machine"]]), {}
-    batch = 256
+    batch = 32 if quick else 256
     manifest = _synthetic_images(work / "synthetic", 4 * batch, 224, 1000)
     epochs = max(4, math.ceil(steps / 4) + 3)
     rows, rates = [], {}
-    for compiled in (False, True):
+    for compiled in (False,) if quick else (False, True):
         bare, bare_warm = _bare_vit(batch, steps, compiled)
         ours, first_epoch = _leaner_vit(manifest, batch, epochs, compiled, work)
         label = "torch.compile" if compiled else "eager"
@@ -446,7 +447,7 @@ def bench_gpu(steps: int, loader_rates: dict, work: Path) -> tuple[str, dict]:
         rates["vit_compiled" if compiled else "vit_eager"] = ours
     for decode, rate in loader_rates.items():
         rows.append([f"loader, decode: {decode} (row 1b), per process", f"{rate:.0f}", "-", "-",
-                     f"{math.ceil(rates['vit_compiled'] / rate)} processes to feed the compiled run"])
+                     f"{math.ceil(max(rates.values()) / rate)} processes to feed the fastest run"])
     text = table(title, ["run", "images/s", "MFU (target >= 45% through leaner, stretch 50%)",
                          "start (compile)", "leaner / bare"], rows)
     text += (f"\n{torch.cuda.get_device_name(0)}, batch {batch}, AdamW fused, data on the GPU (leaner: an in-memory "
@@ -497,16 +498,18 @@ def _concurrently(cmds: list[list[str]], env: dict) -> list[str]:
     return outs
 
 
-def bench_gpu_p2(work: Path, steps: int, ks=(1, 4, 8)) -> tuple[str, dict]:
+def bench_gpu_p2(work: Path, steps: int, ks=(1, 4, 8), quick: bool = False) -> tuple[str, dict]:
     """P2's fig1 variant: `leaner train` (eager, step as a CUDA graph, compile reduce-overhead)
-    against a bare loop, alone and k processes sharing one GPU (each on a seat, 2 threads)."""
+    against a bare loop, alone and k processes sharing one GPU (each on a seat, 2 threads).
+    quick: no compile (its start-up alone is minutes)."""
     title = "6b. P2 fig1 variant on one GPU: `leaner train` against a bare loop, alone and sharing"
     if not torch.cuda.is_available():
         return table(title, ["result"], [["skipped: no CUDA device on this machine"]]), {}
     from leaner.devices import SHARE_UNITS
 
     spec, manifest = _p2_variant(work, steps)
-    modes = {"eager": {}, "cuda_graph": {"cuda_graph": True}, "compile reduce-overhead": {"compile": "reduce-overhead"}}
+    modes = {"eager": {}, "cuda_graph": {"cuda_graph": True},
+             **({} if quick else {"compile reduce-overhead": {"compile": "reduce-overhead"}})}
     rows, aggregate = [], {}
     for k in ks:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
@@ -652,11 +655,13 @@ def main(argv=None) -> int:
                      *([bench_e2e(work / "e2e")] if a.e2e else [])):
             parts.append(text)
             print(text, flush=True)
-        text, vit_rates = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit")
+        text, vit_rates = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit", a.quick)
         parts.append(text)
         print(text, flush=True)
         gpu_e2e = [bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []
-        p2_text, p2_rates = bench_gpu_p2(work / "p2", 300 if a.quick else 1500)
+        # at least 4 epochs of 100 steps: the steady rate is read between history rows
+        p2_text, p2_rates = bench_gpu_p2(work / "p2", 500 if a.quick else 1500, (1, 2) if a.quick else (1, 4, 8),
+                                         a.quick)
         for text in (*gpu_e2e, p2_text, bench_projection(vit_rates, p2_rates)):
             parts.append(text)
             print(text, flush=True)

@@ -23,7 +23,7 @@ rule summary:
 
 
 # Figures and tables depend on the study's grid: one rule of each per study, making the
-# names config.study_outputs gives it (those with something to show).
+# names outputs.study_outputs gives it (those with something to show).
 for study_name in STUDIES:
     study_figures, study_tables = PLAN.studies[study_name].outputs()
 

@@ -109,6 +109,7 @@ class DeviceTransforms:
         self.size, self.channels = meta["img_size"], meta["in_chans"]
         self.mean, self.std = list(meta["mean"]), list(meta["std"])
         self.fill = [round(255 * m) for m in self.mean]
+        self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
         self.augment = recipe.get("augment", False)
         self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
 
@@ -127,8 +128,9 @@ class DeviceTransforms:
         return out
 
     def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
-        mean = torch.tensor(self.mean, device=batch.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=batch.device).view(1, -1, 1, 1)
+        if self._scale is None or self._scale[0].device != batch.device:  # once: a copy to a GPU waits on it
+            self._scale = tuple(torch.tensor(v, device=batch.device).view(1, -1, 1, 1) for v in (self.mean, self.std))
+        mean, std = self._scale
         return (batch.float() / 255 - mean) / std
 
     def train(self, items: list, device: torch.device) -> torch.Tensor:
