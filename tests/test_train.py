@@ -273,3 +273,47 @@ def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, di
     assert proc.returncode == 0
     text = (tmp_path / "train.log").read_text()
     assert "\r" not in text and "[unit/v] leaner 0.1.0" in text.splitlines()[0]
+
+
+def test_tensorboard_events_hold_the_history_and_the_heartbeat_goes_at_the_end(tmp_path, digits_manifest):
+    """TensorBoard's own event files beside history.csv hold every history column against the
+    step (float32); progress.json is removed once metrics.json says how the run ended."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec = small_spec()
+    spec["recipe"].update(epochs=3)
+    train(spec, str(digits_manifest), tmp_path, progress=False)
+    history = pd.read_csv(tmp_path / "history.csv")
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["eval/acc", "eval/loss", "lr", "train/loss"]
+    for tag, column in (("train/loss", "train_loss"), ("eval/acc", "eval_acc"), ("lr", "lr")):
+        logged = events.Scalars(tag)
+        assert [e.step for e in logged] == history["step"].tolist() == [23, 46, 69]
+        assert [e.value for e in logged] == pytest.approx(history[column].tolist(), rel=1e-6)
+    assert not (tmp_path / "progress.json").exists()
+
+
+def test_history_grows_each_epoch_and_a_failure_leaves_a_failed_heartbeat(tmp_path, digits_manifest, monkeypatch):
+    """An error in epoch 3: history.csv already holds epochs 1-2 (rewritten at each epoch, not
+    at the end), and progress.json says failed, at which step, with the error."""
+    from leaner.tasks.image import ImageClassification
+
+    real, calls = ImageClassification.loss, [0]
+
+    def loss(self, model, batch):
+        calls[0] += 1
+        if calls[0] > 50:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(self, model, batch)
+
+    monkeypatch.setattr(ImageClassification, "loss", loss)
+    spec = small_spec()
+    spec["recipe"].update(epochs=4)
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(spec, str(digits_manifest), tmp_path, progress=False)
+    assert pd.read_csv(tmp_path / "history.csv")["step"].tolist() == [23, 46]
+    beat = json.loads((tmp_path / "progress.json").read_text())
+    assert beat["state"] == "failed" and beat["step"] == 50 and beat["total_steps"] == 92
+    assert beat["detail"] == "RuntimeError: CUDA out of memory (simulated)" and 1.0 < beat["loss"] < 2.5
+    assert not (tmp_path / "metrics.json").exists()

@@ -94,6 +94,11 @@ class LossMeter:
         bad = int(self.first_bad)
         return None if bad == NEVER else bad
 
+    @property
+    def mean(self) -> float | None:
+        """The epoch's mean loss up to the last sync (None before any)."""
+        return self.total / self.count if self.count else None
+
     def end_epoch(self) -> float:
         """The epoch's mean loss (call after a sync); resets the totals."""
         mean = self.total / self.count if self.count else float("nan")

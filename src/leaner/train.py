@@ -10,7 +10,8 @@ Outputs (each written atomically, metrics.json last):
   init.safetensors    weights at initialisation
   model.safetensors   final weights
   checkpoints/        weights at the study's conditioning.steps
-  history.csv         one row per epoch (evaluation columns every eval_every epochs)
+  history.csv         one row per epoch (evaluation columns every eval_every epochs), rewritten at
+                      each epoch, with TensorBoard event files and a heartbeat beside it (tracking.py)
   metrics.json        spec, parameter counts, status, final and best metrics, cost
 """
 
@@ -31,13 +32,14 @@ import torch
 
 from . import __version__, distributed
 from .devices import claimed, pick_device
-from .io import remove_stale_temps, sha256_file, write_csv, write_json
+from .io import remove_stale_temps, sha256_file, write_json
 from .models import build_model, param_counts
 from .optim import lr_at, make_optimizer
 from .provenance import code_state, describe
 from .resume import RESUME_DIR, RunState, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, make_deterministic, sync_interval
 from .tasks import make_task
+from .tracking import RunRecord
 from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_kept, save_weights
 
 
@@ -96,48 +98,56 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
     # ------------------------------------------------------------ train
     bar = _progress(total, step, progress and ctx.main, spec["variant"], log)
+    record = RunRecord(out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
     t0, samples, status, diverged_at = time.perf_counter(), 0, "ok", None
     best = _best_of(history, task)
     model.train()
     epoch = step // per_epoch
-    while step < total and status == "ok":
-        for batch in task.train_batches(epoch, step - epoch * per_epoch, ctx.rank, ctx.world):
-            lr = lr_at(step, total, recipe, per_epoch)
-            if runner is not None:
-                runner.set_lr(lr)
-                runner.run(batch, step)
-            else:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                one_step(batch, step)
-            step, samples = step + 1, samples + len(batch[0])
-            bar.update(1)
-            # sync: the loss sums and the divergence flag reach the host
-            if step % sync_every == 0 or step % per_epoch == 0 or step >= total or \
-                    step % recipe["checkpoint_every"] == 0:
-                diverged_at = meter.sync()
-                if diverged_at is not None:  # the weights are those before the bad step's update
-                    status = "diverged"
-                    log(f"loss is not finite at step {diverged_at} (found at step {step - 1}): stopping, "
-                        "status diverged")
-                    step = diverged_at
+    try:
+        while step < total and status == "ok":
+            for batch in task.train_batches(epoch, step - epoch * per_epoch, ctx.rank, ctx.world):
+                lr = lr_at(step, total, recipe, per_epoch)
+                if runner is not None:
+                    runner.set_lr(lr)
+                    runner.run(batch, step)
+                else:
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    one_step(batch, step)
+                step, samples = step + 1, samples + len(batch[0])
+                bar.update(1)
+                # sync: the loss sums and the divergence flag reach the host
+                if step % sync_every == 0 or step % per_epoch == 0 or step >= total or \
+                        step % recipe["checkpoint_every"] == 0:
+                    diverged_at = meter.sync()
+                    record.beat(step, meter.mean)
+                    if diverged_at is not None:  # the weights are those before the bad step's update
+                        status = "diverged"
+                        log(f"loss is not finite at step {diverged_at} (found at step {step - 1}): stopping, "
+                            "status diverged")
+                        step = diverged_at
+                        break
+                # keep weights, checkpoint
+                if step in keep and ctx.main:
+                    kept_tmp.mkdir(parents=True, exist_ok=True)
+                    save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
+                if step % recipe["checkpoint_every"] == 0 and step < total:
+                    _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
+                    record.checkpointed(step, meter.mean)
+                if step >= total:
                     break
-            # keep weights, checkpoint
-            if step in keep and ctx.main:
-                kept_tmp.mkdir(parents=True, exist_ok=True)
-                save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
-            if step % recipe["checkpoint_every"] == 0 and step < total:
-                _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
-            if step >= total:
-                break
-        # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
-        if step % per_epoch == 0 or step >= total or status != "ok":
-            last = step >= total or status != "ok"
-            row = _epoch_row(task, model, autocast, meter, recipe, epoch, step, total, per_epoch,
-                             run.elapsed_s + time.perf_counter() - t0, last, ctx, bar, log)
-            history.append(row)
-            best = _best_of([row], task, best)
-            epoch += 1
+            # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
+            if step % per_epoch == 0 or step >= total or status != "ok":
+                last = step >= total or status != "ok"
+                row = _epoch_row(task, model, autocast, meter, recipe, epoch, step, total, per_epoch,
+                                 run.elapsed_s + time.perf_counter() - t0, last, ctx, bar, log)
+                history.append(row)
+                record.epoch(history)
+                best = _best_of([row], task, best)
+                epoch += 1
+    except BaseException as exc:  # the heartbeat says failed, with the error
+        record.close(exc, step, meter.mean)
+        raise
     bar.close()
 
     # ------------------------------------------------------------ outputs
@@ -148,9 +158,6 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         return {}
     save_weights(model, out / "model.safetensors", spec)
     kept = publish_kept(kept_tmp, out / KEPT_DIR, {s for s in keep if s <= step})
-    import pandas as pd
-
-    write_csv(out / "history.csv", pd.DataFrame(history))
     metrics = {
         "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
         "params": counts, "status": status, "diverged_at_step": diverged_at,
@@ -167,6 +174,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     }
     write_json(out / "metrics.json", metrics)
     shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+    record.close()
     ctx.close()
     return metrics
 

@@ -1,0 +1,97 @@
+"""What a training job shows while it runs, for people and for `leaner status`.
+
+In the variant's folder, by the main process:
+  history.csv       rewritten (atomically) at every epoch: the curve so far, readable mid-run
+  events.out.tfevents.*   TensorBoard's own event files: every history column against the step
+                    (`tensorboard --logdir results/`); a resumed run drops the events after its
+                    resume step, so the curve has no doubled segment
+  progress.json     the heartbeat: state, step, last loss, the last checkpoint's step, host, pid,
+                    when it was written; every `every` seconds at a sync, at each epoch and
+                    checkpoint, and when the run fails (removed when it ends: metrics.json)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+from .io import read_json, write_csv, write_json
+
+PROGRESS_FILE = "progress.json"
+HEARTBEAT_S = 30.0
+
+
+def tag(column: str) -> str:
+    """A history column's TensorBoard tag: train_loss -> train/loss, eval_acc -> eval/acc, lr -> lr."""
+    head, _, rest = column.partition("_")
+    return f"{head}/{rest}" if head in ("train", "eval") and rest else column
+
+
+class RunRecord:
+    """History, TensorBoard events and the heartbeat of one training run (a no-op when not `main`)."""
+
+    def __init__(self, out: Path, total: int, start_step: int, main: bool, every: float = HEARTBEAT_S):
+        self.out, self.total, self.main, self.every = Path(out), total, main, every
+        self.started, self.last_beat, self.writer = time.time(), -math.inf, None
+        self.checkpoint_step = start_step or None
+        if main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step: events a killed run wrote after its last checkpoint are superseded
+            self.writer = SummaryWriter(log_dir=str(self.out), purge_step=start_step or None, flush_secs=60)
+            self.beat(start_step, None, force=True)
+
+    def epoch(self, history: list[dict]) -> None:
+        """The epoch's row: history.csv rewritten whole, its numbers to TensorBoard, a heartbeat."""
+        if not self.main:
+            return
+        import pandas as pd
+
+        row = history[-1]
+        write_csv(self.out / "history.csv", pd.DataFrame(history))
+        for column, value in row.items():
+            if column not in ("epoch", "step", "elapsed_s") and isinstance(value, int | float) and math.isfinite(value):
+                self.writer.add_scalar(tag(column), value, row["step"])
+        self.writer.flush()
+        self.beat(row["step"], row.get("train_loss"), force=True)
+
+    def checkpointed(self, step: int, loss: float | None) -> None:
+        """The resume state now holds `step`: a re-run would start there."""
+        self.checkpoint_step = step
+        self.beat(step, loss, force=True)
+
+    def beat(self, step: int, loss: float | None, state: str = "running", force: bool = False,
+             detail: str | None = None) -> None:
+        """Write progress.json, at most every `every` seconds unless forced."""
+        now = time.time()
+        if not self.main or (not force and now - self.last_beat < self.every):
+            return
+        self.last_beat = now
+        write_json(self.out / PROGRESS_FILE, {
+            "state": state, "step": step, "total_steps": self.total, "loss": loss,
+            "checkpoint_step": self.checkpoint_step, "detail": detail,
+            "host": platform.node(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "started_unix": self.started, "updated_unix": now})
+
+    def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None) -> None:
+        """The run ended: the heartbeat is removed (metrics.json says how it ended), or on an
+        exception it says `failed` with the error."""
+        if not self.main:
+            return
+        if self.writer is not None:
+            self.writer.close()
+        if failure is None:
+            (self.out / PROGRESS_FILE).unlink(missing_ok=True)
+        else:
+            self.beat(step, loss, state="failed", force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
+
+
+def read_progress(folder: Path) -> dict | None:
+    """The heartbeat of the run in `folder`, or None."""
+    try:
+        return read_json(Path(folder) / PROGRESS_FILE)
+    except (FileNotFoundError, ValueError):
+        return None
