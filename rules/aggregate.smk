@@ -33,6 +33,7 @@ for study_name in STUDIES:
         input:
             summary="results/{study}/summary.csv",
             kappa="results/{study}/kappa_through_training.csv",
+            histories=lambda wildcards: study_files(wildcards, "history.csv"),
         output:
             figure_files("{study}", study_figures, category="{study}"),
         log:
@@ -45,8 +46,8 @@ for study_name in STUDIES:
         params:
             names=study_figures,
         shell:
-            "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --study {wildcards.study:q}"
-            " --names {params.names:q} --outdir results/figures > {log:q} 2>&1"
+            "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --histories {input.histories:q}"
+            " --study {wildcards.study:q} --names {params.names:q} --outdir results/figures > {log:q} 2>&1"
 
     rule:
         name:

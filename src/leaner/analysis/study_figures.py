@@ -9,14 +9,16 @@ import pandas as pd
 
 from ..outputs import grid_points, study_outputs
 from ..tasks import task_info
+from .curves import read_histories, training_curves
 from .figures import kappa_through_training, kappa_vs_heads, metric_vs_heads, metric_vs_mlp, theory_curves
 from .figures_p2 import kappa_vs_rank, mse_vs_rank, perfect_angle
 
 
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
-                        names: list[str] | None = None) -> list[Path]:
+                        names: list[str] | None = None, histories: list[str] | None = None) -> list[Path]:
     """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
-    figures (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs)."""
+    figures (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs).
+    `histories`: every variant's history.csv, for the training curves."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
@@ -24,6 +26,7 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
     kappa = pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame()
     makers = {
         "kappa_through_training": lambda s, p, n: kappa_through_training(kappa, p, n),
+        "training_curves": lambda s, p, n: training_curves(read_histories(histories or []), p, n, task),
         "kappa_vs_heads": kappa_vs_heads, "accuracy_vs_heads": metric_vs_heads, "accuracy_vs_mlp": metric_vs_mlp,
         "loss_vs_heads": lambda s, p, n: metric_vs_heads(s, p, n, "eval_loss"),
         "loss_vs_mlp": lambda s, p, n: metric_vs_mlp(s, p, n, "eval_loss"),

@@ -29,7 +29,7 @@ from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
 GRID_AXES = {"arch": ("depth", "heads", "width", "head_dim", "mlp_hidden"),
              "nearest": ("depth", "heads", "modules", "head_dim", "dim", "tokens", "posn")}
 GRID_KEYS = {"arch": IMAGE_GRID_KEYS, "nearest": NEAREST_GRID_KEYS}
-FIGURES_P1 = ("kappa_vs_heads", "{metric}_vs_heads", "{metric}_vs_mlp", "kappa_through_training")
+FIGURES_P1 = ("kappa_vs_heads", "{metric}_vs_heads", "{metric}_vs_mlp", "kappa_through_training", "training_curves")
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         model_keys=("ff", "posn_dim"), model_base=_nearest,
         metric=("best_train_loss", "min"), train_metric=("train_loss", "min"),
         figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                 "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
+                 "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         tables=("by_config", "acceptance", "paper_comparison"), trainer="leaner.tasks.nearest:NearestPoint",
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
