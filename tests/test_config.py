@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -269,3 +270,56 @@ def test_a_nested_config_on_the_snakemake_command_line_works(tmp_path):
                 "--configfile", str(TINY), "--config", "theory={draws: 5, seed: 1}", "--quiet", "all"],
                tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _variants(plan, study):
+    return list(plan.studies[study].variants.values())
+
+
+def test_an_overlay_is_laid_over_config_yaml_and_a_full_config_stands_alone(tmp_path):
+    """A partial config (no studies, or studies that change some values) is laid over config.yaml,
+    as `--configfile config.yaml overlay.yaml` lays it; a config defining its studies (each with
+    its task) stands alone."""
+    base = load_plan(REPO / "config.yaml")
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("studies:\n  vit_digits:\n    recipe: {epochs: 2}\ntheory: {draws: 3}\n")
+    for plan in (load_plan(overlay, default=REPO / "config.yaml"), load_plan(REPO / "config.yaml", overlay)):
+        assert list(plan.studies) == list(base.studies)
+        assert {v.recipe["epochs"] for v in _variants(plan, "vit_digits")} == {2}
+        assert {v.recipe["lr"] for v in _variants(plan, "vit_digits")} == {3.0e-3}  # the rest of the study kept
+        assert _variants(plan, "nearest_rank") == _variants(base, "nearest_rank")
+        assert plan.theory["draws"] == 3 and plan.theory["tokens"] == base.theory["tokens"]
+    paper = load_plan(REPO / "configs" / "paper.yaml", default=REPO / "config.yaml")
+    assert "vit_digits" not in paper.studies and "vit_imagenet" in paper.studies
+
+
+def test_named_overlays_change_every_study(tmp_path):
+    """configs/quick.yaml: one seed and 60 steps in every study; configs/seeds5.yaml: seeds 0-4 on
+    every configuration (the configurations themselves unchanged), over either config."""
+    for config in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
+        base = load_plan(config)
+        quick = load_plan(config, REPO / "configs" / "quick.yaml")
+        five = load_plan(config, REPO / "configs" / "seeds5.yaml")
+        for name, study in base.studies.items():
+            configs = {vid.rpartition("-s")[0] for vid in study.variants}
+            assert {vid.rpartition("-s")[0] for vid in quick.studies[name].variants} == configs
+            assert {v.seed for v in _variants(quick, name)} == {0}
+            assert {v.recipe["max_steps"] for v in _variants(quick, name)} == {60}
+            assert {v.recipe["epochs"] for v in _variants(quick, name)} == {v.recipe["epochs"] for v in _variants(
+                base, name)}
+            assert len(five.studies[name].variants) == 5 * len(configs), name
+            assert {v.seed for v in _variants(five, name)} == {0, 1, 2, 3, 4}
+    with pytest.raises(ConfigError, match=r"every_study.seeds"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("every_study: {seeds: 5}\n")
+        load_plan(bad, default=REPO / "config.yaml")
+
+
+def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
+    """`snakemake --configfile configs/quick.yaml` alone: laid over config.yaml (22 variants, one
+    seed each), not a config of its own."""
+    proc = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1",
+                "--configfile", str(REPO / "configs" / "quick.yaml")], tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts["train"] == "22" and counts["conditioning"] == "22", proc.stdout[-3000:]

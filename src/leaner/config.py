@@ -214,8 +214,50 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+def stands_alone(config: dict) -> bool:
+    """A config that defines its studies in full (each with its task) is a config of its own; one
+    with no studies, or with studies that only change some values, is an overlay."""
+    studies = config.get("studies")
+    return bool(studies) and all(isinstance(st, dict) and "task" in st for st in studies.values())
+
+
 def merge_cli_config(config: dict, default: dict) -> None:
-    """Put `default` under `config` in place (values given on the command line win)."""
+    """Lay `config` (the --configfile files and --config values Snakemake merged) over `default`,
+    in place, unless it stands alone."""
+    if stands_alone(config):
+        return
     merged = _deep_merge(default, config)
     config.clear()
     config.update(merged)
+
+
+def load_configs(paths: Iterable[str | Path], default: str | Path | None = "config.yaml") -> dict:
+    """The config several files give, as Snakemake's `--configfile a b` merges them (later ones
+    win, key by key), laid over `default` unless it stands alone."""
+    merged: dict = {}
+    for path in paths:
+        merged = _deep_merge(merged, load_yaml(path))
+    if default is not None and not stands_alone(merged):
+        merge_cli_config(merged, load_yaml(default))
+    return merged
+
+
+def apply_every_study(config: dict) -> dict:
+    """`every_study` laid over each study: recipe, conditioning and resources keys replace the
+    study's, seeds replace every grid entry's (and a lean study's)."""
+    every = config.get("every_study")
+    if not every or not isinstance(config.get("studies"), dict):
+        return config
+    out = copy.deepcopy(config)
+    for st in out["studies"].values():
+        if not isinstance(st, dict):
+            continue
+        for section in ("recipe", "conditioning", "resources"):
+            if section in every:
+                st[section] = {**(st.get(section) or {}), **every[section]}
+        if "seeds" in every:
+            grids = st.get("grid") if isinstance(st.get("grid"), list) else [st.get("grid")]
+            for grid in [*grids, st.get("lean")]:
+                if isinstance(grid, dict):
+                    grid["seeds"] = list(every["seeds"])
+    return out

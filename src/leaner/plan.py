@@ -22,7 +22,8 @@ from .config import (
     RESOURCE_DEFAULTS,
     THEORY_DEFAULTS,
     ConfigError,
-    load_yaml,
+    apply_every_study,
+    load_configs,
     validate_schema,
 )
 from .data.glue import GLUE_TASKS
@@ -109,7 +110,10 @@ def _matches(where: dict, point: dict) -> bool:
 
 
 def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
-    """Validate `config` (schema, then semantics) and expand it. Raises ConfigError."""
+    """Validate `config` (schema, then semantics; `every_study` laid over each study) and expand
+    it. Raises ConfigError."""
+    validate_schema(config)
+    config = apply_every_study(config)
     validate_schema(config)
     problems: list[str] = []
     base_dir = Path(base_dir)
@@ -322,7 +326,8 @@ def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, probl
     return None
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Load and expand a config file; relative dataset paths resolve against the working
-    directory, as they do under Snakemake."""
-    return build_plan(load_yaml(path))
+def load_plan(*paths: str | Path, default: str | Path | None = None) -> Plan:
+    """Load and expand config files, merged as `--configfile a b` merges them, and laid over
+    `default` when they are an overlay (config.merge_cli_config); relative dataset paths resolve
+    against the working directory, as they do under Snakemake."""
+    return build_plan(load_configs(paths, default))
