@@ -15,7 +15,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 study: $(STAMP)
-	$(BIN)/snakemake --cores all
+	$(BIN)/leaner run --cores all
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

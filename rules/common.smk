@@ -20,6 +20,8 @@ envvars:
 
 
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+# --sdm conda: envs/leaner.post-deploy.sh installs the package from this checkout, wherever --directory points
+os.environ.setdefault("LEANER_SOURCE", workflow.basedir)
 
 # Without --configfile, the default study in config.yaml beside this workflow.
 if "studies" not in config:

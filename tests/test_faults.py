@@ -189,8 +189,15 @@ def test_divergence_is_a_result_the_sweep_completes_and_the_figures_mark_it(tmp_
     assert sorted(summary["status"]) == ["diverged", "ok", "ok", "ok"]
     by_config = pd.read_csv(tmp_path / "results/tables/tiny-by_config.csv")
     assert by_config.set_index("heads")["diverged"].to_dict() == {1: 0, 2: 1}
-    for name in ("accuracy_vs_heads", "kappa_vs_heads"):
+    for name in ("accuracy_vs_heads", "kappa_vs_heads", "training_curves"):
         assert (tmp_path / "results" / "figures" / f"tiny-{name}.png").stat().st_size > 10_000
+    # `leaner status` tells the diverged run from the finished ones
+    from conftest import BIN, run
+
+    status = run([str(BIN / "leaner"), "status", str(path)], cwd=tmp_path).stdout
+    assert status.splitlines()[0] == "4 variants: 3 done, 1 diverged", status
+    line = next(ln for ln in status.splitlines() if "L1-H2-D16-hd8-mlp32-s1" in ln)
+    assert line.split()[2] == "diverged" and "loss not finite at step" in line
 
     # the figure marks the diverged point: a red x with its own legend entry
     shown = []

@@ -93,6 +93,12 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     for v in ok:
         assert (remote / "results" / "tiny" / v / "conditioning.csv").exists(), v
     assert not (remote / "results" / "tiny" / FAILING / "metrics.json").exists()
+    # `leaner status` reads the same files a shared filesystem gives the submitting host
+    status = subprocess.run([str(BIN / "leaner"), "status", str(config)], cwd=remote, capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert status[0] == "4 variants: 3 done, 1 failed", status
+    failed = next(line for line in status if FAILING in line)
+    assert failed.split()[2] == "failed" and "expects 1" in failed, failed
 
     # the same config run locally gives the same results
     local_run = _snakemake(local, config, "--cores", "2", "--keep-going")

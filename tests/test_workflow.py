@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, TINY, saved_checkpoint, snakemake
+from conftest import BIN, REPO, TINY, saved_checkpoint, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -292,41 +292,90 @@ def test_requesting_one_variant_runs_only_its_chain(tmp_path):
     assert (tmp_path / target).stat().st_size > 0
 
 
-def test_killed_run_resumes_instead_of_restarting(tmp_path):
+def _status(workdir, config) -> dict[str, list[str]]:
+    """`leaner status` of a config in `workdir`: variant -> [state, step, detail]."""
+    from conftest import run
+
+    out = run([str(BIN / "leaner"), "status", str(config)], cwd=workdir).stdout.splitlines()
+    assert re.match(r"\d+ variants: ", out[0]) and out[1].split()[:4] == ["study", "variant", "state", "step"], out
+    rows = {}
+    for line in out[2:]:
+        study, variant, state, rest = line.split(maxsplit=3) + [""] * (4 - len(line.split(maxsplit=3)))
+        step, _, detail = rest.partition("  ")
+        rows[variant] = [state, step.strip(), detail.strip()]
+    return rows
+
+
+def test_a_killed_run_shows_in_status_and_the_readme_command_resumes_it(tmp_path):
+    """A real run, watched: `leaner status` shows the long variant running (step, loss) while the
+    short one is done; `leaner run` refuses to touch a live run's lock; after kill -9 of Snakemake
+    and its job, status says the run stopped (resumable) and the untargeted variant is pending, and
+    the README's command (`leaner run`, no --unlock, no --rerun-incomplete) resumes it."""
     import os
     import signal
     import subprocess
 
-    from conftest import BIN
-
     cfg = yaml.safe_load(TINY.read_text())
     del cfg["studies"]["tiny_nearest"]
     study = cfg["studies"]["tiny"]
-    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1], "mlp_ratio": [2],
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2, 4], "mlp_ratio": [2],
                      "seeds": [0]}
-    study["recipe"].update(epochs=60, checkpoint_every=100)
+    study["recipe"].update(epochs=120, checkpoint_every=100)
+    study["overrides"] = [{"where": {"heads": 2}, "recipe": {"epochs": 1}}]
     path = tmp_path / "long.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    variant = "L1-H1-D16-hd16-mlp32-s0"
-    target = f"results/tiny/{variant}/metrics.json"
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), target, "--cores", "1",
-           "--configfile", str(path)]
+    long_, short, untargeted = "L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0", "L1-H4-D16-hd4-mlp32-s0"
+    targets = [f"results/tiny/{v}/metrics.json" for v in (long_, short)]
+    args = ["-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *targets, "--cores", "2", "--configfile", str(path)]
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
+    proc = subprocess.Popen([str(BIN / "snakemake"), *args], cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = tmp_path / "results" / "tiny" / variant / ".resume" / "state.pt"
+    folder = tmp_path / "results" / "tiny" / long_
+    ckpt = folder / ".resume" / "state.pt"
     deadline = time.time() + 240
-    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+    while not (ckpt.exists() and (tmp_path / targets[1]).exists()) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its training job, mid-training
-    proc.wait()
-    assert saved_checkpoint(ckpt) and not (tmp_path / target).exists(), "the kill came too late to test resume"
+    try:
+        running = _status(tmp_path, path)
+        refused = subprocess.run([str(BIN / "leaner"), "run", *args], cwd=tmp_path, env=env, capture_output=True,
+                                 text=True, timeout=60)
+        watch = subprocess.Popen([str(BIN / "leaner"), "status", str(path), "--watch", "0.2"], cwd=tmp_path, env=env,
+                                 stdout=subprocess.PIPE, text=True)
+        frames = []
+        for line in iter(watch.stdout.readline, ""):
+            frames += [line] if " variants: " in line else []
+            if len(frames) == 2:
+                break
+        watch.kill()
+        watch.wait()
+        history_rows = len(pd.read_csv(folder / "history.csv"))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its training job, mid-training
+        proc.wait()
+    assert saved_checkpoint(ckpt) and not (tmp_path / targets[0]).exists(), "the kill came too late to test resume"
 
-    snakemake(tmp_path, "--unlock", configfile=path)
-    snakemake(tmp_path, target, "--cores", "1", "--rerun-incomplete", configfile=path)
-    log = (tmp_path / "logs" / "train" / "tiny" / f"{variant}.log").read_text()
+    state, step, detail = running[long_]
+    assert state == "running" and re.fullmatch(r"\d+/2760", step) and re.match(r"loss \d", detail), running[long_]
+    assert running[short][0] == "done" and re.match(r"eval_acc 0\.\d+", running[short][2]), running[short]
+    assert running[untargeted][0] == "pending"
+    assert refused.returncode == 1 and "a Snakemake run is active in" in refused.stderr, refused.stderr
+    assert len(frames) == 2 and frames[0].startswith("3 variants: ")
+    assert history_rows >= 1  # history.csv is written while the run trains
+
+    stopped = _status(tmp_path, path)
+    assert stopped[long_][0] == "failed" and "process gone" in stopped[long_][2], stopped[long_]
+    assert re.search(r"a re-run resumes from step [1-9]\d*00$", stopped[long_][2]), stopped[long_]
+    assert stopped[short][0] == "done" and stopped[untargeted][0] == "pending"
+    assert list((tmp_path / ".snakemake" / "locks").glob("*.lock")), "the kill should leave Snakemake's lock"
+
+    from conftest import run
+
+    proc = run([str(BIN / "leaner"), "run", *args], cwd=tmp_path)
+    assert "belongs to a run that is no longer alive" in proc.stderr
+    log = (tmp_path / "logs" / "train" / "tiny" / f"{long_}.log").read_text()
     resumed = re.search(r"resumed from step (\d+) of (\d+)", log)
     assert resumed and int(resumed.group(1)) >= 100, log[-2000:]
-    metrics = json.loads((tmp_path / target).read_text())
-    assert metrics["steps"] == int(resumed.group(2)) == 60 * 23
+    metrics = json.loads((tmp_path / targets[0]).read_text())
+    assert metrics["steps"] == int(resumed.group(2)) == 120 * 23
     assert not ckpt.exists()
+    assert _status(tmp_path, path)[long_][0] == "done"

@@ -160,7 +160,7 @@ def cmd_overview(a):
 def cmd_figures(a):
     from .analysis.study_figures import write_study_figures
 
-    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names)
+    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names, a.histories)
 
 
 def cmd_theory_report(a):
@@ -171,10 +171,16 @@ def cmd_theory_report(a):
     write_theory_table(a.theory, a.tabledir)
 
 
-def cmd_variants(a):
+def _plan(configs: list[str]):
+    """The plan of config files given as `--configfile` takes them: an overlay is laid over
+    ./config.yaml (config.merge_cli_config)."""
     from .plan import load_plan
 
-    plan = load_plan(a.config)
+    return load_plan(*configs, default="config.yaml" if os.path.exists("config.yaml") else None)
+
+
+def cmd_variants(a):
+    plan = _plan(a.config)
     for name, study in plan.studies.items():
         if a.study and name != a.study:
             continue
@@ -183,11 +189,24 @@ def cmd_variants(a):
 
 
 def cmd_check_config(a):
-    from .plan import load_plan
-
-    plan = load_plan(a.config)
+    plan = _plan(a.config)
     n = sum(len(s.variants) for s in plan.studies.values())
-    print(f"{a.config}: ok, {len(plan.studies)} studies, {n} variants")
+    print(f"{' + '.join(a.config)}: ok, {len(plan.studies)} studies, {n} variants")
+
+
+def cmd_status(a):
+    from .status import STATES, show
+
+    unknown = [s for s in a.state if s not in STATES]
+    if unknown:
+        raise ValueError(f"--state {','.join(unknown)}: unknown (allowed: {', '.join(STATES)})")
+    show(_plan(a.config), a.root, a.watch, a.state)
+
+
+def cmd_run(a):
+    from .launch import run_snakemake
+
+    return run_snakemake(a.snakemake_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("figures", help="the papers' figures for a study")
     s.add_argument("--summary", required=True)
     s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
+    s.add_argument("--histories", nargs="*", default=None, help="every variant's history.csv (training curves)")
     s.add_argument("--study", required=True)
     s.add_argument("--names", nargs="+", default=None,
                    help="the figures to make (default: those the study's grid gives something to show)")
@@ -304,14 +324,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tabledir", required=True)
     s.set_defaults(func=cmd_theory_report)
 
+    configs = dict(nargs="*", default=["config.yaml"], help="config files, merged in order as --configfile "
+                   "merges them; an overlay (no studies of its own) is laid over ./config.yaml")
     s = sub.add_parser("variants", help="list the variants a config expands to")
-    s.add_argument("config", nargs="?", default="config.yaml")
+    s.add_argument("config", **configs)
     s.add_argument("--study", default=None)
     s.set_defaults(func=cmd_variants)
 
     s = sub.add_parser("check-config", help="validate a config file")
-    s.add_argument("config", nargs="?", default="config.yaml")
+    s.add_argument("config", **configs)
     s.set_defaults(func=cmd_check_config)
+
+    s = sub.add_parser("status", help="every variant of every study: pending, running (step, loss), done (metric), "
+                                      "diverged or failed (why)")
+    s.add_argument("config", **configs)
+    s.add_argument("--root", default=".", help="the folder holding results/ and logs/ (default: here)")
+    s.add_argument("--watch", type=float, nargs="?", const=10.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 10) until Ctrl-C")
+    s.add_argument("--state", type=lambda t: t.split(","), default=[], help="only these states, e.g. running,failed")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("run", help="snakemake in this folder, resuming a run that died (stale lock, incomplete files)")
+    s.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake, e.g. --cores all")
+    s.set_defaults(func=cmd_run)
     return p
 
 
@@ -319,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["run"] and not {"-h", "--help"} & set(argv[1:2]):  # everything after `run` is snakemake's
+        args = argparse.Namespace(command="run", snakemake_args=argv[1:], func=cmd_run)
+    else:
+        args = build_parser().parse_args(argv)
     args.argv = argv  # a launcher runs the same command again on each of its processes
     try:
         code = args.func(args)

@@ -1,0 +1,92 @@
+"""`leaner run`: Snakemake in a working folder, picking up a run that died.
+
+A run killed mid-way (kill -9, an OOM kill, a closed laptop) leaves Snakemake's lock in
+.snakemake/locks and the outputs of the jobs it was running marked incomplete, so a plain re-run
+stops with a LockException, then with an IncompleteFilesException. Here the lock is cleared (with
+Snakemake's own --unlock) only when no Snakemake is alive in that folder, and incomplete jobs
+re-run (--rerun-incomplete; a training job resumes from its checkpoint). A lock held by a live run
+is never touched: the command stops with one line naming that process.
+
+A live Snakemake in the folder: any process of this machine whose command line runs snakemake
+and whose -d/--directory (or, without one, its working directory) is the folder. A run started on
+another machine (a cluster's other login node) cannot be seen from here; its lock is not cleared
+unless no process here holds the folder, so start a cluster run from one place.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+LOCKS = Path(".snakemake") / "locks"
+
+
+def _directory(args: list[str], cwd: Path) -> Path:
+    """The working folder a snakemake command line names (-d/--directory), else `cwd`."""
+    for i, arg in enumerate(args):
+        if arg in ("-d", "--directory") and i + 1 < len(args):
+            return (cwd / args[i + 1]).resolve()
+        if arg.startswith("--directory="):
+            return (cwd / arg.split("=", 1)[1]).resolve()
+    return cwd.resolve()
+
+
+def _snakemake_args(cmdline: list[str]) -> list[str] | None:
+    """The arguments of a snakemake command line (`snakemake ...`, `python .../snakemake ...`,
+    `python -m snakemake ...`), or None for any other program."""
+    for i, part in enumerate(cmdline[:3]):
+        if Path(part).name == "snakemake":
+            return cmdline[i + 1:] if i == 0 or Path(cmdline[0]).name.startswith("python") else None
+        if part == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == "snakemake":
+            return cmdline[i + 2:]
+    return None
+
+
+def live_snakemakes(folder: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every Snakemake running in `folder` on this machine."""
+    import psutil
+
+    folder, found = folder.resolve(), []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        try:
+            cmdline, cwd = proc.info["cmdline"] or [], proc.info["cwd"]
+        except (psutil.Error, KeyError):
+            continue
+        args = _snakemake_args(cmdline)
+        if args is None or cwd is None or proc.pid == os.getpid():
+            continue
+        if _directory(args, Path(cwd)) == folder:
+            found.append((proc.pid, " ".join(cmdline)))
+    return found
+
+
+def snakemake_command() -> str:
+    """The snakemake of the environment this runs in."""
+    beside = Path(sys.executable).parent / "snakemake"
+    return str(beside) if beside.exists() else "snakemake"
+
+
+def run_snakemake(args: list[str]) -> int:
+    """Run snakemake with `args` (plus --rerun-incomplete) in place of this process, after
+    clearing a lock that no live run holds. Returns only on refusal (exit status 1)."""
+    folder = _directory(args, Path.cwd())
+    locks = list((folder / LOCKS).glob("*.lock"))
+    if locks:
+        live = live_snakemakes(folder)
+        if live:
+            pid, cmd = live[0]
+            print(f"leaner run: error: a Snakemake run is active in {folder} (pid {pid}: {cmd[:120]}); wait for it "
+                  "or stop it first (its lock was left alone)", file=sys.stderr)
+            return 1
+        print(f"leaner run: the lock in {folder / LOCKS} belongs to a run that is no longer alive: clearing it "
+              "(snakemake --unlock); interrupted jobs re-run, training resumes from its checkpoint", file=sys.stderr)
+        unlock = subprocess.run([snakemake_command(), *args, "--unlock"], stdout=subprocess.DEVNULL)
+        if unlock.returncode:
+            return unlock.returncode
+    extra = [] if "--rerun-incomplete" in args or "--ri" in args else ["--rerun-incomplete"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(snakemake_command(), [snakemake_command(), *args, *extra])
+    return 0  # not reached

@@ -1,0 +1,143 @@
+"""`leaner status`: where every variant of every study stands, read from the files alone.
+
+The same files answer on a laptop and under Slurm (a shared filesystem): a variant's metrics.json
+(done or diverged), its heartbeat progress.json (running, or failed with the error), the resume
+state and the training log. A heartbeat from this host whose process is gone, or one from any host
+not renewed for STALE_S seconds, is a run that died (killed, out of memory, node lost): its
+re-run resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .io import read_json
+from .tracking import HEARTBEAT_S, read_progress
+
+STALE_S = 10 * 60 + 2 * HEARTBEAT_S  # longer than any quiet spell of a live run (an evaluation, a compile)
+STATES = ("pending", "running", "done", "diverged", "failed")
+
+
+@dataclass
+class Row:
+    study: str
+    variant: str
+    state: str
+    step: str
+    detail: str
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs (a killed one not yet reaped is a zombie)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _steps(step, total) -> str:
+    return f"{step}/{total}" if step is not None and total else ""
+
+
+def _loss(value) -> str:
+    return f"loss {value:.4g}" if isinstance(value, int | float) and math.isfinite(value) else "no loss yet"
+
+
+def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | None = None) -> Row:
+    """One variant's state from its files."""
+    now = time.time() if now is None else now
+    metrics = folder / "metrics.json"
+    if metrics.exists():
+        m = read_json(metrics)
+        steps = _steps(m.get("steps"), m.get("total_steps"))
+        if m.get("status") == "diverged":
+            return Row(study, variant, "diverged", steps, f"loss not finite at step {m.get('diverged_at_step')}")
+        name = m.get("primary_metric")
+        value = (m.get("final") or {}).get(name, (m.get("best") or {}).get(name))
+        shown = f"{name} {value:.4g}" if isinstance(value, int | float) else "no metric"
+        if not (folder / "conditioning.csv").exists():
+            shown += " (kappa pending)"
+        return Row(study, variant, "done", steps, shown)
+    beat = read_progress(folder)
+    if beat is not None:
+        steps = _steps(beat.get("step"), beat.get("total_steps"))
+        where = beat.get("host", "?") + (f", slurm job {beat['slurm_job_id']}" if beat.get("slurm_job_id") else "")
+        if beat.get("state") == "failed":
+            return Row(study, variant, "failed", steps, beat.get("detail") or _last_line(log))
+        age = now - beat.get("updated_unix", 0)
+        if beat.get("host") == platform.node():
+            alive = _alive(int(beat.get("pid", -1)))
+        else:
+            alive = age < STALE_S
+        if alive:
+            return Row(study, variant, "running", steps, f"{_loss(beat.get('loss'))}, {age:.0f} s ago ({where})")
+        ckpt = beat.get("checkpoint_step")
+        resumable = f"; a re-run resumes from step {ckpt}" if ckpt else "; no checkpoint yet: a re-run starts over"
+        gone = "process gone" if beat.get("host") == platform.node() else f"no heartbeat for {age / 60:.0f} min"
+        return Row(study, variant, "failed", steps, f"stopped: {gone} ({where}){resumable}")
+    last = _last_line(log)
+    error = re.search(r"error|Error|Traceback|Killed", last)
+    if last and not error and now - log.stat().st_mtime < 2 * HEARTBEAT_S:  # loading data, building the model
+        return Row(study, variant, "running", "", f"starting: {last}")
+    if last:  # a job that failed before training began (no heartbeat): its log says why
+        return Row(study, variant, "failed", "", last)
+    return Row(study, variant, "pending", "", "")
+
+
+def collect(plan, root: str | Path = ".") -> list[Row]:
+    """Every variant of every study of `plan`, results and logs under `root`."""
+    root = Path(root)
+    return [variant_row(name, vid, root / "results" / name / vid, root / "logs" / "train" / name / f"{vid}.log")
+            for name, study in plan.studies.items() for vid in study.variants]
+
+
+def render(rows: list[Row], width: int | None = None) -> str:
+    """The table: a count per state, then one line per variant (on a terminal, the detail cut to
+    its width; whole into a file or a pipe)."""
+    width = width or (shutil.get_terminal_size().columns if sys.stdout.isatty() else 10**6)
+    counts = {s: sum(r.state == s for r in rows) for s in STATES}
+    head = f"{len(rows)} variants: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    cols = [("study", [r.study for r in rows]), ("variant", [r.variant for r in rows]),
+            ("state", [r.state for r in rows]), ("step", [r.step for r in rows])]
+    widths = [max([len(name), *map(len, values)]) for name, values in cols]
+    lines = [head, "  ".join(name.ljust(w) for (name, _), w in zip(cols, widths)) + "  detail"]
+    for i, r in enumerate(rows):
+        line = "  ".join(values[i].ljust(w) for (_, values), w in zip(cols, widths)) + "  " + r.detail
+        line = line.rstrip()
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return "\n".join(lines)
+
+
+def show(plan, root: str | Path = ".", watch: float | None = None, states: list[str] | None = None) -> None:
+    """Print the table once, or every `watch` seconds until interrupted."""
+    while True:
+        rows = [r for r in collect(plan, root) if not states or r.state in states]
+        text = render(rows)
+        if watch and sys.stdout.isatty():
+            text = "\033[H\033[2J" + time.strftime("%H:%M:%S ") + text  # redraw in place
+        print(text, flush=True)
+        if not watch:
+            return
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            return
+        if not sys.stdout.isatty():
+            print(flush=True)
