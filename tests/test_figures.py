@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import figures, figures_p2, plots
+from leaner.analysis import curves, figures, figures_p2, plots
 from leaner.cli import main
 from leaner.outputs import grid_points, study_outputs
 from leaner.plan import build_plan
@@ -38,10 +38,10 @@ def test_the_tiny_config_lists_only_what_its_grid_shows():
     plan = build_plan(copy.deepcopy(CONFIG))
     # one MLP width; P2 with one d, one N, one positional encoding
     assert plan.studies["tiny"].outputs() == (
-        ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training"),
+        ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves"),
         ("by_config", "lean_vs_baseline", "paper_comparison"))
     assert plan.studies["tiny_nearest"].outputs() == (
-        ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training"),
+        ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         ("by_config", "acceptance", "paper_comparison"))
 
 
@@ -62,7 +62,7 @@ def test_vs_mlp_only_where_one_point_has_two_mlp_widths():
 
 def test_vs_heads_only_where_heads_vary_along_a_curve():
     figs, _ = outputs("tiny", grids=[{**P1, "depth": [1, 2], "heads": [2], "mlp_ratio": [2]}])
-    assert figs == ("kappa_through_training",)
+    assert figs == ("kappa_through_training", "training_curves")
     # one head count per depth: points, no curve
     figs, _ = outputs("tiny", grids=[{**P1, "depth": [1], "heads": [1], "mlp_ratio": [2]},
                                      {**P1, "depth": [2], "heads": [2], "mlp_ratio": [2]}])
@@ -90,7 +90,7 @@ def test_p2_lines_by_an_axis_only_where_it_varies(axis, values, name):
 
 def test_rank_and_single_head_figures_follow_the_grid():
     figs, _ = outputs("tiny_nearest", heads=[2])  # one rank, no 1-head model
-    assert figs == ("kappa_through_training",)
+    assert figs == ("kappa_through_training", "training_curves")
     figs, _ = outputs("tiny_nearest", heads=[1, 2], depth=[2])
     assert "perfect_angle" not in figs and "mse_vs_rank" in figs
 
@@ -106,6 +106,28 @@ def test_a_summary_gives_the_names_its_grid_gives():
 
 
 # ----------------------------------------------------------------------------- the figures themselves
+
+def history() -> pd.DataFrame:
+    """Histories of two configurations x three seeds, five epochs of 20 steps (eval every epoch)."""
+    rows = [{"config": f"L1-H{h}-D16-hd{16 // h}-mlp32", "seed": s, "variant": f"L1-H{h}-D16-hd{16 // h}-mlp32-s{s}",
+             "epoch": e, "step": 20 * e, "train_loss": 2.3 / (e * h) + 0.01 * s, "eval_acc": 0.1 * e + 0.01 * s}
+            for h in (1, 4) for s in range(3) for e in range(1, 6)]
+    return pd.DataFrame(rows)
+
+
+def test_training_curves_pool_the_seeds_of_each_configuration():
+    """One line per configuration: the mean over its seeds at each step, the 95% t-band around it
+    (losses in log space)."""
+    agg = curves.band(history(), "eval_acc", log=False)
+    one = agg[(agg["config"] == "L1-H4-D16-hd4-mlp32") & (agg["step"] == 60)].iloc[0]
+    assert one["mean"] == pytest.approx(0.31) and one["count"] == 3
+    assert one["hi"] - one["mean"] == pytest.approx(4.302653 * 0.01 / np.sqrt(3), rel=1e-5)
+    loss = curves.band(history(), "train_loss", log=True)
+    first = loss[(loss["config"] == "L1-H1-D16-hd16-mlp32") & (loss["step"] == 20)].iloc[0]
+    assert first["mean"] == pytest.approx(np.exp(np.mean(np.log([2.3, 2.31, 2.32]))))
+    assert curves.panels_for(history(), "image_classification") == ["train_loss", "eval_acc"]
+    assert curves.panels_for(history(), "nearest_point") == ["train_loss"]  # no eval_loss in these histories
+
 
 def p1_summary(mlp_ratios=(2,), heads=(1, 2, 4), depths=(1, 2)) -> pd.DataFrame:
     rows = []
@@ -152,7 +174,7 @@ def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
 def drawn(monkeypatch, make, *args):
     """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
     shown = []
-    for module in (figures, figures_p2):
+    for module in (figures, figures_p2, curves):
         monkeypatch.setattr(module, "save", lambda fig, prefix: shown.append(fig) or [])
     make(*args)
     fig = shown[0]
@@ -195,14 +217,15 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "mse_vs_rank": (figures_p2.mse_vs_rank, p2_summary(), "x", "p"),
             "kappa_vs_rank": (figures_p2.kappa_vs_rank, p2_summary(), "x", "p"),
             "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
-            "theory": (figures.theory_curves, theory, "x")}
+            "theory": (figures.theory_curves, theory, "x"),
+            "training_curves": (curves.training_curves, history(), "x", "s", "image_classification")}
     for name, (make, *args) in made.items():
         fig = drawn(monkeypatch, make, *args)
         panels = [ax for ax in fig.axes if ax.get_visible()]
         assert panels, name
         for ax in panels:
             assert ax.get_ylabel(), (name, ax.get_title())
-            assert ax.get_legend() is not None, (name, ax.get_title())
+            assert ax.get_legend() is not None or fig.legends, (name, ax.get_title())  # its own, or the figure's
             labels = tick_labels(ax)
             assert len(labels) >= 2, (name, ax.get_title(), labels)
             if ax.get_yscale() == "log":  # one style per axis: all math text or all plain
@@ -236,7 +259,7 @@ def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
     assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
                  "--study", "s", "--outdir", str(out)]) == 0
     assert sorted(p.name for p in out.glob("*.png")) == ["s-accuracy_vs_heads.png", "s-kappa_through_training.png",
-                                                         "s-kappa_vs_heads.png"]
+                                                         "s-kappa_vs_heads.png", "s-training_curves.png"]
     # the workflow names them
     named = tmp_path / "named"
     assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
@@ -254,7 +277,8 @@ def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
 def test_a_dry_run_of_the_tiny_config_lists_only_what_its_grid_shows(tmp_path):
     out = snakemake(tmp_path, "-n", "--cores", "1").stdout
     listed = set(re.findall(r"results/(?:figures|tables)/([\w-]+)\.(?:png|csv)", out))
-    assert {"tiny-accuracy_vs_heads", "tiny-kappa_vs_heads", "tiny-kappa_through_training", "tiny-lean_vs_baseline",
+    assert {"tiny-accuracy_vs_heads", "tiny-kappa_vs_heads", "tiny-kappa_through_training", "tiny-training_curves",
+            "tiny-lean_vs_baseline",
             "tiny_nearest-mse_vs_rank", "tiny_nearest-perfect_angle", "tiny_nearest-acceptance"} <= listed
     for name in ("tiny-accuracy_vs_mlp", "tiny_nearest-mse_vs_rank_by_dim", "tiny_nearest-mse_vs_rank_by_posn",
                  "tiny_nearest-mse_vs_rank_by_tokens"):

@@ -69,7 +69,7 @@ def test_tiny_study_end_to_end(tiny_run):
     assert (lean["baseline"] == "L2-H1-D16-mlp32").all()
     assert (lean["param_reduction_pct"] > 0).all()
     md = (work / "results" / "tables" / "tiny-by_config.md").read_text()
-    assert "eval_acc_mean" in md and "|" in md
+    assert "eval acc (mean)" in md and "|" in md
     assert "\\begin{tabular}" in (work / "results" / "tables" / "tiny-by_config.tex").read_text()
 
     # P2's family ran through the same rules

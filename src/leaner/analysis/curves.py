@@ -76,8 +76,9 @@ def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task:
         ax.set_xlabel("training step")
         ax.set_ylabel(LABELS.get(column, column.replace("_", " ")))
         ax.grid(alpha=0.3)
-    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), ncol=1 if len(configs) <= 16 else 2,
-                    frameon=False)
     fig.suptitle(f"{study}: training curves, one line per configuration (mean over seeds, 95% band)")
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()  # one legend for the panels, which share their lines
+    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(axes[-1].get_position().x1 + 0.01, 0.9),
+               ncol=1 if len(configs) <= 16 else 2, frameon=False)
     return save(fig, prefix)
