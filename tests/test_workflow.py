@@ -26,13 +26,17 @@ def tiny_run(tmp_path_factory):
 def test_tiny_study_end_to_end(tiny_run):
     work, proc = tiny_run
     assert "Finished" in proc.stderr + proc.stdout
+    logs = sorted((work / "logs").rglob("*.log"))
+    assert len(logs) > 20 and not [p for p in logs if p.stat().st_size == 0]  # every job says what it did
+    assert all(p.read_text().splitlines()[-1].startswith("leaner ") for p in logs if "train" not in p.parts)
     variants = [d.name for d in (work / "results" / "tiny").iterdir() if d.is_dir()]
     assert len(variants) == 6
     for v in variants:
         d = work / "results" / "tiny" / v
         for name in ("model.safetensors", "init.safetensors", "history.csv", "metrics.json", "conditioning.csv"):
             assert (d / name).stat().st_size > 0, d / name
-        assert not (d / ".resume").exists()
+        assert not (d / ".resume").exists() and not (d / "progress.json").exists()
+        assert list(d.glob("events.out.tfevents.*")), d  # TensorBoard's, beside history.csv
         assert (work / "logs" / "train" / "tiny" / f"{v}.log").exists()
         assert (work / "benchmarks" / "train" / "tiny" / f"{v}.tsv").exists()
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from .devices import SHARE_UNITS
 
@@ -350,6 +351,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# pipeline stages (the rules' commands): each job's log ends with a line saying what it wrote
+STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "tables", "job-costs", "run-config",
+          "overview", "figures", "theory-report")
+OUTPUT_ARGS = ("out", "kappa_out", "outdir", "figdir", "tabledir", "findings")
+
+
+def _closing_line(args, seconds: float) -> None:
+    from .provenance import describe
+
+    wrote = [str(getattr(args, a)) for a in OUTPUT_ARGS if getattr(args, a, None)]
+    print(f"leaner {args.command}: done in {seconds:.1f} s ({describe()}){'; wrote ' if wrote else ''}"
+          f"{', '.join(wrote)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
 
@@ -359,8 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = build_parser().parse_args(argv)
     args.argv = argv  # a launcher runs the same command again on each of its processes
+    started = time.perf_counter()
     try:
         code = args.func(args)
+        if args.command in STAGES and not code:
+            _closing_line(args, time.perf_counter() - started)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
