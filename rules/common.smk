@@ -23,9 +23,9 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 # --sdm conda: envs/leaner.post-deploy.sh installs the package from this checkout, wherever --directory points
 os.environ.setdefault("LEANER_SOURCE", workflow.basedir)
 
-# Without --configfile, the default study in config.yaml beside this workflow.
-if "studies" not in config:
-    merge_cli_config(config, load_yaml(Path(workflow.basedir) / "config.yaml"))
+# --configfile / --config values that do not define their studies in full (an overlay) are laid
+# over config.yaml beside this workflow; without any, config.yaml is the config.
+merge_cli_config(config, load_yaml(Path(workflow.basedir) / "config.yaml"))
 
 try:
     PLAN = build_plan(config)

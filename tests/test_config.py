@@ -263,6 +263,16 @@ def test_strings_from_the_command_line_are_read_as_the_type_the_schema_wants():
     with pytest.raises(ConfigError) as err:
         build_plan(config)
     assert str(err.value) == 'config error: theory.draws: "many" is not allowed (allowed: an integer >= 1)'
+    config["theory"] = "draws:5"  # --config 'theory=draws:5': a string where a mapping belongs
+    config["studies"]["tiny"]["recipe"] = "epochs=2"
+    with pytest.raises(ConfigError) as err:
+        build_plan(config)
+    assert str(err.value).splitlines() == [
+        "config error: studies.tiny.recipe: \"epochs=2\" is not allowed (allowed: a mapping with keys "
+        + str(err.value).split("a mapping with keys ")[1].split(";")[0]
+        + "; on the command line: --config 'studies={tiny: {recipe: {key: value, ...}}}', in YAML flow style)",
+        'config error: theory: "draws:5" is not allowed (allowed: a mapping with keys draws, seed, tokens, head_dim, '
+        "width, heads; on the command line: --config 'theory={key: value, ...}', in YAML flow style)"]
 
 
 def test_a_nested_config_on_the_snakemake_command_line_works(tmp_path):
@@ -323,3 +333,13 @@ def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
     assert counts["train"] == "22" and counts["conditioning"] == "22", proc.stdout[-3000:]
+    # one study's values, from a file or from --config: the rest of config.yaml stays
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("studies:\n  nearest_rank:\n    grid: {depth: [1], heads: [1], modules: [1], dim: [16], "
+                       "tokens: [8], seeds: [0]}\n")
+    for extra in (["--configfile", str(overlay)], ["--config", "studies={vit_digits: {recipe: {epochs: 2}}}"]):
+        proc = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1",
+                    *extra], tmp_path, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
+        assert counts["train"] == ("59" if "--configfile" in extra else "68"), proc.stdout[-3000:]

@@ -147,7 +147,14 @@ def _format_error(err, root: dict) -> str:
         best = max(fitting, key=lambda e: len(list(e.absolute_path)), default=None)
         if best is not None:
             return _format_error(best, root)
-    return f"{where}: {json.dumps(err.instance)} is not allowed (allowed: {_allowed(err.schema, root)})"
+    hint = ""
+    if isinstance(err.instance, str) and err.schema.get("type") in ("object", "array"):
+        parts = [str(p) for p in err.absolute_path] or [where]
+        value = "{key: value, ...}" if err.schema.get("type") == "object" else "[value, ...]"
+        for part in reversed(parts[1:]):
+            value = f"{{{part}: {value}}}"
+        hint = f"; on the command line: --config '{parts[0]}={value}', in YAML flow style"
+    return f"{where}: {json.dumps(err.instance)} is not allowed (allowed: {_allowed(err.schema, root)}{hint})"
 
 
 def _typed_cli_values(config: dict, validator) -> None:
