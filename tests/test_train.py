@@ -292,6 +292,15 @@ def test_tensorboard_events_hold_the_history_and_the_heartbeat_goes_at_the_end(t
         assert [e.step for e in logged] == history["step"].tolist() == [23, 46, 69]
         assert [e.value for e in logged] == pytest.approx(history[column].tolist(), rel=1e-6)
     assert not (tmp_path / "progress.json").exists()
+    # a fresh start in the same folder (another spec: nothing to resume) supersedes the old events
+    spec["recipe"].update(lr=5e-3)
+    train(spec, str(digits_manifest), tmp_path, progress=False)
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    logged = events.Scalars("train/loss")
+    assert [e.step for e in logged] == [23, 46, 69]
+    assert [e.value for e in logged] == pytest.approx(pd.read_csv(tmp_path / "history.csv")["train_loss"].tolist(),
+                                                      rel=1e-6)
 
 
 def test_history_grows_each_epoch_and_a_failure_leaves_a_failed_heartbeat(tmp_path, digits_manifest, monkeypatch):

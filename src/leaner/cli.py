@@ -45,10 +45,15 @@ def cmd_train(a):
 
     if a.nproc > 1 and not distributed.launched_by_torchrun():
         return distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
+    from .tracking import mark_failed
     from .train import train
 
-    train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
-          gpu_share=a.gpu_share)
+    try:
+        train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
+              gpu_share=a.gpu_share)
+    except BaseException as exc:  # before training began too: `leaner status` shows why
+        mark_failed(a.out, exc)
+        raise
 
 
 def cmd_conditioning(a):

@@ -148,7 +148,8 @@ def _format_error(err, root: dict) -> str:
         if best is not None:
             return _format_error(best, root)
     hint = ""
-    if isinstance(err.instance, str) and err.schema.get("type") in ("object", "array"):
+    if isinstance(err.instance, str) and err.schema.get("type") in ("object", "array") and \
+            not any(isinstance(p, int) for p in err.absolute_path):  # a list entry has no --config spelling
         parts = [str(p) for p in err.absolute_path] or [where]
         value = "{key: value, ...}" if err.schema.get("type") == "object" else "[value, ...]"
         for part in reversed(parts[1:]):

@@ -57,7 +57,8 @@ def live_snakemakes(folder: Path) -> list[tuple[int, str]]:
         args = _snakemake_args(cmdline)
         if args is None or cwd is None or proc.pid == os.getpid():
             continue
-        if _directory(args, Path(cwd)) == folder:
+        # Snakemake moves into its --directory, so its cwd may already be the folder
+        if Path(cwd).resolve() == folder or _directory(args, Path(cwd)) == folder:
             found.append((proc.pid, " ".join(cmdline)))
     return found
 

@@ -34,14 +34,21 @@ class Row:
     detail: str
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` of this host still runs (a killed one not yet reaped is a zombie)."""
+def _alive(pid: int, started: float | None) -> bool:
+    """Whether process `pid` of this host, started at `started`, still runs (a killed one not yet
+    reaped is a zombie; a pid reused by another process has another start time)."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
+        same = started is None or abs(proc.create_time() - started) < 1.0
+        return same and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, ValueError):
         return False
+
+
+def _is_error(line: str) -> bool:
+    return bool(re.search(r"error|Error|Traceback|Killed", line))
 
 
 def _last_line(log: Path) -> str:
@@ -83,20 +90,21 @@ def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | 
             return Row(study, variant, "failed", steps, beat.get("detail") or _last_line(log))
         age = now - beat.get("updated_unix", 0)
         if beat.get("host") == platform.node():
-            alive = _alive(int(beat.get("pid", -1)))
+            alive = _alive(int(beat.get("pid", -1)), beat.get("pid_started"))
         else:
             alive = age < STALE_S
+        if alive and beat.get("state") == "starting":
+            return Row(study, variant, "running", "", f"starting: loading data and model ({where})")
         if alive:
             return Row(study, variant, "running", steps, f"{_loss(beat.get('loss'))}, {age:.0f} s ago ({where})")
         ckpt = beat.get("checkpoint_step")
         resumable = f"; a re-run resumes from step {ckpt}" if ckpt else "; no checkpoint yet: a re-run starts over"
         gone = "process gone" if beat.get("host") == platform.node() else f"no heartbeat for {age / 60:.0f} min"
-        return Row(study, variant, "failed", steps, f"stopped: {gone} ({where}){resumable}")
+        last = _last_line(log)
+        return Row(study, variant, "failed", steps, (last if _is_error(last) else f"stopped: {gone} ({where})")
+                   + resumable)
     last = _last_line(log)
-    error = re.search(r"error|Error|Traceback|Killed", last)
-    if last and not error and now - log.stat().st_mtime < 2 * HEARTBEAT_S:  # loading data, building the model
-        return Row(study, variant, "running", "", f"starting: {last}")
-    if last:  # a job that failed before training began (no heartbeat): its log says why
+    if last:  # no heartbeat: the job failed before it began (a bad spec, no data); its log says why
         return Row(study, variant, "failed", "", last)
     return Row(study, variant, "pending", "", "")
 

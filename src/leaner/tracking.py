@@ -40,8 +40,9 @@ class RunRecord:
         if main:
             from torch.utils.tensorboard import SummaryWriter
 
-            # purge_step: events a killed run wrote after its last checkpoint are superseded
-            self.writer = SummaryWriter(log_dir=str(self.out), purge_step=start_step or None, flush_secs=60)
+            # purge_step: events an earlier attempt wrote from this step on are superseded (all of
+            # them when this run starts at step 0)
+            self.writer = SummaryWriter(log_dir=str(self.out), purge_step=start_step, flush_secs=60)
             self.beat(start_step, None, force=True)
 
     def epoch(self, history: list[dict]) -> None:
@@ -72,9 +73,8 @@ class RunRecord:
         self.last_beat = now
         write_json(self.out / PROGRESS_FILE, {
             "state": state, "step": step, "total_steps": self.total, "loss": loss,
-            "checkpoint_step": self.checkpoint_step, "detail": detail,
-            "host": platform.node(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "started_unix": self.started, "updated_unix": now})
+            "checkpoint_step": self.checkpoint_step, "detail": detail, **_process(), "started_unix": self.started,
+            "updated_unix": now})
 
     def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None) -> None:
         """The run ended: the heartbeat is removed (metrics.json says how it ended), or on an
@@ -87,6 +87,34 @@ class RunRecord:
             (self.out / PROGRESS_FILE).unlink(missing_ok=True)
         else:
             self.beat(step, loss, state="failed", force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
+
+
+def _process() -> dict:
+    """Who writes the heartbeat: host, pid and the pid's start time (a pid reused later is not this
+    process), Slurm job."""
+    import psutil
+
+    return {"host": platform.node(), "pid": os.getpid(), "pid_started": psutil.Process().create_time(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+
+
+def starting(out: Path) -> None:
+    """The heartbeat of a job that has begun, before its data and model load (it replaces the
+    last attempt's)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    write_json(out / PROGRESS_FILE, {"state": "starting", "step": None, "total_steps": None, "loss": None,
+                                     "checkpoint_step": None, "detail": None, **_process(), "started_unix": now,
+                                     "updated_unix": now})
+
+
+def mark_failed(out: Path, failure: BaseException) -> None:
+    """Record `failure` in the heartbeat this process wrote, unless it already says how it ended."""
+    beat = read_progress(out)
+    if beat and beat.get("pid") == os.getpid() and beat.get("state") in ("starting", "running"):
+        beat.update(state="failed", detail=f"{type(failure).__name__}: {failure}"[:300], updated_unix=time.time())
+        write_json(Path(out) / PROGRESS_FILE, beat)
 
 
 def read_progress(folder: Path) -> dict | None:

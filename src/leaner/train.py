@@ -39,7 +39,7 @@ from .provenance import code_state, describe
 from .resume import RESUME_DIR, RunState, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, make_deterministic, sync_interval
 from .tasks import make_task
-from .tracking import RunRecord
+from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_kept, save_weights
 
 
@@ -57,6 +57,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     log = _logger(spec, local_rank)
     dev = pick_device(device, gpu_share, local_rank, log=log)
     ctx = distributed.init(dev.type)
+    if ctx.main:
+        starting(out)  # the heartbeat of this attempt, before data and model load
     if threads:
         torch.set_num_threads(max(1, threads // ctx.world))
     make_deterministic(dev)
@@ -145,38 +147,38 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 record.epoch(history)
                 best = _best_of([row], task, best)
                 epoch += 1
-    except BaseException as exc:  # the heartbeat says failed, with the error
+        bar.close()
+
+        # ------------------------------------------------------------ outputs
+        train_time = time.perf_counter() - t0
+        samples = ctx.all_sum([samples], dev)[0]
+        if not ctx.main:
+            ctx.close()
+            return {}
+        save_weights(model, out / "model.safetensors", spec)
+        kept = publish_kept(kept_tmp, out / KEPT_DIR, {s for s in keep if s <= step})
+        metrics = {
+            "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
+            "params": counts, "status": status, "diverged_at_step": diverged_at,
+            "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
+            "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
+            "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "data": task.data_info(),
+            "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
+            "wall_time_s": run.elapsed_s + train_time,
+            "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
+            **_cost_and_provenance(dev, ctx, started),
+            # what later stages check before they trust the weights (a truncated or replaced file)
+            "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
+            "checkpoints": kept,
+        }
+        write_json(out / "metrics.json", metrics)
+        shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+        record.close()
+        ctx.close()
+        return metrics
+    except BaseException as exc:  # in training or writing the outputs: the heartbeat says failed, with the error
         record.close(exc, step, meter.mean)
         raise
-    bar.close()
-
-    # ------------------------------------------------------------ outputs
-    train_time = time.perf_counter() - t0
-    samples = ctx.all_sum([samples], dev)[0]
-    if not ctx.main:
-        ctx.close()
-        return {}
-    save_weights(model, out / "model.safetensors", spec)
-    kept = publish_kept(kept_tmp, out / KEPT_DIR, {s for s in keep if s <= step})
-    metrics = {
-        "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
-        "params": counts, "status": status, "diverged_at_step": diverged_at,
-        "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
-        "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
-        "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "data": task.data_info(),
-        "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
-        "wall_time_s": run.elapsed_s + train_time,
-        "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
-        **_cost_and_provenance(dev, ctx, started),
-        # what later stages check before they trust the weights (a truncated or replaced file)
-        "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
-        "checkpoints": kept,
-    }
-    write_json(out / "metrics.json", metrics)
-    shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
-    record.close()
-    ctx.close()
-    return metrics
 
 
 class _LineProgress:
