@@ -113,8 +113,9 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     """Validate `config` (schema, then semantics; `every_study` laid over each study) and expand
     it. Raises ConfigError."""
     validate_schema(config)
-    config = apply_every_study(config)
-    validate_schema(config)
+    if config.get("every_study"):  # the studies it changed are checked again
+        config = apply_every_study(config)
+        validate_schema(config)
     problems: list[str] = []
     base_dir = Path(base_dir)
 

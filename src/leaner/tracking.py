@@ -71,10 +71,7 @@ class RunRecord:
         if not self.main or (not force and now - self.last_beat < self.every):
             return
         self.last_beat = now
-        write_json(self.out / PROGRESS_FILE, {
-            "state": state, "step": step, "total_steps": self.total, "loss": loss,
-            "checkpoint_step": self.checkpoint_step, "detail": detail, **_process(), "started_unix": self.started,
-            "updated_unix": now})
+        _write_beat(self.out, state, step, self.total, loss, self.checkpoint_step, detail, self.started, now)
 
     def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None) -> None:
         """The run ended: the heartbeat is removed (metrics.json says how it ended), or on an
@@ -89,24 +86,24 @@ class RunRecord:
             self.beat(step, loss, state="failed", force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
 
 
-def _process() -> dict:
-    """Who writes the heartbeat: host, pid and the pid's start time (a pid reused later is not this
-    process), Slurm job."""
+def _write_beat(out: Path, state: str, step: int | None, total: int | None, loss: float | None,
+                checkpoint_step: int | None, detail: str | None, started: float, now: float) -> None:
+    """progress.json, with who writes it: host, pid and the pid's start time (a pid reused later is
+    not this process), Slurm job."""
     import psutil
 
-    return {"host": platform.node(), "pid": os.getpid(), "pid_started": psutil.Process().create_time(),
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+    write_json(Path(out) / PROGRESS_FILE, {
+        "state": state, "step": step, "total_steps": total, "loss": loss, "checkpoint_step": checkpoint_step,
+        "detail": detail, "host": platform.node(), "pid": os.getpid(), "pid_started": psutil.Process().create_time(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started_unix": started, "updated_unix": now})
 
 
 def starting(out: Path) -> None:
     """The heartbeat of a job that has begun, before its data and model load (it replaces the
     last attempt's)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(out).mkdir(parents=True, exist_ok=True)
     now = time.time()
-    write_json(out / PROGRESS_FILE, {"state": "starting", "step": None, "total_steps": None, "loss": None,
-                                     "checkpoint_step": None, "detail": None, **_process(), "started_unix": now,
-                                     "updated_unix": now})
+    _write_beat(out, "starting", None, None, None, None, None, now, now)
 
 
 def mark_failed(out: Path, failure: BaseException) -> None:
