@@ -50,6 +50,44 @@ class AveragedProjection(nn.Module):
         return (torch.einsum("bnwd,wed->bnwe", z, self.weight) + self.bias).mean(dim=2)
 
 
+FUSED_MIN_TOKENS = 64  # on CUDA: from this many points per sequence on, the fused kernel (see attention_kernel)
+
+
+def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type: str) -> tuple[str, int]:
+    """How `attention` computes softmax(q k^T / sqrt(r)) v for sequences of `tokens` points and
+    head dim r: ("fused", the head dim handed to the kernel) or ("math", r).
+
+    The fused kernels (flash, memory-efficient, cuDNN) take 4-D inputs only, and on CUDA a head
+    dim that is a multiple of 8 for 16-bit inputs (4 for fp32); they never store the N x N
+    scores, so memory grows with N. P2's head dims D/h go down to 1, so q, k and v are padded
+    with zeros up to that multiple: the padding adds zeros to every dot product (the scale stays
+    1/sqrt(r)) and gives zero output columns, which are cut off.
+    On CUDA a short sequence takes the math form instead: measured on an H100 (benchmarks/p2_gpu.py,
+    fp32, batch 256), at N = 16 the padded fused kernel used 2.5-3.6x the memory of the math form
+    and ran 1.4-4.5x slower (P2's fig1: 29 GB, 409 ms against 9.3 GB, 91 ms), while at N = 64 and
+    256 the math form needed 28 GB to over 80 GB where the fused kernel needed 14-43 GB. The CPU's
+    flash kernel takes any head dim at any N: always fused there."""
+    if device_type != "cuda":
+        return "fused", head_dim
+    if tokens < FUSED_MIN_TOKENS:
+        return "math", head_dim
+    align = 8 if dtype in (torch.float16, torch.bfloat16) else 4
+    return "fused", -(-head_dim // align) * align
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(r)) v for 4-D (B, heads, N, r) inputs, by `attention_kernel`'s choice."""
+    n, r = q.shape[-2:]
+    kernel, width = attention_kernel(n, r, q.dtype, q.device.type)
+    if kernel == "math":
+        return torch.softmax(q @ k.transpose(-2, -1) * r ** -0.5, dim=-1) @ v
+    if width == r:
+        return F.scaled_dot_product_attention(q, k, v)
+    pad = (0, width - r)
+    out = F.scaled_dot_product_attention(F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale=r ** -0.5)
+    return out[..., :r]
+
+
 class AveragedMultiheadAttention(nn.Module):
     """Mean over W modules of nn.MultiheadAttention(d_model, heads), batched."""
 
@@ -88,10 +126,10 @@ class AveragedMultiheadAttention(nn.Module):
         b, n, _ = x.shape
         qkv = torch.einsum("bnd,wed->bnwe", x, self.in_proj_weight) + self.in_proj_bias
         qkv = qkv.view(b, n, self.modules_, 3, self.heads, self.head_dim).permute(3, 0, 2, 4, 1, 5)
-        q, k, v = qkv.unbind(0)  # (B, W, H, N, r) each
-        out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(r)) v
-        out = out.permute(0, 3, 1, 2, 4).reshape(b, n, self.modules_ * self.d_model)
-        return self.proj(out)
+        q, k, v = (t.reshape(b, self.modules_ * self.heads, n, self.head_dim) for t in qkv.unbind(0))
+        out = attention(q, k, v)  # (B, W * H, N, r): softmax(q k^T / sqrt(r)) v
+        out = out.view(b, self.modules_, self.heads, n, self.head_dim).permute(0, 3, 1, 2, 4)
+        return self.proj(out.reshape(b, n, self.modules_ * self.d_model))
 
 
 class FeedForward(nn.Module):
