@@ -73,6 +73,11 @@ def test_paper_config_dedups_the_baseline_and_has_every_axis():
     # 2 depths x 4 heads x 2 protocols x 2 MLP ratios, minus the 2x2 shared h=12 models
     assert len(study.variants) == 2 * 4 * 2 * 2 - 2 * 2
     assert study.resources["gpu"] >= 1
+    # P2 trains in fp32 without TF32, as its authors did; the P1 models in bf16
+    for name, st in plan.studies.items():
+        recipe = next(iter(st.variants.values())).spec()["recipe"]
+        want = ("fp32", False) if st.task == "nearest_point" else ("bf16", True)
+        assert (recipe["precision"], recipe["tf32"]) == want, name
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -149,6 +154,10 @@ BAD = [
      "studies.tiny.recipe.warmup_frac: 1.5 is not allowed (allowed: a number >= 0 < 1)"),
     ("three betas", _set(["studies", "tiny", "recipe", "betas"], [0.9, 0.99, 0.999]),
      "studies.tiny.recipe.betas: [0.9, 0.99, 0.999] is not allowed"),
+    ("half precision", _set(["studies", "tiny", "recipe", "precision"], "fp16"),
+     'studies.tiny.recipe.precision: "fp16" is not allowed (allowed: one of bf16, fp32)'),
+    ("TF32 as a number", _set(["studies", "tiny", "recipe", "tf32"], 2),
+     "studies.tiny.recipe.tf32: 2 is not allowed (allowed: "),
     ("unknown schedule", _set(["studies", "tiny", "recipe", "schedule"], "linear"),
      'studies.tiny.recipe.schedule: "linear" is not allowed (allowed: one of cosine, epoch_cosine)'),
     ("mlp_ratio and mlp_hidden both", _set(["studies", "tiny", "grid", 0, "mlp_hidden"], [32]),

@@ -184,3 +184,37 @@ def test_a_late_divergence_check_on_the_gpu_stops_at_the_first_bad_step(tmp_path
     assert m["status"] == "diverged" and m["steps"] == m["diverged_at_step"] < 200
     weights = load_file(str(tmp_path / "bad" / "out" / "model.safetensors"))
     assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_p2_shapes_of_the_paper_config_take_a_fused_kernel_on_cuda():
+    """Every paper shape with N >= 64 reaches a fused kernel on this GPU in fp32 and bf16, its
+    head dim padded as `attention_kernel` says; the padded form equals the math form."""
+    from torch.nn.attention import SDPBackend
+
+    from leaner.models.nearest import attend, attention_kernel
+
+    from test_p2_attention import paper_shapes
+
+    for n, r in sorted(paper_shapes()):
+        for dtype in (torch.float32, torch.bfloat16):
+            kernel, width = attention_kernel(n, r, dtype, "cuda")
+            if kernel == "math":
+                continue
+            q = torch.randn(2, 8, n, width, device="cuda", dtype=dtype, requires_grad=True)
+            choice = SDPBackend(torch._fused_sdp_choice(q, q, q, scale=r ** -0.5))
+            assert choice != SDPBackend.MATH, (n, r, dtype)
+    g = torch.Generator("cuda").manual_seed(0)
+    q, k, v = (torch.randn(4, 64, 256, 1, device="cuda", generator=g) for _ in range(3))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.testing.assert_close(attend(q, k, v, "fused", 4), attend(q, k, v, "math", 1), rtol=1e-4, atol=1e-5)
+
+
+def test_the_recipe_precision_is_what_a_gpu_run_computes_in(tmp_path, digits_manifest):
+    """P2 in fp32 without TF32 (its task's recipe), the ViT in bf16 with TF32 (the default): each
+    recorded in metrics.json, and P2's loss is an fp32 tensor (no autocast)."""
+    from leaner.train import train
+
+    p2 = _nearest_on_gpu(tmp_path, "p2")
+    assert (p2["precision"], p2["tf32"]) == ("fp32", False) and p2["device"].startswith("cuda")
+    vit = train(small_spec(), str(digits_manifest), tmp_path / "vit", device="cuda", progress=False)
+    assert (vit["precision"], vit["tf32"]) == ("bf16", True)

@@ -8,6 +8,7 @@ import subprocess
 
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from leaner.optim import lr_at
@@ -40,6 +41,8 @@ def test_outputs_and_metrics_schema(tmp_path, digits_manifest):
                 "throughput_samples_per_s", "peak_memory_mb", "device", "versions", "seed"):
         assert key in on_disk, key
     assert on_disk["status"] == "ok" and on_disk["device"] == "cpu"
+    # the recipe asks for bf16 (the default); the CPU computes in fp32, and the record says so
+    assert spec["recipe"]["precision"] == "bf16" and (on_disk["precision"], on_disk["tf32"]) == ("fp32", False)
     assert on_disk["steps"] == 8 * math.ceil(1438 / 64)
     assert set(on_disk["params"]) == {"attention", "mlp", "embedding", "head", "norm", "total"}
     assert on_disk["params"]["attention"] == 16 * 48 + 48 + 16 * 16 + 16
@@ -326,3 +329,24 @@ def test_history_grows_each_epoch_and_a_failure_leaves_a_failed_heartbeat(tmp_pa
     assert beat["state"] == "failed" and beat["step"] == 50 and beat["total_steps"] == 92
     assert beat["detail"] == "RuntimeError: CUDA out of memory (simulated)" and 1.0 < beat["loss"] < 2.5
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_a_gpu_without_bf16_is_refused_in_one_line_and_fp32_sets_tf32(monkeypatch):
+    """A stand-in for a GPU without bf16 (a V100): precision bf16 stops before training with one
+    line; precision fp32 runs, with TF32 as the recipe says."""
+    from leaner.step import set_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
+    cuda = torch.device("cuda", 0)
+    with pytest.raises(ValueError) as err:
+        set_precision(cuda, {"precision": "bf16", "tf32": True})
+    assert str(err.value) == ("recipe.precision bf16: Tesla V100-SXM2-32GB does not support bf16 "
+                              "(allowed here: precision fp32)")
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for tf32 in (False, True):
+            assert set_precision(cuda, {"precision": "fp32", "tf32": tf32}) == {"precision": "fp32", "tf32": tf32}
+            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -28,19 +28,25 @@ import torch
 NEVER = 2**62  # "no bad step yet"
 
 
-def make_deterministic(device: torch.device) -> None:
-    """Deterministic kernels on the CPU; TF32 matmuls on a GPU (bf16 autocast there anyway)."""
+def set_precision(device: torch.device, recipe: dict) -> dict:
+    """Deterministic kernels on the CPU (always fp32); on a GPU the recipe's matmul precision
+    (TF32 or full fp32). Returns what the run computes in, for metrics.json: bf16 autocast only on
+    a GPU that supports it (a GPU without bf16 is refused, in one line, before training)."""
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        return {"precision": "fp32", "tf32": False}
+    if recipe["precision"] == "bf16" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"recipe.precision bf16: {torch.cuda.get_device_name(device)} does not support bf16 "
+                         "(allowed here: precision fp32)")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(recipe["tf32"])
+    return {"precision": recipe["precision"], "tf32": bool(recipe["tf32"])}
 
 
-def autocast_for(device: torch.device, graph_safe: bool = False):
-    """bf16 autocast on CUDA, nothing on CPU (fp32 keeps CPU runs exact and deterministic).
-    graph_safe: without autocast's weight-cast cache, which a CUDA graph capture must not use."""
-    if device.type == "cuda":
+def autocast_for(device: torch.device, precision: str = "bf16", graph_safe: bool = False):
+    """bf16 autocast on CUDA for precision bf16; nothing otherwise (fp32: the CPU always, so CPU
+    runs stay exact and deterministic). graph_safe: without autocast's weight-cast cache, which a
+    CUDA graph capture must not use."""
+    if device.type == "cuda" and precision == "bf16":
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph_safe)
     return contextlib.nullcontext
 

@@ -1,9 +1,9 @@
 """THE training loop, shared by every task.
 
-AdamW with linear warm-up then cosine decay (optim.py), device picked automatically, bf16
-autocast and fused attention on CUDA, deterministic on CPU for a given seed. The run's state is
-saved every checkpoint_every steps (resume.py) so that a re-run resumes where the last one
-stopped, bit for bit on CPU. The host reads the loss only at syncs (step.py). A NaN or inf loss
+AdamW with linear warm-up then cosine decay (optim.py), device picked automatically, the recipe's
+precision on CUDA (bf16 autocast or fp32, TF32 or not), deterministic fp32 on CPU for a given seed.
+The run's state is saved every checkpoint_every steps (resume.py) so that a re-run resumes where
+the last one stopped, bit for bit on CPU. The host reads the loss only at syncs (step.py). A NaN or inf loss
 ends the run with status ``diverged``: a result, not a crash of the sweep.
 
 Outputs (each written atomically, metrics.json last):
@@ -37,7 +37,7 @@ from .models import build_model, param_counts
 from .optim import lr_at, make_optimizer
 from .provenance import code_state, describe
 from .resume import RESUME_DIR, RunState, rank_seed, rng_state, seed_everything, set_rng_state
-from .step import GraphedStep, LossMeter, autocast_for, compile_mode, make_deterministic, sync_interval
+from .step import GraphedStep, LossMeter, autocast_for, compile_mode, set_precision, sync_interval
 from .tasks import make_task
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_kept, save_weights
@@ -61,15 +61,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
         starting(out)  # the heartbeat of this attempt, before data and model load
     if threads:
         torch.set_num_threads(max(1, threads // ctx.world))
-    make_deterministic(dev)
     recipe = spec["recipe"]
+    precision = set_precision(dev, recipe)
 
     # ------------------------------------------------------------ model, data, optimiser
     model, counts = _initial_model(spec, out, ctx, log)
     net, graphed = _training_module(model, recipe, dev, ctx, log)
     task = make_task(spec, data_path, dev)
     optimizer = make_optimizer(model, recipe, capturable=graphed)
-    autocast = autocast_for(dev, graph_safe=graphed)
+    autocast = autocast_for(dev, precision["precision"], graph_safe=graphed)
     per_epoch = task.steps_per_epoch
     total = min(recipe["epochs"] * per_epoch, recipe.get("max_steps") or math.inf)
     keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total))
@@ -166,7 +166,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
             "wall_time_s": run.elapsed_s + train_time,
             "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
-            **_cost_and_provenance(dev, ctx, started),
+            **precision, **_cost_and_provenance(dev, ctx, started),
             # what later stages check before they trust the weights (a truncated or replaced file)
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,

@@ -78,7 +78,13 @@ def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(r)) v for 4-D (B, heads, N, r) inputs, by `attention_kernel`'s choice."""
     n, r = q.shape[-2:]
-    kernel, width = attention_kernel(n, r, q.dtype, q.device.type)
+    return attend(q, k, v, *attention_kernel(n, r, q.dtype, q.device.type))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, width: int) -> torch.Tensor:
+    """softmax(q k^T / sqrt(r)) v in the form `kernel` ("math", or "fused" with the head dim
+    zero-padded to `width`)."""
+    r = q.shape[-1]
     if kernel == "math":
         return torch.softmax(q @ k.transpose(-2, -1) * r ** -0.5, dim=-1) @ v
     if width == r:
