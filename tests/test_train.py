@@ -350,3 +350,21 @@ def test_a_gpu_without_bf16_is_refused_in_one_line_and_fp32_sets_tf32(monkeypatc
             assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_checkpoint_minutes_writes_the_resume_state_only_when_that_long_has_passed(tmp_path, digits_manifest,
+                                                                                   monkeypatch):
+    """checkpoint_every 5 over 22 steps: a state at 5, 10, 15, 20; with checkpoint_minutes 60
+    none (the run is shorter than an hour); with a millisecond, every one of them again."""
+    from leaner.resume import RunState
+
+    saved: list[int] = []
+    real = RunState.save
+    monkeypatch.setattr(RunState, "save", lambda self, out: (saved.append(self.step), real(self, out))[1])
+    spec = small_spec()
+    spec["recipe"].update(epochs=1, max_steps=22, checkpoint_every=5)
+    for minutes, want in ((None, [5, 10, 15, 20]), (60.0, []), (1e-5, [5, 10, 15, 20])):
+        saved.clear()
+        spec["recipe"]["checkpoint_minutes"] = minutes
+        train(spec, str(digits_manifest), tmp_path / str(minutes), progress=False)
+        assert saved == want, (minutes, saved)

@@ -102,6 +102,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     bar = _progress(total, step, progress and ctx.main, spec["variant"], log)
     record = RunRecord(out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
     t0, samples, status, diverged_at = time.perf_counter(), 0, "ok", None
+    due = _CheckpointClock(recipe.get("checkpoint_minutes"))
     best = _best_of(history, task)
     model.train()
     epoch = step // per_epoch
@@ -133,9 +134,10 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 if step in keep and ctx.main:
                     kept_tmp.mkdir(parents=True, exist_ok=True)
                     save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
-                if step % recipe["checkpoint_every"] == 0 and step < total:
+                if step % recipe["checkpoint_every"] == 0 and step < total and due.now(ctx):
                     _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
                     record.checkpointed(step, meter.mean)
+                    due.reset()
                 if step >= total:
                     break
             # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
@@ -290,6 +292,24 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
         log(f"warning: checkpoint has RNG states of {len(state.rng)} process(es), this run has {ctx.world}; "
             "data order is unaffected, dropout/augmentation draws are not continued")
     return state
+
+
+class _CheckpointClock:
+    """Whether a checkpoint_every step writes the resume state: always, or with
+    recipe.checkpoint_minutes only once that long has passed since the last write (or the start).
+    Rank 0's clock decides for every rank, so all ranks take part in the same checkpoints."""
+
+    def __init__(self, minutes: float | None):
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.reset()
+
+    def reset(self) -> None:
+        self.last = time.monotonic()
+
+    def now(self, ctx) -> bool:
+        if self.seconds is None:
+            return True
+        return bool(ctx.from_main(time.monotonic() - self.last >= self.seconds))
 
 
 def _checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: list, meter: LossMeter,
