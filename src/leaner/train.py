@@ -285,7 +285,7 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
     model.load_state_dict(state.model)
     optimizer.load_state_dict(state.optimizer)
     if len(state.rng) == ctx.world:
-        set_rng_state(state.rng[ctx.rank])
+        set_rng_state(state.rng[ctx.rank], log)
     else:
         log(f"warning: checkpoint has RNG states of {len(state.rng)} process(es), this run has {ctx.world}; "
             "data order is unaffected, dropout/augmentation draws are not continued")
