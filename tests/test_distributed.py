@@ -22,9 +22,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from leaner import distributed
 from leaner.data import batch_indices
+from leaner.devices import SHARE_UNITS, pick_device
 from leaner.distributed import check_split, shard, shard_bounds
 from leaner.resume import RESUME_DIR, RESUME_FILE
+from leaner.train import train
 
 from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 
@@ -65,6 +68,83 @@ def test_a_batch_too_small_to_split_is_refused_clearly():
         check_split(1438, 1437, 2)
     with pytest.raises(ValueError, match="batch_size 2 over 2 samples leaves a batch of 2, fewer than the 4"):
         check_split(2, 2, 4)
+
+
+class _Joined(Exception):
+    """Raised by the stand-in for init_process_group to stop a worker once it has joined."""
+
+
+def _gpu_worker(monkeypatch, local_rank: int, world: int, gpus: int, join=None) -> list:
+    """This process as torchrun's worker `local_rank` of `world` on a machine of `gpus` GPUs: the
+    torch.cuda and torch.distributed calls that need CUDA and NCCL are stand-ins that record what
+    they were asked, in order (torch.cuda.current_device follows set_device, as in CUDA)."""
+    calls, current = [], [0]
+    monkeypatch.delenv("LEANER_DEVICE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setenv("RANK", str(local_rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+
+    def set_device(device):
+        current[0] = torch.device(device).index
+        calls.append(("set_device", torch.device(device)))
+
+    def init_process_group(backend, **kwargs):
+        calls.append(("init_process_group", backend, kwargs))
+        if join is None:
+            raise _Joined
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    for name, fn in (join or {}).items():
+        monkeypatch.setattr(torch.distributed, name, fn)
+    return calls
+
+
+def test_a_gpu_worker_binds_its_own_gpu_before_joining_the_process_group(tmp_path, monkeypatch):
+    """Worker 1 of 2 on a 2-GPU machine: train() makes cuda:1 the current device, then joins the
+    NCCL group bound to cuda:1; nothing touched CUDA before that."""
+    calls = _gpu_worker(monkeypatch, local_rank=1, world=2, gpus=2)
+    with pytest.raises(_Joined):
+        train(small_spec(), str(tmp_path / "no-data.json"), tmp_path / "v", progress=False,
+              gpu_share=2 * SHARE_UNITS)
+    assert [c[0] for c in calls] == ["set_device", "init_process_group"]
+    assert calls[0][1] == torch.device("cuda", 1)
+    backend, kwargs = calls[1][1:]
+    assert backend == "nccl" and kwargs["device_id"] == torch.device("cuda", 1)
+
+
+def test_a_gpu_workers_collectives_run_on_its_own_gpu(monkeypatch):
+    """The object collectives and the closing barrier of worker 1 use cuda:1: broadcast and
+    barrier are told so, and all_gather_object (which takes the current device) finds cuda:1
+    current. Without the binding all of them would use GPU 0 on every rank."""
+    seen = {}
+    join = {"get_rank": lambda: 1, "get_world_size": lambda: 2,
+            "broadcast_object_list": lambda box, src, device=None: seen.update(broadcast=device),
+            "all_gather_object": lambda out, obj: seen.update(gather=torch.cuda.current_device()),
+            "barrier": lambda device_ids=None: seen.update(barrier=device_ids),
+            "destroy_process_group": lambda: seen.update(destroyed=True)}
+    calls = _gpu_worker(monkeypatch, local_rank=1, world=2, gpus=2, join=join)
+    ctx = distributed.init(pick_device(gpu_share=2 * SHARE_UNITS, local_rank=1))
+    assert (ctx.device, ctx.rank, ctx.world, ctx.backend) == (torch.device("cuda", 1), 1, 2, "nccl")
+    assert calls[1][2]["device_id"] == torch.device("cuda", 1)
+    ctx.from_main("row")
+    ctx.gather("rng")
+    ctx.close()
+    assert seen == {"broadcast": torch.device("cuda", 1), "gather": 1, "barrier": [1], "destroyed": True}
+
+
+def test_a_worker_without_a_gpu_of_its_own_is_refused_in_one_line(monkeypatch):
+    _gpu_worker(monkeypatch, local_rank=2, world=3, gpus=2)
+    with pytest.raises(RuntimeError, match=r"^worker LOCAL_RANK=2 has no GPU of its own: this machine shows 2 "):
+        pick_device(gpu_share=3 * SHARE_UNITS, local_rank=2)
+    calls = _gpu_worker(monkeypatch, local_rank=1, world=2, gpus=2)
+    with pytest.raises(ValueError, match=r"^worker LOCAL_RANK=1 of 2 trains on its own GPU, cuda:1, not cuda:0: "
+                                         r"force --device cuda, not cuda:N$"):
+        distributed.init(pick_device("cuda:0", local_rank=1))
+    assert [c[0] for c in calls] == ["set_device"]  # refused before joining
 
 
 @pytest.mark.parametrize("task", ["image_classification", "nearest_point"])

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from leaner.optim import lr_at
-from leaner.resume import RESUME_DIR, RESUME_FILE
+from leaner.resume import RESUME_DIR, RESUME_FILE, rng_state, set_rng_state
 from leaner.train import train
 from leaner.weights import kept_steps
 
@@ -103,6 +103,55 @@ def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
     assert not list((out / "checkpoints").glob(".*"))  # no temporary left behind
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / "history.csv").drop(columns="elapsed_s"),
                                   pd.read_csv(out / "history.csv").drop(columns="elapsed_s"))
+
+
+def _gpus(monkeypatch, n: int, own: int) -> dict:
+    """A stand-in for n GPUs' RNG generators (torch.cuda is absent here), this process on GPU
+    `own`; GPU i's state starts as [i, 0]. Returns the generators' states by GPU."""
+    states = {i: torch.tensor([i, 0], dtype=torch.uint8) for i in range(n)}
+
+    def set_rng_state(state, device):
+        assert device in states, f"no GPU {device} among {n}"
+        states[device] = state.clone()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: own)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: states[device].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", set_rng_state)
+    return states
+
+
+@pytest.mark.parametrize("saved_on, resumed_on, after", [
+    ((2, 1), (1, 0), {0: [1, 7]}),  # GPU 1 of 2, then the only GPU of a node
+    ((1, 0), (4, 2), {0: [0, 0], 1: [1, 0], 2: [0, 7], 3: [3, 0]}),  # the only GPU, then GPU 2 of 4
+    ((3, 2), (3, 0), {0: [2, 7], 1: [0, 0], 2: [1, 0]}),  # GPU 2, then GPU 0 of the same three
+])
+def test_gpu_rng_states_resume_on_another_number_of_gpus(monkeypatch, saved_on, resumed_on, after):
+    """A run requeued onto a node with fewer or more GPUs (or onto another GPU) goes on drawing
+    from its own GPU's stream: the state of the GPU it trained on goes to the GPU it trains on
+    now, the others in order as far as both have GPUs; a changed count is one warning line."""
+    (n_saved, own_saved), (n_now, own_now) = saved_on, resumed_on
+    before = _gpus(monkeypatch, n_saved, own_saved)
+    before[own_saved][1] = 7  # the stream this run drew from
+    state = rng_state()
+    assert [s.tolist() for s in state["cuda"]][0] == [own_saved, 7] and len(state["cuda"]) == n_saved
+
+    now, log = _gpus(monkeypatch, n_now, own_now), []
+    set_rng_state(state, log.append)
+    assert {i: s.tolist() for i, s in now.items()} == after
+    if n_saved == n_now:
+        assert log == []
+    else:
+        assert log == [f"warning: checkpoint has the RNG states of {n_saved} GPU(s), this process sees {n_now}; "
+                       f"restoring {min(n_saved, n_now)}, its own GPU's first"]
+
+
+def test_a_process_that_never_used_cuda_saves_no_gpu_rng_state(monkeypatch):
+    _gpus(monkeypatch, 2, 0)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # a CPU job on a GPU node
+    assert "cuda" not in rng_state()
 
 
 def test_kept_steps_are_steps_or_fractions_of_the_run():

@@ -229,17 +229,34 @@ def pick_device(requested: str | None = None, gpu_share: int | None = None, loca
     decides (what the job's rule declared; None, as for a hand-run command, means one GPU when CUDA
     is present): 0 is the CPU; above 0, the job claims its GPU or its seat on one (see the module
     docstring) and runs there, or on the CPU where torch has no CUDA. A worker of a multi-process
-    run (`local_rank`) uses GPU `local_rank`: its launcher claimed the GPUs."""
+    run (`local_rank`) uses GPU `local_rank`: its launcher claimed the GPUs.
+
+    A CUDA device is made the current one before it is returned (before anything else touches
+    CUDA): what takes "the current device", such as DataLoader's pin-memory thread or the object
+    collectives of torch.distributed, then uses this job's GPU, not GPU 0."""
+    device = _pick(requested, gpu_share, local_rank, log or (lambda msg: print(msg, file=sys.stderr, flush=True)))
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)
+    return device
+
+
+def _pick(requested: str | None, gpu_share: int | None, local_rank: int | None, say):
     import torch
 
-    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if requested:
         return _forced(requested, "--device", local_rank)
     if os.environ.get("LEANER_DEVICE"):
         return _forced(os.environ["LEANER_DEVICE"], "LEANER_DEVICE", local_rank)
     cuda = torch.cuda.is_available()
     if local_rank is not None:
-        return torch.device("cuda", local_rank) if cuda and gpu_share != 0 else torch.device("cpu")
+        if not cuda or gpu_share == 0:
+            return torch.device("cpu")
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"worker LOCAL_RANK={local_rank} has no GPU of its own: this machine shows "
+                               f"{torch.cuda.device_count()} (run at most that many processes)")
+        return torch.device("cuda", local_rank)
     if gpu_share is None:
         gpu_share = SHARE_UNITS if cuda else 0
     gpus, seats = split_share(gpu_share)
@@ -258,6 +275,5 @@ def pick_device(requested: str | None = None, gpu_share: int | None = None, loca
     if not cuda:
         say(f"claimed {where} ({claim['lock_dir']}); torch has no CUDA here: training on the CPU")
         return torch.device("cpu")
-    torch.cuda.set_device(slots[0])
     say(f"claimed {where} ({claim['lock_dir']})")
     return torch.device("cuda", slots[0])

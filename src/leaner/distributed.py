@@ -24,7 +24,10 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -55,8 +58,10 @@ def check_split(n: int, batch_size: int, world: int) -> None:
 
 @dataclass
 class Context:
-    """Where this process stands in a (possibly one-process) run."""
+    """Where this process stands in a (possibly one-process) run, and the device it trains on
+    (under NCCL the collectives' device: this worker's own GPU)."""
 
+    device: torch.device | None = None
     rank: int = 0
     world: int = 1
     local_rank: int = 0
@@ -70,7 +75,7 @@ class Context:
     def active(self) -> bool:
         return self.world > 1
 
-    def all_sum(self, values: Sequence[float], device) -> list[float]:
+    def all_sum(self, values: Sequence[float]) -> list[float]:
         """Sum a few numbers over ranks (one small collective)."""
         import torch
 
@@ -78,16 +83,16 @@ class Context:
             return [float(v) for v in values]
         import torch.distributed as dist
 
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
 
-    def device_sum(self, value: float, device):
-        """`value` summed over ranks, as a tensor on `device`: no host sync (NCCL queues the
-        collective on the stream)."""
+    def device_sum(self, value: float):
+        """`value` summed over ranks, as a tensor on this process's device: no host sync (NCCL
+        queues the collective on the stream)."""
         import torch
 
-        t = torch.full((), float(value), dtype=torch.float32, device=device)
+        t = torch.full((), float(value), dtype=torch.float32, device=self.device)
         if self.active:
             import torch.distributed as dist
 
@@ -101,11 +106,12 @@ class Context:
         import torch.distributed as dist
 
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, device=self.device)
         return box[0]
 
     def gather(self, obj: Any) -> list[Any]:
-        """Every rank's `obj`, in rank order, on every rank."""
+        """Every rank's `obj`, in rank order, on every rank (under NCCL through the current CUDA
+        device: this worker's own, see `init`)."""
         if not self.active:
             return [obj]
         import torch.distributed as dist
@@ -114,19 +120,19 @@ class Context:
         dist.all_gather_object(out, obj)
         return out
 
-    def wrap(self, model, device):
+    def wrap(self, model):
         """The module the training step calls: DDP-wrapped when there are several ranks."""
         if not self.active:
             return model
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.backend == "nccl" else None)
 
     def close(self) -> None:
         if self.active:
             import torch.distributed as dist
 
-            dist.barrier()
+            dist.barrier(device_ids=[self.device.index] if self.backend == "nccl" else None)
             dist.destroy_process_group()
 
 
@@ -134,17 +140,26 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init(device_type: str, timeout_min: float = 120.0) -> Context:
-    """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); a no-op context in a
-    plain one-process run. The long timeout covers rank 0 evaluating while the others wait."""
+def init(device: torch.device, timeout_min: float = 120.0) -> Context:
+    """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); a one-process context
+    in a plain run. The long timeout covers rank 0 evaluating while the others wait.
+
+    Under NCCL, `device` must be this worker's GPU, cuda:LOCAL_RANK, already the current device
+    (devices.pick_device makes it so): the group is bound to it (`device_id`), and the object
+    collectives, which take the current device, use it too. Eight ranks on GPU 0 would make NCCL
+    fail or hang at the first checkpoint."""
     if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
-        return Context()
+        return Context(device)
     import torch.distributed as dist
 
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_min))
-    return Context(rank=dist.get_rank(), world=dist.get_world_size(),
-                   local_rank=int(os.environ["LOCAL_RANK"]), backend=backend)
+    local_rank, nccl = int(os.environ["LOCAL_RANK"]), device.type == "cuda"
+    if nccl and device.index != local_rank:
+        raise ValueError(f"worker LOCAL_RANK={local_rank} of {os.environ['WORLD_SIZE']} trains on its own GPU, "
+                         f"cuda:{local_rank}, not {device}: force --device cuda, not cuda:N")
+    dist.init_process_group("nccl" if nccl else "gloo", timeout=datetime.timedelta(minutes=timeout_min),
+                            device_id=device if nccl else None)
+    return Context(device, rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local_rank,
+                   backend="nccl" if nccl else "gloo")
 
 
 def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int | None = None) -> int:

@@ -36,24 +36,44 @@ def rank_seed(seed: int, rank: int) -> int:
 
 
 def rng_state() -> dict:
-    """This process's Python, NumPy, torch (and CUDA) RNG states, as tensors and plain values."""
+    """This process's Python, NumPy, torch (and, once it has used CUDA, its GPUs') RNG states, as
+    tensors and plain values."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
              "numpy_meta": [kind, int(pos), int(has_gauss), float(cached)], "python": repr(random.getstate())}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_initialized():
+        state["cuda"] = [torch.cuda.get_rng_state(i) for i in _own_gpu_first()]
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, log: Callable[[str], None]) -> None:
     import ast
 
     torch.set_rng_state(state["torch"])
     kind, pos, has_gauss, cached = state["numpy_meta"]
     np.random.set_state((kind, state["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, cached))
     random.setstate(ast.literal_eval(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state:
+        _set_cuda_rng_states(state["cuda"], log)
+
+
+def _own_gpu_first() -> list[int]:
+    """The visible GPUs, this process's current one first: the one whose RNG stream it draws from."""
+    own = torch.cuda.current_device()
+    return [own] + [i for i in range(torch.cuda.device_count()) if i != own]
+
+
+def _set_cuda_rng_states(states: list, log: Callable[[str], None]) -> None:
+    """Saved GPU RNG states (own GPU first) onto the GPUs this process sees now, own GPU first: a
+    run requeued onto a node with more or fewer GPUs, or another GPU of the same node, continues
+    its own GPU's stream; states beyond the GPUs present are dropped, GPUs beyond the states keep
+    their seeds."""
+    gpus = _own_gpu_first() if torch.cuda.is_available() else []
+    if len(states) != len(gpus):
+        log(f"warning: checkpoint has the RNG states of {len(states)} GPU(s), this process sees {len(gpus)}; "
+            f"restoring {min(len(states), len(gpus))}" + (", its own GPU's first" if gpus else ""))
+    for saved, index in zip(states, gpus):
+        torch.cuda.set_rng_state(saved, index)
 
 
 @dataclass

@@ -56,7 +56,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
     log = _logger(spec, local_rank)
     dev = pick_device(device, gpu_share, local_rank, log=log)
-    ctx = distributed.init(dev.type)
+    ctx = distributed.init(dev)
     if ctx.main:
         starting(out)  # the heartbeat of this attempt, before data and model load
     if threads:
@@ -91,7 +91,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             loss, n_local = task.loss(net, batch)
         meter.add(loss, n_local, step_now)
         # weight each rank's mean by its share, so DDP's average is the global-batch mean
-        (loss * (n_local * ctx.world / ctx.device_sum(n_local, dev)) if ctx.active else loss).backward()
+        (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
         if recipe.get("grad_clip"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
         optimizer.step()
@@ -153,7 +153,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
         # ------------------------------------------------------------ outputs
         train_time = time.perf_counter() - t0
-        samples = ctx.all_sum([samples], dev)[0]
+        samples = ctx.all_sum([samples])[0]
         if not ctx.main:
             ctx.close()
             return {}
@@ -261,7 +261,7 @@ def _training_module(model, recipe: dict, dev: torch.device, ctx, log):
     """(what the training step calls: the model on `dev`, DDP-wrapped, compiled; whether the step
     is captured as a CUDA graph). `model` stays the plain module."""
     model.to(dev)
-    net = ctx.wrap(model, dev)
+    net = ctx.wrap(model)
     graphed = bool(recipe.get("cuda_graph")) and dev.type == "cuda"
     if recipe.get("cuda_graph") and not graphed:
         log("recipe.cuda_graph is for CUDA; training eagerly on the CPU")
@@ -287,7 +287,7 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
     model.load_state_dict(state.model)
     optimizer.load_state_dict(state.optimizer)
     if len(state.rng) == ctx.world:
-        set_rng_state(state.rng[ctx.rank])
+        set_rng_state(state.rng[ctx.rank], log)
     else:
         log(f"warning: checkpoint has RNG states of {len(state.rng)} process(es), this run has {ctx.world}; "
             "data order is unaffected, dropout/augmentation draws are not continued")
