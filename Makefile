@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test bench setup clean-results
+.PHONY: study test bench gpu-check setup clean-results
 
 setup: $(STAMP)
 
@@ -22,6 +22,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# The checks a GPU machine must pass before a sweep (benchmarks/gpu_check.py; ARGS="--budget 400 --out DIR").
+# Where the machine's own Python already has torch and the packages (../shared/tools/gpu-kit): NO_VENV=1.
+gpu-check: $(if $(NO_VENV),,$(STAMP))
+	$(if $(NO_VENV),$(PYTHON),$(BIN)/python) benchmarks/gpu_check.py $(ARGS)
 
 clean-results:
 	rm -rf results logs benchmarks/*/ .snakemake

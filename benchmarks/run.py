@@ -466,7 +466,8 @@ def _p2_bare(spec_file: str, steps: int) -> None:
 
     spec = json.loads(Path(spec_file).read_text())
     dev = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = True
+    recipe = spec["recipe"]
+    torch.backends.cuda.matmul.allow_tf32 = recipe["tf32"]  # the recipe's precision, as `leaner train` runs it
     model = build_model(spec["model"]).to(dev)
     opt = make_optimizer(model, spec["recipe"])
     m = spec["model"]
@@ -474,7 +475,7 @@ def _p2_bare(spec_file: str, steps: int) -> None:
 
     def step(k):
         x, y = stream.batch(k)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe["precision"] == "bf16"):
             loss = nearest_point_mse(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -541,7 +542,8 @@ def bench_gpu_p2(work: Path, steps: int, ks=(1, 4, 8), quick: bool = False) -> t
             aggregate[(k, mode)] = sum(each)
     text = table(title, ["processes on the GPU", "loop", "steps/s each", "aggregate steps/s",
                          "leaner / bare (target >= 0.95)"], rows)
-    text += (f"\nL1-H1-W1 of `nearest_fig1` (d 64, N 16, ff 2048, batch 256), {steps} steps per run; leaner's "
+    text += (f"\nL1-H1-W1 of `nearest_fig1` (d 64, N 16, ff 2048, batch 256, {spec['recipe']['precision']}, TF32 "
+             f"{'on' if spec['recipe']['tf32'] else 'off'}), {steps} steps per run; leaner's "
              f"steady rate from its per-epoch history (start-up and compilation apart).\n")
     return text, aggregate
 
@@ -627,6 +629,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     p.add_argument("--e2e", action="store_true", help="also run the default study end to end")
+    p.add_argument("--gpu-only", action="store_true", help="only the GPU rows (5, 6b) and the projection (7)")
     p.add_argument("--repeats", type=int, default=None, help="runs per measurement (default 7, quick 1)")
     p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results.md"))
@@ -645,16 +648,18 @@ def main(argv=None) -> int:
         command = " ".join(["benchmarks/run.py", *(argv or sys.argv[1:])])
         parts = [f"# Benchmarks\n\nMachine: {machine()}\nCommand: `{command}`"
                  f", {repeats} run(s) per measurement, {time.strftime('%Y-%m-%d %H:%M')}\n"]
-        text, trained = bench_training(manifest, repeats, 2 if a.quick else 24, work)
-        parts.append(text)
-        print(text, flush=True)
-        text, loader_rates = bench_loading(manifest, repeats, trained, work, a.quick)
-        parts.append(text)
-        print(text, flush=True)
-        for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
-                     *([bench_e2e(work / "e2e")] if a.e2e else [])):
+        loader_rates = {}
+        if not a.gpu_only:
+            text, trained = bench_training(manifest, repeats, 2 if a.quick else 24, work)
             parts.append(text)
             print(text, flush=True)
+            text, loader_rates = bench_loading(manifest, repeats, trained, work, a.quick)
+            parts.append(text)
+            print(text, flush=True)
+            for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
+                         *([bench_e2e(work / "e2e")] if a.e2e else [])):
+                parts.append(text)
+                print(text, flush=True)
         text, vit_rates = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit", a.quick)
         parts.append(text)
         print(text, flush=True)

@@ -44,8 +44,13 @@ from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_k
 
 
 def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
-          threads: int | None = None, progress: bool = True, gpu_share: int | None = None) -> dict:
+          threads: int | None = None, progress: bool = True, gpu_share: int | None = None,
+          stop_after: int | None = None) -> dict:
     """Train one variant; returns the metrics written to metrics.json.
+
+    `stop_after`: a checkpoint step (a multiple of checkpoint_every, before the end) after whose
+    checkpoint the run stops as a preempted job would, with its resume state and no outputs
+    (returns {}); the next call resumes there. `leaner rehearse` checks resumption with it.
 
     The device: `device` (or $LEANER_DEVICE) when forced, else what `gpu_share` asked for (see
     devices.py: 0 is the CPU). `threads`: torch's CPU threads in all, split over the processes.
@@ -72,6 +77,10 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     autocast = autocast_for(dev, precision["precision"], graph_safe=graphed)
     per_epoch = task.steps_per_epoch
     total = min(recipe["epochs"] * per_epoch, recipe.get("max_steps") or math.inf)
+    if stop_after is not None and (stop_after % recipe["checkpoint_every"] or not 0 < stop_after < total
+                                   or recipe.get("checkpoint_minutes")):
+        raise ValueError(f"stop_after {stop_after}: allowed a multiple of checkpoint_every "
+                         f"({recipe['checkpoint_every']}) below the run's {total} steps, without checkpoint_minutes")
     keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total))
     kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
 
@@ -138,6 +147,11 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                     _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
                     record.checkpointed(step, meter.mean)
                     due.reset()
+                    if step == stop_after:  # preempted right after this checkpoint
+                        bar.close()
+                        record.close()
+                        ctx.close()
+                        return {}
                 if step >= total:
                     break
             # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
