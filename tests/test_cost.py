@@ -1,5 +1,6 @@
 """`leaner cost`: training FLOPs and parameters from the built model, GPU-hours that add up, each
-job's GPU memory against peaks measured on an H100, and the check of each study against its card."""
+job's GPU memory against peaks measured on an H100, and the onstart check that stops a run whose
+jobs cannot fit their GPU (through real Snakemake, the card given by LEANER_GPU_MEM_GB)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from leaner.footprint import footprint, sample, saved_tensors, training_flops
 from leaner.models import build_model, param_counts
 from leaner.plan import build_plan, load_plan
 
-from conftest import REPO, TINY
+from conftest import REPO, TINY, snakemake
 
 VIT_B16 = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072, "patch_size": 16,
            "img_size": 224, "in_chans": 3, "num_classes": 1000, "qkv_bias": True, "drop_path_rate": 0.0,
@@ -162,6 +163,25 @@ def test_which_card_a_study_is_checked_against(tmp_path, monkeypatch):
     assert fit_problems(plan, "local", {"LEANER_GPU_MEM_GB": "lots"}) == [
         "LEANER_GPU_MEM_GB=lots: not a GPU memory in GB (allowed: a number > 0, e.g. 80)"]
     assert fit_problems(plan, "local", {"LEANER_GPU_MEM_GB": "200"}) == []
+
+
+@pytest.mark.workflow
+def test_onstart_stops_a_run_whose_job_cannot_fit_its_gpu(tmp_path, monkeypatch):
+    """Before any job: one line, no traceback, nothing written; a dry run is not stopped."""
+    config, _ = _config(tmp_path, {"big": FIGN_BIG})
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("LEANER_GPU_MEM_GB", "80")
+    dry = snakemake(work, "-n", "--cores", "2", configfile=config, check=False)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    proc = snakemake(work, "--cores", "2", configfile=config, check=False)
+    assert proc.returncode != 0
+    line = ("study big: job L2-H64-W64-r1-d64-N256-none-s0 needs ~142 GB of GPU memory, the GPU of "
+            "LEANER_GPU_MEM_GB=80 has 80 GB (allowed: a smaller batch_size, more GPUs per variant (resources.gpu), "
+            "or a larger card)")
+    assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not (work / "results").exists() and not (work / "logs").exists()
 
 
 def test_plan_totals_add_up_from_their_rows(tmp_path):
