@@ -20,9 +20,9 @@ number is the median of --repeats runs with its spread (min-max). Rows:
 6. GPU machines: (a, --e2e) the default study with the GPU visible against the same machine's CPU
    alone; (b) P2's fig1 variant through `leaner train` (eager, CUDA graph, compile reduce-overhead)
    against a bare loop, alone and 4 and 8 processes sharing one GPU.
-7. The paper-scale studies of configs/paper.yaml: their work, and their wall time on one GPU and
-   on an 8-GPU node projected from rows 5 and 6b.
-Rows 5-7 need a GPU; without one the tables say so (row 7 still lists each study's work).
+7. The paper-scale studies of configs/paper.yaml priced by `leaner cost` on an H100: training FLOPs
+   from the built models, GPU-hours, one 8-GPU node's hours, the largest job's memory against the card.
+Rows 5-6 need a GPU; without one the tables say so. Row 7 needs none.
 """
 
 from __future__ import annotations
@@ -548,44 +548,43 @@ def bench_gpu_p2(work: Path, steps: int, ks=(1, 4, 8), quick: bool = False) -> t
     return text, aggregate
 
 
-IMAGENET_TRAIN = 1_281_167  # ImageNet-1k training images
+def _hours(hours: float) -> str:
+    return f"{hours:,.1f}" if hours >= 1 else f"{hours:.2g}"
 
 
-def bench_projection(vit_rates: dict, p2_rates: dict) -> str:
-    """Each paper-scale study's work (configs/paper.yaml), and its wall time on one GPU and on an
-    8-GPU node projected from the measured rates of rows 5 and 6b."""
+def bench_projection() -> str:
+    """Each paper-scale study of configs/paper.yaml priced by `leaner cost` on an H100 (leaner/cost.py):
+    training FLOPs from the built models, so variants weigh by their work instead of counting as
+    equal; GPU-hours at the measured or stated MFU, P2 at its measured step rates; and the largest
+    job's memory against the card."""
+    from leaner.cost import CARDS, plan_cost
     from leaner.plan import load_plan
 
-    plan = load_plan(REPO / "configs" / "paper.yaml")
+    gpu = CARDS["h100"]
+    t0 = time.perf_counter()
+    costs = plan_cost(load_plan(REPO / "configs" / "paper.yaml"), gpu)
+    seconds = time.perf_counter() - t0
     rows = []
-    best_p2 = max(((k, mode, r) for (k, mode), r in p2_rates.items()), key=lambda t: t[2], default=None)
-    for name, study in plan.studies.items():
-        specs = [v.spec() for v in study.variants.values()]
-        if study.task == "nearest_point":
-            steps = sum(s["recipe"]["epochs"] * s["recipe"]["steps_per_epoch"] for s in specs)
-            work_text = f"{steps:.3g} steps"
-            if best_p2:
-                one = steps / best_p2[2] / 3600
-                rows.append([name, len(specs), work_text, f"{one:.1f} h", f"{one / 8:.1f} h",
-                             f"fig1 variant, {best_p2[0]} per GPU, {best_p2[1]}: {best_p2[2]:.0f} steps/s per GPU "
-                             f"(the node: 8 such GPUs, CPU cores for {2 * 8 * best_p2[0]} threads)"])
-                continue
-        elif study.dataset == "imagenet1k":
-            images = sum(s["recipe"]["epochs"] for s in specs) * IMAGENET_TRAIN
-            work_text = f"{images:.3g} images"
-            rate = vit_rates.get("vit_compiled")
-            if rate:  # ViT-B/16 rate for every variant: the grid's models are of its size (+-40%)
-                one = images / rate / 3600
-                rows.append([name, len(specs), work_text, f"{one:.0f} h", f"{one / 8:.0f} h",
-                             f"ViT-B/16 compiled: {rate:.0f} images/s per GPU, 8 GPUs scaling linearly (DDP)"])
-                continue
-        else:
-            steps = sum(s["recipe"]["epochs"] * (s["recipe"].get("steps_per_epoch") or 0) for s in specs)
-            work_text = f"{steps:.3g} steps" if steps else "epochs over the dataset"
-        rows.append([name, len(specs), work_text, "-", "-", "no rate measured for this workload" if
-                     torch.cuda.is_available() else "needs rows 5/6b (a GPU)"])
-    return table("7. Paper-scale studies: projected wall time", ["study", "variants", "work", "one GPU",
-                                                                 "8-GPU node", "from"], rows)
+    for c in costs:
+        base = next((r for r in c.rows if r["job"] == c.baseline), None)
+        flops, hours, big = c.total("train_flops"), c.total("gpu_hours"), c.largest()
+        k = big["jobs_per_gpu"]
+        rows.append([c.name, len({r["job"].split("/")[0] for r in c.rows}), len(c.rows), f"{flops:.3g}",
+                     f"{flops / base['train_flops']:.1f}" if base else "-", _hours(hours), _hours(hours / 8),
+                     f"{big['job']}: {'' if k == 1 else f'{k} x '}{big['memory_gb']:.1f}",
+                     "yes" if k * big["memory_gb"] <= gpu.memory_gb else "no",
+                     ", ".join(sorted({r["priced_by"].split(" (")[0] for r in c.rows}))])
+    hours = sum(c.total("gpu_hours") for c in costs)
+    rows.append(["total", sum(r[1] for r in rows), sum(r[2] for r in rows),
+                 f"{sum(c.total('train_flops') for c in costs):.3g}", "", _hours(hours), _hours(hours / 8), "", "", ""])
+    text = table("7. Paper-scale studies: `leaner cost configs/paper.yaml` on an H100", [
+        "study", "variants", "jobs", "training FLOP", "x its baseline", "GPU-hours", "8-GPU node (h)",
+        "largest job: GB per GPU", "fits 80 GB", "priced by"], rows)
+    return text + (f"\nPlanned in {seconds:.0f} s. FLOPs counted from each built model (x its baseline: the study's "
+                   "FLOPs over its baseline variant's); GPU-hours at 36% MFU for the ViTs (measured, ViT-B/16 "
+                   "compiled on an H200), 30% for the other P1 models (assumed), P2 by its measured step rates "
+                   "(launch-bound, else attention- or FLOP-bound; k jobs sharing a GPU split its hours). 8-GPU node: "
+                   "GPU-hours / 8, perfectly packed. `leaner cost` prints how each study is priced.\n")
 
 
 # ----------------------------------------------------------------------------- 6. GPU machines
@@ -660,14 +659,14 @@ def main(argv=None) -> int:
                          *([bench_e2e(work / "e2e")] if a.e2e else [])):
                 parts.append(text)
                 print(text, flush=True)
-        text, vit_rates = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit", a.quick)
+        text = bench_gpu(5 if a.quick else 30, loader_rates, work / "vit", a.quick)[0]
         parts.append(text)
         print(text, flush=True)
         gpu_e2e = [bench_gpu_e2e(work / "gpu_e2e")] if a.e2e else []
         # at least 4 epochs of 100 steps: the steady rate is read between history rows
-        p2_text, p2_rates = bench_gpu_p2(work / "p2", 500 if a.quick else 1500, (1, 2) if a.quick else (1, 4, 8),
-                                         a.quick)
-        for text in (*gpu_e2e, p2_text, bench_projection(vit_rates, p2_rates)):
+        p2_text = bench_gpu_p2(work / "p2", 500 if a.quick else 1500, (1, 2) if a.quick else (1, 4, 8),
+                               a.quick)[0]
+        for text in (*gpu_e2e, p2_text, bench_projection()):
             parts.append(text)
             print(text, flush=True)
     out = Path(a.out)

@@ -208,6 +208,38 @@ def count_gpus():
         limit_resource("gpu_share", share_pool(gpus))
 
 
+def check_gpu_memory():
+    """At the start of a run (onstart: not in dry runs), before any job: a GPU study whose jobs cannot
+    fit the memory of the card they will run on, or whose jobs_per_gpu jobs cannot fit it together,
+    stops the run with one line (`leaner cost --check`, leaner/cost.py). The card: $LEANER_GPU_MEM_GB,
+    else locally the CUDA devices here, else on a cluster the study's gpu_model; where none is known,
+    no check. It runs in a child process: the estimate opens a CUDA context where CUDA is present,
+    which this process, alive for the whole sweep, must not hold."""
+    import subprocess
+    import tempfile
+
+    import yaml
+    from leaner.cost import may_know_a_card
+
+    where = "local" if workflow.local_exec else "cluster"
+    if not may_know_a_card(PLAN, where):
+        return
+    with tempfile.NamedTemporaryFile("w", prefix=".leaner-config-", suffix=".yaml") as resolved:
+        yaml.safe_dump(dict(config), resolved)
+        resolved.flush()
+        src = str(Path(workflow.basedir) / "src")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run(
+            [sys.executable, "-m", "leaner", "cost", resolved.name, "--check", where],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    if proc.returncode:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(2)
+
+
 def limit_resource(name, value):
     """A global resource limit set once the scheduler exists: register_resource updates what is
     free, but not the totals the scheduler counts by (Snakemake 9.27), so set those too."""

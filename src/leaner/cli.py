@@ -209,6 +209,21 @@ def cmd_status(a):
     show(_plan(a.config), a.root, a.watch, a.state)
 
 
+def cmd_cost(a):
+    from .cost import card, fit_problems, format_cost, parse_mfu, plan_cost, write_cost_csv
+
+    if a.check:
+        problems = fit_problems(_plan(a.config), a.check)
+        for line in problems:
+            print(line, file=sys.stderr)
+        return 2 if problems else 0
+    gpu, mfu = card(a.gpu), parse_mfu(a.mfu)
+    costs = plan_cost(_plan(a.config), gpu, mfu)
+    print(format_cost(costs, gpu, " + ".join(a.config)))
+    if a.out:
+        write_cost_csv(a.out, costs)
+
+
 def cmd_run(a):
     from .launch import run_snakemake
 
@@ -349,6 +364,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refresh every SECONDS (default 10) until Ctrl-C")
     s.add_argument("--state", type=lambda t: t.split(","), default=[], help="only these states, e.g. running,failed")
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("cost", help="GPU-hours of every study on a card, and each job's GPU memory against it")
+    s.add_argument("config", **configs)
+    s.add_argument("--gpu", default="h100", help="the card: h100, h200 or a100 (default h100)")
+    s.add_argument("--mfu", default=None, help="model FLOPs utilisation for every FLOPs-priced job, in (0, 1] "
+                                               "(default: measured where it was, else 0.3)")
+    s.add_argument("--out", default=None, help="also write one row per job as CSV")
+    s.add_argument("--check", choices=("local", "cluster"), default=None,
+                   help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "
+                        "this machine's CUDA devices (local) or the study's gpu_model (cluster)); one line per study "
+                        "that cannot fit, exit status 2")
+    s.set_defaults(func=cmd_cost)
 
     s = sub.add_parser("run", help="snakemake in this folder, resuming a run that died (stale lock, incomplete files)")
     s.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake, e.g. --cores all")
