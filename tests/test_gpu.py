@@ -63,9 +63,10 @@ def test_every_task_family_trains_in_bf16_on_the_gpu(tmp_path, monkeypatch):
 
 
 def test_conditioning_on_the_gpu_equals_the_cpu(tmp_path, digits_manifest, monkeypatch):
-    """The probe is run in float32 on either device (the GPU without TF32 for this comparison):
-    kappa agrees within 1e-3 relative where kappa <= 1e4, where float32 rounding of the block is
-    well below that."""
+    """The probe runs in float64 on either device (conditioning.float64_probe), so kappa agrees
+    within 1e-3 relative wherever float64's rounding of sigma_min (about 2e-16 x kappa relative)
+    is far below that: kappa <= 1e11. (This tiny ViT on 8 x 8 digits measures kappa ~1e9-5e10:
+    most of its patches are blank.)"""
     from leaner.conditioning import conditioning_rows
     from leaner.train import train
 
@@ -75,10 +76,9 @@ def test_conditioning_on_the_gpu_equals_the_cpu(tmp_path, digits_manifest, monke
     checkpoints = {"init": (0, str(tmp_path / "v" / "init.safetensors")),
                    "final": (1, str(tmp_path / "v" / "model.safetensors"))}
     cpu = pd.DataFrame(conditioning_rows(spec, checkpoints, str(digits_manifest), device="cpu"))
-    torch.backends.cuda.matmul.allow_tf32 = False
     gpu = pd.DataFrame(conditioning_rows(spec, checkpoints, str(digits_manifest), device="cuda"))
-    ok = cpu["kappa_median"] <= 1e4
-    assert ok.any()
+    ok = cpu["kappa_median"] <= 1e11
+    assert ok.sum() >= len(cpu) // 2, cpu["kappa_median"].tolist()
     rel = (gpu["kappa_median"][ok] - cpu["kappa_median"][ok]).abs() / cpu["kappa_median"][ok]
     assert rel.max() < 1e-3, rel.max()
 
