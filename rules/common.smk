@@ -1,6 +1,7 @@
 # Helpers shared by every rule: load + validate the config once, expand every study's variants.
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from leaner.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.plan import build_plan
 from leaner.data.glue import GLUE_TASKS
+from leaner.dataset_config import data_spec
 from leaner.preflight import resource_problems, unknown_study_message
 from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
@@ -79,7 +81,19 @@ def dataset_manifest(wildcards):
 
 
 def dataset_spec(wildcards):
-    return json.dumps(PLAN.datasets[wildcards.dataset], sort_keys=True)
+    return json.dumps(data_spec(PLAN.datasets[wildcards.dataset]), sort_keys=True)
+
+
+def prepare_setting(key):
+    """A dataset's `prepare` setting (threads, runtime, mem_mb) for its data job."""
+    return lambda wildcards: PLAN.datasets[wildcards.dataset]["prepare"][key]
+
+
+def prepared_datasets(local):
+    """The names of the datasets prepared on the submitting host (local) or as submitted jobs, as
+    a wildcard constraint (one that matches nothing when there are none)."""
+    names = [re.escape(name) for name, ds in PLAN.datasets.items() if ds["prepare"]["local"] == local]
+    return "|".join(names) or "(?!)"
 
 
 def variant_spec(wildcards):
