@@ -12,6 +12,7 @@ from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.plan import build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.dataset_config import data_spec
+from leaner.memory import conditioning_mem_mb, training_mem_mb
 from leaner.preflight import resource_problems, unknown_study_message
 from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
@@ -146,6 +147,23 @@ def glue_files(wildcards):
 def processes_per_variant(wildcards):
     """One training process per requested GPU (at least one)."""
     return max(1, study_of(wildcards).resources["gpu"])
+
+
+def training_memory(wildcards):
+    """mem_mb of a training job: the study's, or what its variant's model needs if that is more."""
+    model = PLAN.variant(wildcards.study, wildcards.variant).model
+    return training_mem_mb(model, processes_per_variant(wildcards), study_of(wildcards).resources["mem_mb"])
+
+
+def finetune_memory(wildcards):
+    """mem_mb of a fine-tuning job, as training's for its model."""
+    model = study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)["model"]
+    return training_mem_mb(model, processes_per_variant(wildcards), study_of(wildcards).resources["mem_mb"])
+
+
+def conditioning_memory(wildcards):
+    """mem_mb of a conditioning job, from its variant's model size."""
+    return conditioning_mem_mb(PLAN.variant(wildcards.study, wildcards.variant).model)
 
 
 def study_files(wildcards, name):

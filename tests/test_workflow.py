@@ -193,6 +193,24 @@ def test_paper_scale_dry_run_resolves_the_whole_dag(tmp_path):
     # ImageNet, TinyStories, MiniPile and GLUE from the hub on the submitting host; ListOps and P2's points not
     assert counts["prepare_data_local"] == "4" and counts["prepare_data"] == "2"
     assert "gpu=1" in out and "gpu=8" in out  # ViT-B trains each variant over 8 GPUs
+    # memory from the model's size: ViT-L12/D2048's float64 probe needs over 9 GB, P2's small models about 1 GB
+    mem_mb = {(rule, wildcards): int(mem) for rule, wildcards, mem in _printed_jobs(out)}
+    assert mem_mb[("conditioning", "study=vit_imagenet, variant=L12-H32-D2048-hd64-mlp8192-s0")] > 9000
+    assert mem_mb[("conditioning", "study=nearest_fig1, variant=L1-H1-W1-r64-d64-N16-none-s0")] < 2000
+    # the study's own value, larger than the estimate
+    assert mem_mb[("train", "study=vit_imagenet, variant=L12-H32-D2048-hd64-mlp8192-s0")] == 256000
+
+
+def _printed_jobs(out: str) -> list[tuple[str, str, str]]:
+    """(rule, wildcards, mem_mb) of each job a run or dry run printed."""
+    jobs = []
+    for block in re.split(r"^\s*\[.*\]$", out, flags=re.M):  # a group's jobs are printed indented
+        rule = re.search(r"^\s*(?:local)?rule (\w+):$", block, flags=re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
+        mem = re.search(r"\bmem_mb=(\d+)", block)
+        if rule and wildcards and mem:
+            jobs.append((rule.group(1), wildcards.group(1), mem.group(1)))
+    return jobs
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
