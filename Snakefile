@@ -31,3 +31,4 @@ check_resource_settings()
 
 onstart:
     count_gpus()
+    check_hub_data()

@@ -11,6 +11,7 @@ from leaner.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.plan import build_plan
 from leaner.data.glue import GLUE_TASKS
+from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.dataset_config import data_spec
 from leaner.memory import conditioning_mem_mb, training_mem_mb
 from leaner.preflight import resource_problems, unknown_study_message
@@ -37,6 +38,7 @@ except ConfigError as err:
     raise SystemExit(2)
 
 STUDIES = list(PLAN.studies)
+PREPARE_RULES = ("prepare_data", "prepare_data_local")  # rules/data.smk
 FIG_EXT = ["png", "pdf"]
 TABLE_EXT = ["csv", "md", "tex", "html"]
 
@@ -187,10 +189,7 @@ def final_outputs():
 
 def benchmark_files():
     """Every per-job benchmark file of the run (the job_costs table reads them)."""
-    datasets = {s.dataset for s in PLAN.studies.values()} | {
-        s.finetune["dataset"] for s in PLAN.studies.values() if s.finetune
-    }
-    out = [f"benchmarks/prepare_data/{d}.tsv" for d in sorted(datasets)] + ["benchmarks/theory/theory.tsv"]
+    out = [f"benchmarks/prepare_data/{d}.tsv" for d in PLAN.used_datasets()] + ["benchmarks/theory/theory.tsv"]
     for study, st in PLAN.studies.items():
         for vid in st.variants:
             out += [f"benchmarks/train/{study}/{vid}.tsv", f"benchmarks/conditioning/{study}/{vid}.tsv"]
@@ -238,6 +237,20 @@ def count_gpus():
         raise SystemExit(2)
     if workflow.global_resources.get("gpu_share").value is None:
         limit_resource("gpu_share", share_pool(gpus))
+
+
+def check_hub_data():
+    """At the start of a run (onstart: not in dry runs, not in cluster jobs): every dataset from
+    the hub whose preparation this run will run is asked for at the hub; one the pinned `datasets`
+    cannot load stops the run before any job, with one line saying what to do. Skipped with
+    LEANER_SKIP_DATA_CHECK=1 or in offline mode (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1)."""
+    if skip_reason(os.environ):
+        return
+    names = {job.wildcards["dataset"] for job in workflow.dag.needrun_jobs() if job.rule.name in PREPARE_RULES}
+    problems = hub_problems({name: PLAN.datasets[name] for name in sorted(names)})
+    if problems:
+        sys.stderr.write("\n".join(problems) + "\n")
+        raise SystemExit(2)
 
 
 def limit_resource(name, value):

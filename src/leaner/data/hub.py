@@ -1,5 +1,6 @@
 """Data from the Hugging Face hub: every family loads it the same way (name, subset and the
-config's `revision`, e.g. a parquet conversion)."""
+config's `revision`, e.g. a parquet conversion), and names the subsets it needs (the preflight in
+hub_check.py asks the hub for each one)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,9 @@ def load_hub_split(spec: dict, subset: str | None, split: str):
     import datasets
 
     return datasets.load_dataset(spec["name"], subset, split=split, revision=spec.get("revision"))
+
+
+def hub_subsets(spec: dict) -> list[str | None]:
+    """The subsets (configurations) a dataset from the hub is loaded with: each GLUE task, or the
+    one subset."""
+    return list(spec["tasks"]) if spec["kind"] == "glue" else [spec.get("subset")]
