@@ -32,3 +32,4 @@ check_resource_settings()
 onstart:
     count_gpus()
     check_gpu_memory()
+    check_hub_data()

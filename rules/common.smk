@@ -1,6 +1,7 @@
 # Helpers shared by every rule: load + validate the config once, expand every study's variants.
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from leaner.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
 from leaner.plan import build_plan
 from leaner.data.glue import GLUE_TASKS
+from leaner.data.hub_check import hub_problems, skip_reason
+from leaner.dataset_config import data_spec
+from leaner.memory import conditioning_mem_mb, training_mem_mb
 from leaner.preflight import resource_problems, unknown_study_message
 from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
@@ -34,6 +38,7 @@ except ConfigError as err:
     raise SystemExit(2)
 
 STUDIES = list(PLAN.studies)
+PREPARE_RULES = ("prepare_data", "prepare_data_local")  # rules/data.smk
 FIG_EXT = ["png", "pdf"]
 TABLE_EXT = ["csv", "md", "tex", "html"]
 
@@ -79,7 +84,19 @@ def dataset_manifest(wildcards):
 
 
 def dataset_spec(wildcards):
-    return json.dumps(PLAN.datasets[wildcards.dataset], sort_keys=True)
+    return json.dumps(data_spec(PLAN.datasets[wildcards.dataset]), sort_keys=True)
+
+
+def prepare_setting(key):
+    """A dataset's `prepare` setting (threads, runtime, mem_mb) for its data job."""
+    return lambda wildcards: PLAN.datasets[wildcards.dataset]["prepare"][key]
+
+
+def prepared_datasets(local):
+    """The names of the datasets prepared on the submitting host (local) or as submitted jobs, as
+    a wildcard constraint (one that matches nothing when there are none)."""
+    names = [re.escape(name) for name, ds in PLAN.datasets.items() if ds["prepare"]["local"] == local]
+    return "|".join(names) or "(?!)"
 
 
 def variant_spec(wildcards):
@@ -134,6 +151,23 @@ def processes_per_variant(wildcards):
     return max(1, study_of(wildcards).resources["gpu"])
 
 
+def training_memory(wildcards):
+    """mem_mb of a training job: the study's, or what its variant's model needs if that is more."""
+    model = PLAN.variant(wildcards.study, wildcards.variant).model
+    return training_mem_mb(model, processes_per_variant(wildcards), study_of(wildcards).resources["mem_mb"])
+
+
+def finetune_memory(wildcards):
+    """mem_mb of a fine-tuning job, as training's for its model."""
+    model = study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)["model"]
+    return training_mem_mb(model, processes_per_variant(wildcards), study_of(wildcards).resources["mem_mb"])
+
+
+def conditioning_memory(wildcards):
+    """mem_mb of a conditioning job, from its variant's model size."""
+    return conditioning_mem_mb(PLAN.variant(wildcards.study, wildcards.variant).model)
+
+
 def study_files(wildcards, name):
     return [f"{d}/{name}" for d in variant_dirs(wildcards.study)]
 
@@ -155,10 +189,7 @@ def final_outputs():
 
 def benchmark_files():
     """Every per-job benchmark file of the run (the job_costs table reads them)."""
-    datasets = {s.dataset for s in PLAN.studies.values()} | {
-        s.finetune["dataset"] for s in PLAN.studies.values() if s.finetune
-    }
-    out = [f"benchmarks/prepare_data/{d}.tsv" for d in sorted(datasets)] + ["benchmarks/theory/theory.tsv"]
+    out = [f"benchmarks/prepare_data/{d}.tsv" for d in PLAN.used_datasets()] + ["benchmarks/theory/theory.tsv"]
     for study, st in PLAN.studies.items():
         for vid in st.variants:
             out += [f"benchmarks/train/{study}/{vid}.tsv", f"benchmarks/conditioning/{study}/{vid}.tsv"]
@@ -237,6 +268,20 @@ def check_gpu_memory():
         )
     if proc.returncode:
         sys.stderr.write(proc.stderr)
+        raise SystemExit(2)
+
+
+def check_hub_data():
+    """At the start of a run (onstart: not in dry runs, not in cluster jobs): every dataset from
+    the hub whose preparation this run will run is asked for at the hub; one the pinned `datasets`
+    cannot load stops the run before any job, with one line saying what to do. Skipped with
+    LEANER_SKIP_DATA_CHECK=1 or in offline mode (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1)."""
+    if skip_reason(os.environ):
+        return
+    names = {job.wildcards["dataset"] for job in workflow.dag.needrun_jobs() if job.rule.name in PREPARE_RULES}
+    problems = hub_problems({name: PLAN.datasets[name] for name in sorted(names)})
+    if problems:
+        sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
 
 

@@ -25,6 +25,7 @@ rule conditioning:
         gpu_share=gpu_resource("gpu_share", max_gpus=1),
         gpu_model=gpu_resource("gpu_model", max_gpus=1),
         gres=gpu_resource("gres", max_gpus=1),
+        mem_mb=conditioning_memory,
     shell:
         "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"

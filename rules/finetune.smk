@@ -27,7 +27,7 @@ rule finetune:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
-        mem_mb=study_resource("mem_mb"),
+        mem_mb=finetune_memory,
     params:
         spec=finetune_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",

@@ -30,7 +30,7 @@ rule train:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
-        mem_mb=study_resource("mem_mb"),
+        mem_mb=training_memory,
     params:
         spec=variant_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",

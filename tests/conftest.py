@@ -79,6 +79,26 @@ def _cpu_unless_a_gpu_test(request, monkeypatch):
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", str(Path(os.environ.get("PYTEST_HF_HOME", "/tmp/leaner-test-hf"))))
+# Parameter counts kept for the job memory estimates (leaner/memory.py): the session's own.
+os.environ.setdefault("LEANER_CACHE_DIR", "/tmp/leaner-test-cache")
+
+
+def parquet_image_dataset(root: Path, name: str = "pictures", rows: int = 12) -> Path:
+    """A dataset folder of parquet files as the hub serves one (8x8 grey images, 3 classes, train
+    and validation): `datasets` loads a local folder given as a hub name, with no network."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    folder = root / name
+    (folder / "data").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for split in ("train", "validation"):
+        images = [Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)) for _ in range(rows)]
+        ds = datasets.Dataset.from_dict({"image": images, "label": [i % 3 for i in range(rows)]})
+        ds = ds.cast_column("image", datasets.Image()).cast_column("label", datasets.ClassLabel(names=["a", "b", "c"]))
+        ds.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+    return folder
 
 
 def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float = 120.0) -> None:

@@ -80,6 +80,35 @@ def test_paper_config_dedups_the_baseline_and_has_every_axis():
         assert (recipe["precision"], recipe["tf32"]) == want, name
 
 
+def test_each_dataset_says_where_and_with_what_it_is_prepared(tmp_path):
+    """`prepare`: the kind's defaults, each given key over them; on the submitting host by default
+    for data downloaded from the hub only; and none of it in the data rule's params, so changing
+    it prepares nothing again."""
+    from leaner.dataset_config import data_spec
+
+    (tmp_path / "glue" / "cola").mkdir(parents=True)
+    cfg = tiny()
+    cfg["datasets"].update(
+        pictures={"kind": "hub", "name": "uoft-cs/cifar10", "num_classes": 10, "revision": "refs/convert/parquet",
+                  "prepare": {"runtime": 600}},
+        folder={"kind": "imagefolder", "path": str(tmp_path), "num_classes": 3},
+        tinystories={"kind": "text", "name": "roneneldan/TinyStories"},
+        stories={"kind": "text", "source": "generated"},
+        glue={"kind": "glue"},
+        glue_files={"kind": "glue", "source": "files", "path": str(tmp_path / "glue")},
+        listops={"kind": "listops", "prepare": {"local": True, "threads": 2}})
+    datasets = build_plan(cfg).datasets
+    assert datasets["pictures"]["prepare"] == {"runtime": 600, "mem_mb": 16000, "threads": 4, "local": True}
+    assert datasets["listops"]["prepare"] == {"runtime": 60, "mem_mb": 4000, "threads": 2, "local": True}
+    local = {name: ds["prepare"]["local"] for name, ds in datasets.items()}
+    assert local == {"digits": False, "pictures": True, "folder": False, "tinystories": True, "stories": False,
+                     "glue": True, "glue_files": False, "listops": True, "nearest_point": False}
+    assert data_spec(datasets["pictures"]) == {k: v for k, v in datasets["pictures"].items() if k != "prepare"}
+    assert "prepare" not in data_spec(datasets["pictures"]) and data_spec(datasets["pictures"])["revision"]
+    imagenet = load_plan(REPO / "configs" / "paper.yaml").datasets["imagenet1k"]["prepare"]
+    assert imagenet["local"] and imagenet["runtime"] >= 240 and imagenet["mem_mb"] >= 32000 and imagenet["threads"] >= 8
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def _bad(mutate) -> list[str]:
@@ -209,6 +238,14 @@ BAD = [
     ("zero probe samples", _set(["studies", "tiny", "conditioning", "samples"], 0),
      "studies.tiny.conditioning.samples: 0 is not allowed (allowed: an integer >= 1)"),
     ("empty theory grid", _set(["theory", "heads"], []), "theory.heads: must not be empty"),
+    ("unknown preparation setting", _set(["datasets", "digits", "prepare"], {"memory": 8000}),
+     "datasets.digits.prepare.memory: unknown key (allowed: local, mem_mb, runtime, threads)"),
+    ("preparation runtime of zero", _set(["datasets", "digits", "prepare"], {"runtime": 0}),
+     "datasets.digits.prepare.runtime: 0 is not allowed (allowed: an integer >= 1)"),
+    ("revision of generated data", _set(["datasets", "stories"], {"kind": "text", "source": "generated",
+                                                                   "revision": "main"}),
+     "datasets.stories.revision: only for data from the hub, this is a text dataset from generated "
+     "(allowed: kind hub, or source hub)"),
 ]
 
 

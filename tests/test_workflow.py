@@ -4,6 +4,7 @@ dry run, and bad configs stopped before any job."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import BIN, REPO, TINY, saved_checkpoint, snakemake
+from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -189,8 +190,27 @@ def test_paper_scale_dry_run_resolves_the_whole_dag(tmp_path):
     assert counts["train"] == str(28 + 315 + 100 + 100 + 190 + 18 + 9 + 4), out[-3000:]
     assert counts["conditioning"] == counts["train"]
     assert counts["finetune"] == str(4 * 8) and counts["glue_scores"] == "4"
-    assert counts["prepare_data"] == "6"
+    # ImageNet, TinyStories, MiniPile and GLUE from the hub on the submitting host; ListOps and P2's points not
+    assert counts["prepare_data_local"] == "4" and counts["prepare_data"] == "2"
     assert "gpu=1" in out and "gpu=8" in out  # ViT-B trains each variant over 8 GPUs
+    # memory from the model's size: ViT-L12/D2048's float64 probe needs over 9 GB, P2's small models about 1 GB
+    mem_mb = {(rule, wildcards): int(mem) for rule, wildcards, mem in _printed_jobs(out)}
+    assert mem_mb[("conditioning", "study=vit_imagenet, variant=L12-H32-D2048-hd64-mlp8192-s0")] > 9000
+    assert mem_mb[("conditioning", "study=nearest_fig1, variant=L1-H1-W1-r64-d64-N16-none-s0")] < 2000
+    # the study's own value, larger than the estimate
+    assert mem_mb[("train", "study=vit_imagenet, variant=L12-H32-D2048-hd64-mlp8192-s0")] == 256000
+
+
+def _printed_jobs(out: str) -> list[tuple[str, str, str]]:
+    """(rule, wildcards, mem_mb) of each job a run or dry run printed."""
+    jobs = []
+    for block in re.split(r"^\s*\[.*\]$", out, flags=re.M):  # a group's jobs are printed indented
+        rule = re.search(r"^\s*(?:local)?rule (\w+):$", block, flags=re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
+        mem = re.search(r"\bmem_mb=(\d+)", block)
+        if rule and wildcards and mem:
+            jobs.append((rule.group(1), wildcards.group(1), mem.group(1)))
+    return jobs
 
 
 def test_bad_config_stops_before_any_job(tmp_path):
@@ -223,6 +243,43 @@ def test_profile_resource_typos_stop_before_any_job(tmp_path):
     # the shipped profiles themselves pass the check
     for profile in ("local", "slurm"):
         snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / profile))
+
+
+# Slurm's commands where no Slurm is: each records its call; sinfo names a partition, sbatch refuses the job.
+SLURM_STAND_INS = {"sinfo": 'echo PARTITION; echo "debug*"', "sbatch": 'echo "sbatch: no cluster here" >&2; exit 1'}
+
+
+def test_under_a_cluster_executor_data_from_the_hub_is_prepared_on_the_submitting_host(tmp_path, monkeypatch):
+    """`--executor slurm` (the plugin itself, Slurm's commands stood in for): the dataset from the
+    hub is prepared here, as a local rule, while the generated one goes to sbatch with its
+    `prepare` settings as runtime, memory and cores."""
+    stand_ins, calls = tmp_path / "slurm-bin", tmp_path / "calls.log"
+    stand_ins.mkdir()
+    for name in ("sbatch", "sinfo", "squeue", "sacct", "sacctmgr", "sshare", "scontrol", "scancel"):
+        script = stand_ins / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n{SLURM_STAND_INS.get(name, "exit 1")}\n')
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_ins}{os.pathsep}{os.environ['PATH']}")
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg["datasets"] = {"digits": {"kind": "digits", "prepare": {"runtime": 7, "mem_mb": 1500, "threads": 2}},
+                       "pictures": {"kind": "hub", "name": str(parquet_image_dataset(tmp_path)), "num_classes": 3,
+                                    "img_size": 8, "in_chans": 1, "mean": [0.5], "std": [0.25]}}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "--executor", "slurm", "--jobs", "2", "--slurm-no-account",
+                     "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
+                     "results/data/pictures/manifest.json", "results/data/digits/manifest.json", configfile=path,
+                     check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]  # sbatch refused the digits job
+    assert "localrule prepare_data_local:" in out and (work / "results/data/pictures/manifest.json").exists()
+    submitted = [line for line in calls.read_text().splitlines() if line.startswith("sbatch ")]
+    assert len(submitted) == 1 and "--comment rule_prepare_data_wildcards_digits" in submitted[0], submitted
+    for flag in (" -t 7 ", " --mem 1500 ", " --cpus-per-task=2 "):
+        assert flag in submitted[0], submitted[0]
+    assert not (work / "results/data/digits/manifest.json").exists()
 
 
 @pytest.mark.parametrize("target", ["results/vit_digit/summary.csv", "results/figures/vit_digit-accuracy_vs_heads.png",

@@ -200,6 +200,16 @@ def cmd_check_config(a):
     print(f"{' + '.join(a.config)}: ok, {len(plan.studies)} studies, {n} variants")
 
 
+def cmd_check_data(a):
+    from .data.hub_check import PROBLEM, check_lines
+
+    plan = _plan(a.config)
+    lines = check_lines({name: plan.datasets[name] for name in plan.used_datasets()}, a.root)
+    for line in lines:
+        print(line, file=sys.stderr if line.startswith(PROBLEM) else sys.stdout)
+    return 1 if any(line.startswith(PROBLEM) for line in lines) else 0
+
+
 def cmd_status(a):
     from .status import STATES, show
 
@@ -355,6 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check-config", help="validate a config file")
     s.add_argument("config", **configs)
     s.set_defaults(func=cmd_check_config)
+
+    s = sub.add_parser("check-data", help="ask the hub whether each dataset the studies take from it loads with the "
+                                          "pinned datasets (before any job), and say what to do when not")
+    s.add_argument("config", **configs)
+    s.add_argument("--root", default=".", help="the folder holding results/ (a prepared dataset is not asked again)")
+    s.set_defaults(func=cmd_check_data)
 
     s = sub.add_parser("status", help="every variant of every study: pending, running (step, loss), done (metric), "
                                       "diverged or failed (why)")

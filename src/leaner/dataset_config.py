@@ -1,5 +1,6 @@
 """A dataset's config entry checked and completed: its kind's defaults filled in, what the kind
-requires present, and local folders resolved against the config's folder."""
+requires present, local folders resolved against the config's folder, and where its preparation
+runs (`prepare`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,26 @@ def _folder(path: str, base_dir: Path) -> Path:
     """A dataset's folder: as given when absolute, else relative to the config's folder."""
     root = Path(path)
     return root if root.is_absolute() else base_dir / root
+
+
+def from_hub(spec: dict) -> bool:
+    """Whether the dataset is downloaded from the Hugging Face hub (kind hub, or source hub)."""
+    return spec["kind"] == "hub" or (spec["kind"] in ("text", "glue") and spec.get("source") == "hub")
+
+
+def data_spec(spec: dict) -> dict:
+    """The entry without its `prepare` settings: what the data is, not where it is prepared, so
+    the data rule's params (and every prepared dataset) stay the same when those change."""
+    return {key: value for key, value in spec.items() if key != "prepare"}
+
+
+def _prepare(spec: dict, out: dict) -> dict:
+    """The dataset's `prepare` settings: the given keys over its kind's; local null (the default of
+    text and glue) is true for data from the hub."""
+    settings = {**DATASET_DEFAULTS[spec["kind"]]["prepare"], **(spec.get("prepare") or {})}
+    if settings["local"] is None:
+        settings["local"] = from_hub(out)
+    return settings
 
 
 def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) -> dict:
@@ -59,4 +80,9 @@ def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) ->
                             f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
         else:
             out["path"] = str(root)
+    if "revision" in spec and not from_hub(out):
+        source = f" from {out['source']}" if "source" in out else ""
+        problems.append(f"config error: datasets.{name}.revision: only for data from the hub, this is a {kind} "
+                        f"dataset{source} (allowed: kind hub, or source hub)")
+    out["prepare"] = _prepare(spec, out)
     return out

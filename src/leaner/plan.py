@@ -104,6 +104,12 @@ class Plan:
     def variant(self, study: str, variant: str) -> Variant:
         return self.studies[study].variants[variant]
 
+    def used_datasets(self) -> list[str]:
+        """The datasets the studies train or fine-tune on (sorted)."""
+        used = {st.dataset for st in self.studies.values()} | {
+            st.finetune["dataset"] for st in self.studies.values() if st.finetune}
+        return sorted(used)
+
 
 def _matches(where: dict, point: dict) -> bool:
     return all(point.get(k) == v for k, v in where.items())

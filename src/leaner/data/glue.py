@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from .hub import load_hub_split
 
 PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260
@@ -55,7 +56,7 @@ def _load(spec: dict, task: str, split: str):
         if not path.is_file():
             raise FileNotFoundError(f"GLUE task {task!r}: {path} not found (layout: <path>/<task>/<split>.tsv)")
         return datasets.load_dataset("csv", data_files={split: str(path)}, delimiter="\t", split=split)
-    return datasets.load_dataset(spec["name"], task, split=split)
+    return load_hub_split(spec, task, split)
 
 
 def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:

@@ -12,13 +12,14 @@ evaluation. Where that happens is the dataset's `decode`:
 from __future__ import annotations
 
 from ..io import write_json
+from .hub import load_hub_split
 
 
 def _load_split(meta: dict, split: str):
     import datasets
 
     if meta["kind"] == "hub":
-        return datasets.load_dataset(meta["name"], meta.get("subset"), split=split)
+        return load_hub_split(meta, meta.get("subset"), split)
     return datasets.load_dataset("imagefolder", data_dir=meta["path"], split=split)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from .hub import load_hub_split
 
 EOT = 256
 VOCAB_SIZE = 257
@@ -78,7 +79,7 @@ def load_text_split(meta: dict, split: str, files: dict[str, str] | None = None)
 
     if files is not None:
         return datasets.load_dataset("text", data_files={split: files[split]}, split=split)
-    return datasets.load_dataset(meta["name"], meta.get("subset"), split=split)
+    return load_hub_split(meta, meta.get("subset"), split)
 
 
 def encode_bytes(text: str) -> np.ndarray:

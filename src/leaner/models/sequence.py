@@ -30,7 +30,7 @@ class SequenceTransformer(nn.Module):
         self.pooled = num_classes is not None
         self.token_embed = nn.Embedding(vocab_size, width)
         self.pos_embed = nn.Parameter(torch.zeros(1, max_len, width))
-        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # also when built on meta
+        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # numbers, even on the meta device
         self.blocks = nn.ModuleList([
             Block(width, heads, mlp_ratio=mlp_hidden / width, qkv_bias=qkv_bias, drop_path=rates[i],
                   attn_layer=attention_with_head_dim(head_dim), mlp_layer=mlp_with_hidden(mlp_hidden))

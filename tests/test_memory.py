@@ -1,0 +1,119 @@
+"""Job memory from the model's size: the count behind it equals the built model's for every model
+family, the kept counts spare Snakemake torch's import, and a real conditioning run stays within
+its estimate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from leaner.match import count_params
+from leaner.memory import MIB, conditioning_mem_mb, model_params, training_mem_mb
+from leaner.plan import load_plan
+
+from conftest import REPO, small_spec
+
+
+def _models() -> list[dict]:
+    """The shallowest and the deepest model of every study of config.yaml and paper.yaml (every
+    model family: ViT, P2's encoder, the ListOps classifier, causal and masked LMs), and a GLUE
+    fine-tuning model."""
+    out = []
+    for config in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
+        plan = load_plan(config)
+        for study in plan.studies.values():
+            models = sorted((v.model for v in study.variants.values()), key=lambda m: m["depth"])
+            out += [models[0], models[-1]]
+            if study.finetune:
+                vid = next(iter(study.variants))
+                out.append(study.finetune_spec(vid, study.finetune["tasks"][0])["model"])
+    return out
+
+
+def test_the_count_is_the_built_models_for_every_family_and_depth():
+    models = _models()
+    assert {m["arch"] for m in models} == {"vit", "nearest_point_encoder", "sequence_classifier", "causal_lm",
+                                           "masked_lm"}
+    for model in models:
+        assert model_params(model) == count_params(model), model
+    for depth in (1, 2, 5):  # P2's encoder with positions, whose parameters sit outside its blocks too
+        model = {**next(m for m in models if m["arch"] == "nearest_point_encoder"), "posn": "additive",
+                 "depth": depth}
+        assert model_params(model) == count_params(model)
+
+
+def test_estimates_follow_the_model_and_a_larger_study_value_wins():
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    vit = plan.studies["vit_imagenet"]
+    widest = vit.variants["L12-H32-D2048-hd64-mlp8192-s0"].model
+    base = vit.variants["L12-H12-D768-hd64-mlp3072-s0"].model
+    params = model_params(widest)
+    assert params == 608_332_776
+    # loading it beside a fresh model is ~5 GB alone; the float64 probe needs more: above the profile's 4 GB
+    assert conditioning_mem_mb(widest) >= 16 * params / MIB > 9000
+    assert conditioning_mem_mb(base) < conditioning_mem_mb(widest)
+    assert training_mem_mb(widest, 8, vit.resources["mem_mb"]) == vit.resources["mem_mb"] == 256000  # study's wins
+    assert training_mem_mb(widest, 1, 1000) >= 16 * params / MIB  # weights, gradients, AdamW's two moments
+    assert training_mem_mb(widest, 2, 1000) > training_mem_mb(widest, 1, 1000)
+    assert training_mem_mb(small_spec()["model"], 1, 2000) == 2000  # a small model keeps the study's value
+
+
+def _python(code: str, env: dict) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_kept_counts_spare_the_torch_import_for_the_same_code_only(tmp_path):
+    """Snakemake asks for every job's memory while it builds the DAG; a count already kept (for the
+    same model code, torch and timm) is read back without importing torch."""
+    env = {**os.environ, "LEANER_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO / "src")}
+    models = json.dumps(_models()[:6])
+    count = (f"import json, sys; from leaner.memory import model_params; "
+             f"print(json.dumps([[model_params(m) for m in json.loads({models!r})], 'torch' in sys.modules]))")
+    first, imported = json.loads(_python(count, env))
+    assert imported and first == [count_params(m) for m in json.loads(models)]
+    again, imported = json.loads(_python(count, env))
+    assert again == first and not imported
+    kept = tmp_path / "param_counts.json"
+    data = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**data, "code": "other model code"}))  # counts of other code are not used
+    again, imported = json.loads(_python(count, env))
+    assert again == first and imported
+
+
+def test_a_real_conditioning_run_stays_within_its_estimate(tmp_path, digits_manifest):
+    """Peak memory of the conditioning stage on a 76M-parameter ViT (init + final weights, float64
+    probe), in a process of its own, against conditioning_mem_mb."""
+    spec = small_spec(depth=6, heads=8, width=1024, head_dim=128, mlp_hidden=4096)
+    spec["conditioning"] = {"samples": 16, "jacobian_samples": 0}
+    code = f"""
+import json, resource, sys
+from leaner.conditioning import conditioning_rows
+from leaner.models import build_model
+from leaner.weights import save_weights
+spec = json.loads({json.dumps(spec)!r})
+paths = {{name: "{tmp_path}/" + name + ".safetensors" for name in ("init", "final")}}
+for path in paths.values():
+    save_weights(build_model(spec["model"]), path, spec)
+conditioning_rows(spec, {{"init": (0, paths["init"]), "final": (1, paths["final"])}}, "{digits_manifest}", "cpu")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**20)
+"""
+    peak_mb = float(_python(code, {**os.environ, "PYTHONPATH": str(REPO / "src")}).split()[-1])
+    estimate = conditioning_mem_mb(spec["model"])
+    assert model_params(spec["model"]) > 75_000_000
+    assert peak_mb < estimate, (peak_mb, estimate)
+    assert estimate < 2 * peak_mb  # and not far above it
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_model_built_on_the_meta_device_at_any_depth(depth):
+    """Every builder runs under torch.device('meta') (the sequence models' drop-path rates were
+    computed from a tensor on the default device)."""
+    model = {**small_spec()["model"], "arch": "causal_lm", "vocab_size": 257, "max_len": 16, "depth": depth,
+             "drop_path_rate": 0.1}
+    assert model_params(model) == count_params(model) > 0
