@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from .models import build_model, param_counts
+from .memory import model_params
+from .models import build_model
 
 CUDA = torch.device("cuda", 0)  # an explicit index: nothing asks torch.cuda for the current device
 FUSED_BLOCK = 64  # the fused kernels' tile (queries and head dim) for their backward's accumulators
@@ -59,13 +60,12 @@ def footprint(model: dict, precision: str, flops: bool = True) -> Footprint:
     key = json.dumps({k: v for k, v in model.items() if k != "depth"}, sort_keys=True)
     depth = model["depth"]
     memory = _memory_two_blocks(key, precision)
-    work = _flops_two_blocks(key) if flops else {"params": (0, 0), "flops": (math.nan, math.nan)}
+    work = _flops_two_blocks(key) if flops else {"flops": (math.nan, math.nan)}
 
     def extend(parts: tuple[float, float]) -> float:  # all but the second block, and depth - 1 of that
         return parts[0] + (depth - 1) * parts[1]
 
-    params = extend(work["params"] if flops else memory["params"])
-    return Footprint(params=int(params), flops=extend(work["flops"]), saved=extend(memory["saved"]),
+    return Footprint(params=model_params(model), flops=extend(work["flops"]), saved=extend(memory["saved"]),
                      working=memory["working"], largest=memory["largest"], fixed=extend(memory["fixed"]))
 
 
@@ -79,24 +79,18 @@ def _meta_model(block_key: str) -> tuple[dict, torch.nn.Module]:
         return spec, build_model(spec)
 
 
-def _param_split(model: torch.nn.Module) -> tuple[int, int]:
-    second = sum(p.numel() for p in model.blocks[1].parameters())
-    return param_counts(model)["total"] - second, second
-
-
 @functools.cache
 def _flops_two_blocks(block_key: str) -> dict:
     spec, model = _meta_model(block_key)
     total, in_second = training_flops(model, sample(spec, 1, "meta"))
-    return {"params": _param_split(model), "flops": (total - in_second, in_second)}
+    return {"flops": (total - in_second, in_second)}
 
 
 @functools.cache
 def _memory_two_blocks(block_key: str, precision: str) -> dict:
     spec, model = _meta_model(block_key)
-    params = _param_split(model)
     saved = saved_tensors(model, spec, precision)
-    return {"params": params, **saved, "working": max(2 * saved["largest"], saved["attention"])}
+    return {**saved, "working": max(2 * saved["largest"], saved["attention"])}
 
 
 def sample(spec: dict, batch: int, device) -> torch.Tensor:
