@@ -417,3 +417,27 @@ def test_checkpoint_minutes_writes_the_resume_state_only_when_that_long_has_pass
         spec["recipe"]["checkpoint_minutes"] = minutes
         train(spec, str(digits_manifest), tmp_path / str(minutes), progress=False)
         assert saved == want, (minutes, saved)
+
+
+def test_accumulated_micro_batches_train_as_the_whole_batch(tmp_path):
+    """P2 at toy size, batch 64 as 4 micro-batches of 16: the same losses and weights as the whole
+    batch at once, up to float32 summation order (the key bias aside: softmax ignores it, so its
+    gradient is rounding noise, which AdamW scales up to steps of lr); a batch too small to cut is
+    one line."""
+    from conftest import nearest_setup
+
+    spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 2, "steps_per_epoch": 10})
+    whole = train(spec, str(manifest), tmp_path / "whole", progress=False)
+    spec["recipe"]["accumulate"] = 4
+    parts = train(spec, str(manifest), tmp_path / "parts", progress=False)
+    assert parts["best"]["train_loss"] == pytest.approx(whole["best"]["train_loss"], rel=1e-5)
+    wa, wb = _weights(tmp_path / "whole" / "model.safetensors"), _weights(tmp_path / "parts" / "model.safetensors")
+    d = spec["model"]["d_model"]
+    for w in (wa, wb):
+        w["blocks.0.attn.in_proj_bias"][..., d:2 * d] = 0  # the key bias
+    for key in wa:
+        torch.testing.assert_close(wb[key], wa[key], rtol=1e-4, atol=1e-5, msg=key)
+    spec["recipe"]["accumulate"] = 65
+    with pytest.raises(ValueError, match=r"^recipe.accumulate 65: a batch of 64 samples in this process cannot be "
+                                         r"cut into 65 micro-batches \(allowed: accumulate <= batch_size / processes\)$"):
+        train(spec, str(manifest), tmp_path / "bad", progress=False)

@@ -199,7 +199,7 @@ def job_memory_bytes(fp, spec: dict, gpus: int) -> float:
     """GPU memory of one process of the job (its per-GPU batch), per the module docstring."""
     recipe = spec["recipe"]
     state = fp.params * (STATE_BYTES + (DDP_BUCKET_BYTES if gpus > 1 else 0))
-    train = fp.activation_bytes(math.ceil(recipe["batch_size"] / gpus))
+    train = fp.activation_bytes(math.ceil(recipe["batch_size"] / gpus / recipe.get("accumulate", 1)))
     evaluate = 2 * fp.largest * recipe.get("eval_batch_size", 256)
     return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
 

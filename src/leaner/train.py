@@ -94,13 +94,18 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
     sync_every = sync_interval(recipe, dev)
 
+    accumulate = recipe["accumulate"]
+
     def one_step(batch, step_now) -> None:  # forward, backward, update
         optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss, n_local = task.loss(net, batch)
-        meter.add(loss, n_local, step_now)
-        # weight each rank's mean by its share, so DDP's average is the global-batch mean
-        (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
+        if accumulate == 1:
+            with autocast():
+                loss, n_local = task.loss(net, batch)
+            meter.add(loss, n_local, step_now)
+            # weight each rank's mean by its share, so DDP's average is the global-batch mean
+            (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
+        else:
+            _accumulate(batch, accumulate, task, net, autocast, meter, step_now, ctx)
         if recipe.get("grad_clip"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
         optimizer.step()
@@ -306,6 +311,32 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
         log(f"warning: checkpoint has RNG states of {len(state.rng)} process(es), this run has {ctx.world}; "
             "data order is unaffected, dropout/augmentation draws are not continued")
     return state
+
+
+def _accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, ctx) -> None:
+    """The gradient of one batch (this rank's share) from k micro-batches, one after the other:
+    only one micro-batch's activations are alive at a time. Each micro-batch's mean loss is
+    weighted by its share of the global batch's samples (DDP averages ranks): the batch's mean
+    exactly where the loss is a mean over samples (ViT, P2, classification), and up to how
+    masked tokens fall between micro-batches for the masked-LM loss. DDP reduces the gradients
+    once, after the last micro-batch."""
+    import contextlib
+
+    from .distributed import shard
+
+    samples = len(batch[0])
+    if samples < k:
+        raise ValueError(f"recipe.accumulate {k}: a batch of {samples} samples in this process cannot be cut into "
+                         f"{k} micro-batches (allowed: accumulate <= batch_size / processes)")
+    total = ctx.device_sum(samples) if ctx.active else samples
+    for i in range(k):
+        part = shard(batch, i, k)
+        with autocast():
+            loss, n_local = task.loss(net, part)
+        meter.add(loss, n_local, step_now)
+        hold = net.no_sync() if ctx.active and i < k - 1 else contextlib.nullcontext()
+        with hold:
+            (loss * (len(part[0]) * ctx.world / total)).backward()
 
 
 class _CheckpointClock:
