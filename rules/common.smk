@@ -15,7 +15,7 @@ from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.dataset_config import data_spec
 from leaner.memory import conditioning_mem_mb, training_mem_mb
 from leaner.preflight import resource_problems, unknown_study_message
-from leaner.scheduling import gpu_problems, gpu_share_group, group_components, job_resources, share_pool
+from leaner.scheduling import bf16_problems, gpu_problems, gpu_share_group, group_components, job_resources, share_pool
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -232,11 +232,21 @@ def count_gpus():
     if gpus is None:  # no GPUs: GPU jobs train on the CPU, as many at once as cores allow
         return
     problems = gpu_problems(resources, gpus, workflow.global_resources.get("_cores").value, source)
+    problems += bf16_problems(PLAN, device_name) if (device_name := gpu_without_bf16()) else []
     if problems:
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
     if workflow.global_resources.get("gpu_share").value is None:
         limit_resource("gpu_share", share_pool(gpus))
+
+
+def gpu_without_bf16():
+    """The name of this machine's first GPU where torch finds CUDA and it cannot do bf16, else None."""
+    import torch
+
+    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        return torch.cuda.get_device_name(0)
+    return None
 
 
 def check_gpu_memory():

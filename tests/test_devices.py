@@ -13,6 +13,8 @@ import torch
 
 from leaner.devices import claim_slot, pick_device, release
 
+from conftest import REPO
+
 pytestmark = pytest.mark.devices
 
 HOLDER = """
@@ -210,3 +212,18 @@ def test_leaner_device_cuda_without_cuda_is_one_line(tmp_path, digits_manifest):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "LEANER_DEVICE='cuda' asks for CUDA, but this machine has no CUDA device" in proc.stderr
     assert "allowed here: cpu" in proc.stderr and not (tmp_path / "v" / "metrics.json").exists()
+
+
+def test_a_bf16_study_on_a_gpu_without_bf16_is_one_line_per_study():
+    """What onstart says (rules/common.smk count_gpus) on a GPU without bf16: each GPU study whose
+    recipes ask for bf16, in one line; P2's fp32 studies and CPU studies pass."""
+    from leaner.plan import load_plan
+    from leaner.scheduling import bf16_problems
+
+    problems = bf16_problems(load_plan(REPO / "configs" / "paper.yaml"), "Tesla V100-SXM2-32GB")
+    assert [p.split(":")[0] for p in problems] == ["study vit_imagenet", "study lra_listops", "study lm_tinystories",
+                                                   "study bert_glue"]
+    assert problems[0] == ("study vit_imagenet: recipe.precision bf16 (28 variant(s), e.g. "
+                           "L12-H12-D768-hd64-mlp1536-s0), but Tesla V100-SXM2-32GB does not support bf16 "
+                           "(allowed here: precision fp32)")
+    assert bf16_problems(load_plan(REPO / "config.yaml"), "Tesla V100-SXM2-32GB") == []  # gpu: 0 everywhere

@@ -210,6 +210,29 @@ def cmd_check_data(a):
     return 1 if any(line.startswith(PROBLEM) for line in lines) else 0
 
 
+def cmd_rehearse(a):
+    import tempfile
+    from pathlib import Path
+
+    from .rehearse import COLUMNS, rehearse, rehearse_inline
+
+    if a.inline:  # one architecture, in a process of its own
+        print(json.dumps(rehearse_inline(_plan(a.config), a.only, Path(a.work))))
+        return 0
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="leaner-rehearse-") as tmp:
+        rows = rehearse(_plan(a.config), a.config, Path(a.work or tmp), a.studies, a.ends, a.timeout)
+    failed = [r for r in rows if r["result"] != "pass"]
+    print(f"{len(rows) - len(failed)} of {len(rows)} architectures passed in {time.perf_counter() - started:.0f} s")
+    if a.out:
+        import pandas as pd
+
+        from .io import write_csv
+
+        write_csv(a.out, pd.DataFrame(rows).reindex(columns=[*COLUMNS, "kappa_methods"]))
+    return 1 if failed else 0
+
+
 def cmd_status(a):
     from .status import STATES, show
 
@@ -371,6 +394,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", **configs)
     s.add_argument("--root", default=".", help="the folder holding results/ (a prepared dataset is not asked again)")
     s.set_defaults(func=cmd_check_data)
+
+    s = sub.add_parser("rehearse", help="every distinct architecture of a config at its real shape, on the CPU: a "
+                                        "few training steps, a checkpoint and resume, its conditioning")
+    s.add_argument("config", **configs)
+    s.add_argument("--studies", type=lambda t: t.split(","), default=None, help="only these studies (a,b)")
+    s.add_argument("--ends", action="store_true", help="only the smallest and the largest architecture of each study")
+    s.add_argument("--out", default=None, help="also write the table as CSV")
+    s.add_argument("--work", default=None, help="folder for the runs (default: a temporary one, removed after)")
+    s.add_argument("--timeout", type=float, default=3600.0, help="seconds one architecture may take (default 3600)")
+    s.add_argument("--only", default=None, help=argparse.SUPPRESS)
+    s.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_rehearse)
 
     s = sub.add_parser("status", help="every variant of every study: pending, running (step, loss), done (metric), "
                                       "diverged or failed (why)")

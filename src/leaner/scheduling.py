@@ -74,3 +74,15 @@ def gpu_problems(studies: Mapping[str, Mapping], gpus: int | None, cores: int | 
                             f"{k * threads} cores at once, but --cores is {cores} (allowed: jobs_per_gpu * "
                             f"threads <= {cores})")
     return problems
+
+
+def bf16_problems(plan, device_name: str) -> list[str]:
+    """One line per GPU study of `plan` whose recipes ask for bf16, for a GPU (`device_name`) that
+    cannot do it."""
+    problems = []
+    for name, study in plan.studies.items():
+        wants = sorted({v.id for v in study.variants.values() if v.recipe["precision"] == "bf16"})
+        if study.resources["gpu"] and wants:
+            problems.append(f"study {name}: recipe.precision bf16 ({len(wants)} variant(s), e.g. {wants[0]}), but "
+                            f"{device_name} does not support bf16 (allowed here: precision fp32)")
+    return problems

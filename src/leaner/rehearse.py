@@ -1,0 +1,265 @@
+"""`leaner rehearse CONFIG`: a paper config through the real code on the CPU, before the GPU bill.
+
+Every distinct architecture of the config (variants that differ only by seed or recipe share
+one) is built at its real shape and taken through what a GPU job will do with it, on synthetic
+data of the real shape: JPEG-encoded images at the dataset's size through the real loader and
+transforms, token sequences of the real context length, ListOps of LRA's lengths, P2's point
+sets of its N and d. Each architecture, in a process of its own:
+
+  1. trains 2 steps at batch 2 (`leaner.train.train`), writes its resume checkpoint and stops
+     there as a preempted job would;
+  2. resumes from that checkpoint (reloaded with weights_only, the model, optimiser and RNG
+     states restored) and trains a third step, writing every output a training job writes;
+  3. runs its conditioning as the study configures it (the Lanczos estimate of the Jacobian
+     where the block is large, as on ViT-B, cut to 2 steps), on one probe input, from the saved
+     weights, at every checkpoint the study keeps;
+  4. measures the memory a training forward keeps for backward (the rise of the process's peak
+     RSS over it), per sample.
+
+The table: parameters, training FLOPs per sample (leaner.footprint), those activations per sample, the
+resume checkpoint's size, the time taken, and `pass` or the one line that failed. What the CPU
+cannot show (CUDA kernels, NCCL, bf16, torch.compile, the loader's worker processes) is for
+`make gpu-check` on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
+                    "checkpoint_minutes": None, "eval_every": 1, "num_workers": 0}
+STOP_AT = 2  # the checkpoint step at which the first attempt is preempted
+IMAGE_SIDE = 288  # synthetic JPEGs are larger than the crop, as ImageNet's are (~400 x 350)
+COLUMNS = ("study", "variant", "params", "train_gflop_per_sample", "activation_mb_per_sample", "checkpoint_mb",
+           "seconds", "result")
+
+
+def architectures(plan, studies: list[str] | None = None, ends: bool = False) -> list[tuple[str, str, int]]:
+    """(study, variant, parameters) of one variant per distinct architecture (task and model);
+    with `ends`, only the smallest and the largest of each study (by parameters, then by the
+    activation memory of a training sample: P2's variants of one width differ only there)."""
+    from .footprint import footprint
+
+    out = []
+    for name, study in plan.studies.items():
+        if studies and name not in studies:
+            continue
+        seen: dict[str, tuple] = {}
+        for vid, v in study.variants.items():
+            key = json.dumps(v.model, sort_keys=True)
+            if key not in seen:
+                fp = footprint(v.model, v.recipe["precision"], flops=False)
+                seen[key] = (fp.params, fp.saved + fp.working, vid)
+        found = sorted(seen.values())
+        chosen = [found[0], found[-1]] if ends and len(found) > 1 else found
+        out += [(name, vid, params) for params, _, vid in chosen]
+    return out
+
+
+def rehearsal_spec(spec: dict) -> dict:
+    """The variant's spec at its real shape, with a rehearsal's recipe (a few steps at batch 2)
+    and conditioning on one probe input, the Lanczos estimate (where configured) cut to 2 steps:
+    its code at the real shape, not a converged value (64 float64 steps on ViT-B's 12 layers take
+    minutes per checkpoint on a CPU)."""
+    cond = {**spec["conditioning"], "samples": 1, "lanczos_steps": 2,
+            "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
+    return {**spec, "recipe": {**spec["recipe"], **REHEARSAL_RECIPE}, "conditioning": cond}
+
+
+# ------------------------------------------------------------------------------------- synthetic data
+
+def synthetic_dataset(name: str, spec: dict, root: Path) -> Path:
+    """A prepared dataset of `spec`'s kind and shape, small, made here; returns its manifest."""
+    from .data import prepare
+
+    manifest = root / name / "manifest.json"
+    if manifest.exists():
+        return manifest
+    kind = spec["kind"]
+    if kind in ("hub", "imagefolder"):
+        folder = root / name / "images"
+        _write_jpegs(folder, spec["num_classes"], spec["in_chans"])
+        spec = {**spec, "kind": "imagefolder", "path": str(folder), "train_split": "train",
+                "eval_split": "validation", "image_key": "image", "label_key": "label"}
+    elif kind == "text":
+        spec = {**spec, "source": "generated", "stories": 300, "eval_tokens": 4096, "max_train_tokens": None}
+    elif kind == "listops":
+        spec = {**spec, "n_train": 4, "n_val": 2, "n_test": 2}
+    elif kind == "nearest_point":
+        spec = {**spec, "eval_samples": 8}
+    elif kind == "glue":
+        raise ValueError(f"dataset {name}: GLUE is only fine-tuned on, which the rehearsal leaves out")
+    prepare(name, spec, str(manifest))  # digits: the bundled data itself
+    return manifest
+
+
+def _write_jpegs(folder: Path, classes: int, channels: int) -> None:
+    """One JPEG per class in train (the class count is the folders'), two in validation."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    mode = "L" if channels == 1 else "RGB"
+    for split, count in (("train", classes), ("validation", 2)):
+        for c in range(count):
+            path = folder / split / f"class{c:04d}" / "0.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            coarse = rng.integers(0, 256, (9, 9, 3), dtype=np.uint8)  # smooth, photo-like content
+            image = Image.fromarray(coarse).resize((IMAGE_SIDE, IMAGE_SIDE - 32), Image.BILINEAR).convert(mode)
+            image.save(path, quality=90)
+
+
+# ------------------------------------------------------------------------------------- one architecture
+
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(field + ":"))
+
+
+def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float:
+    """MB per sample that a training forward pass keeps for backward: the rise of the process's
+    peak RSS over the forward (the activations are all alive at its end; the backward then frees
+    them as it allocates the gradients)."""
+    import torch
+
+    from .models import build_model
+    from .tasks import make_task
+    from .weights import load_weights
+
+    model = build_model(spec["model"])
+    load_weights(model, str(weights))
+    model.train()
+    task = make_task(spec, str(manifest), torch.device("cpu"))
+    batch = next(iter(task.train_batches(0)))
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # reset the peak (VmHWM) to the current RSS
+    before = _rss_kb("VmRSS")
+    loss, _ = task.loss(model, batch)
+    peak = _rss_kb("VmHWM") - before
+    loss.backward()
+    return peak / 1024 / len(batch[0])
+
+
+def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
+    """Steps 1-4 of the module docstring for one variant's architecture; raises on a failure."""
+    from .conditioning import write_conditioning
+    from .footprint import footprint
+    from .resume import RESUME_DIR, RESUME_FILE
+    from .train import train
+
+    spec = rehearsal_spec(spec)
+    out = work / spec["study"] / spec["variant"]
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    train(spec, str(manifest), out, device="cpu", progress=False, stop_after=STOP_AT)
+    state = out / RESUME_DIR / RESUME_FILE
+    if not state.exists() or (out / "metrics.json").exists():
+        raise RuntimeError(f"no resume checkpoint at step {STOP_AT}")
+    checkpoint_mb = state.stat().st_size / 2**20
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):
+        metrics = train(spec, str(manifest), out, device="cpu", progress=False)
+    if f"resumed from step {STOP_AT}" not in log.getvalue():
+        raise RuntimeError(f"the second attempt did not resume from step {STOP_AT}: {log.getvalue()[-300:]}")
+    if metrics["status"] != "ok" or metrics["steps"] != REHEARSAL_RECIPE["max_steps"]:
+        raise RuntimeError(f"training ended {metrics['status']} at step {metrics['steps']}")
+    write_conditioning(str(out / "metrics.json"), str(out / "init.safetensors"), str(out / "model.safetensors"),
+                       str(manifest), str(out / "conditioning.csv"), device="cpu")
+    import pandas as pd
+
+    cond = pd.read_csv(out / "conditioning.csv")
+    if cond.empty:
+        raise RuntimeError("conditioning wrote no rows")
+    activations = activation_mb_per_sample(spec, manifest, out / "model.safetensors")
+    flops = footprint(spec["model"], spec["recipe"]["precision"]).flops
+    return {"params": metrics["params"]["total"], "train_gflop_per_sample": flops / 1e9,
+            "activation_mb_per_sample": activations, "checkpoint_mb": checkpoint_mb,
+            "kappa_methods": ",".join(sorted(set(cond["method"])))}
+
+
+# ------------------------------------------------------------------------------------- the whole config
+
+def run_child(configs: list[str], study: str, variant: str, work: Path, timeout_s: float) -> dict:
+    """One architecture's rehearsal in its own process (its memory its own, a crash its own)."""
+    cmd = [sys.executable, "-m", "leaner", "rehearse", *configs, "--only", f"{study}/{variant}", "--work",
+           str(work), "--inline"]
+    # blocks above 64 kB mmapped and unmapped when freed: the RSS follows what is live (step 4)
+    env = {**os.environ, "LEANER_DEVICE": "cpu", "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"result": f"failed: no result within {timeout_s:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    why = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+    if proc.returncode < 0:
+        why = [f"killed by signal {-proc.returncode}" + (" (out of memory?)" if proc.returncode == -9 else "")]
+    return {"result": f"failed: {why[0][:300]}"}
+
+
+def rehearse(plan, configs: list[str], work: Path, studies: list[str] | None = None, ends: bool = False,
+             timeout_s: float = 3600.0, show=print) -> list[dict]:
+    """Every architecture's row (see the module docstring), printed as it comes; `configs` are the
+    files `plan` came from, which each architecture's process reads again."""
+    unknown = sorted(set(studies or []) - set(plan.studies))
+    if unknown:
+        raise ValueError(f"--studies {','.join(unknown)}: no such study (allowed: {', '.join(plan.studies)})")
+    chosen = architectures(plan, studies, ends)
+    for name in dict.fromkeys(study for study, _, _ in chosen):
+        dataset = plan.studies[name].dataset
+        synthetic_dataset(dataset, plan.datasets[dataset], work / "data")
+    show(header())
+    rows = []
+    for study, variant, params in chosen:
+        t0 = time.perf_counter()
+        row = {"study": study, "variant": variant, "params": params,
+               **run_child(configs, study, variant, work, timeout_s)}
+        row["seconds"] = time.perf_counter() - t0
+        row.setdefault("result", "pass")
+        rows.append(row)
+        show(format_row(row))
+    return rows
+
+
+def rehearse_inline(plan, target: str, work: Path) -> dict:
+    """The child's side: one architecture's row (pass, or the line that failed)."""
+    study, _, variant = target.partition("/")
+    try:
+        v = plan.variant(study, variant)
+    except KeyError:
+        raise ValueError(f"--only {target}: no such variant (see `leaner variants`)") from None
+    manifest = work / "data" / v.dataset / "manifest.json"
+    try:
+        row = {**rehearse_one(v.spec(), manifest, work), "result": "pass"}
+    except Exception as exc:  # the row says what failed; the table goes on
+        row = {"result": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+    return row
+
+
+WIDTHS = (16, 38, 9, 18, 21, 13, 8)
+
+
+def header() -> str:
+    names = ("study", "variant", "params", "train GFLOP/sample", "activations MB/sample", "checkpoint MB", "seconds")
+    return "  ".join(f"{n:<{w}}" if i < 2 else f"{n:>{w}}" for i, (n, w) in enumerate(zip(names, WIDTHS))) + "  result"
+
+
+def format_row(row: dict) -> str:
+    def num(key, fmt):
+        value = row.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    cells = (row["study"], row["variant"], f"{row['params'] / 1e6:.2f}M", num("train_gflop_per_sample", ".3g"),
+             num("activation_mb_per_sample", ".3g"), num("checkpoint_mb", ".4g"), num("seconds", ".1f"))
+    return "  ".join(f"{c:<{w}}" if i < 2 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, WIDTHS))) + \
+        f"  {row['result']}"
