@@ -221,7 +221,7 @@ def cmd_rehearse(a):
         return 0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="leaner-rehearse-") as tmp:
-        rows = rehearse(_plan(a.config), a.config, Path(a.work or tmp), a.studies, a.ends, a.timeout)
+        rows = rehearse(_plan(a.config), a.config, Path(a.work or tmp), a.studies, a.ends, a.max_params, a.timeout)
     failed = [r for r in rows if r["result"] != "pass"]
     print(f"{len(rows) - len(failed)} of {len(rows)} architectures passed in {time.perf_counter() - started:.0f} s")
     if a.out:
@@ -400,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("config", **configs)
     s.add_argument("--studies", type=lambda t: t.split(","), default=None, help="only these studies (a,b)")
     s.add_argument("--ends", action="store_true", help="only the smallest and the largest architecture of each study")
+    s.add_argument("--max-params", type=float, default=None, help="leave out architectures of more parameters "
+                   "(e.g. 1e8: what a small machine's memory holds; ViT L12-D2048 takes ~17 GB here)")
     s.add_argument("--out", default=None, help="also write the table as CSV")
     s.add_argument("--work", default=None, help="folder for the runs (default: a temporary one, removed after)")
     s.add_argument("--timeout", type=float, default=3600.0, help="seconds one architecture may take (default 3600)")

@@ -30,10 +30,15 @@ LANCZOS_STEPS = 64
 TOL = 1e-2  # converged: each extreme's residual below 1% of its own estimate
 
 
+JACREV_CHUNK = 64  # rows of the Jacobian per vmapped backward: P2's L5-H64-W64 block took >20 GB at all 1024
+
+
 @torch.no_grad()  # the transforms differentiate f; the outer no_grad only drops the weights' graph
 def exact_singular_values(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """All singular values of df/dx at x (x and f(x) of any shape, flattened), descending."""
-    jac = torch.func.jacrev(f)(x).detach()
+    """All singular values of df/dx at x (x and f(x) of any shape, flattened), descending. The
+    Jacobian is formed JACREV_CHUNK rows at a time: vmapping all N*D backward passes at once holds
+    N*D copies of every intermediate (4096 heads' scores in float64: ~9 GB each at N*D = 1024)."""
+    jac = torch.func.jacrev(f, chunk_size=JACREV_CHUNK)(x).detach()
     return torch.linalg.svdvals(jac.reshape(-1, x.numel()).to(torch.float64))
 
 

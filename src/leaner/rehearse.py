@@ -28,6 +28,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,10 +42,12 @@ COLUMNS = ("study", "variant", "params", "train_gflop_per_sample", "activation_m
            "seconds", "result")
 
 
-def architectures(plan, studies: list[str] | None = None, ends: bool = False) -> list[tuple[str, str, int]]:
-    """(study, variant, parameters) of one variant per distinct architecture (task and model);
-    with `ends`, only the smallest and the largest of each study (by parameters, then by the
-    activation memory of a training sample: P2's variants of one width differ only there)."""
+def architectures(plan, studies: list[str] | None = None, ends: bool = False,
+                  max_params: float | None = None) -> list[tuple[str, str, int]]:
+    """(study, variant, parameters) of one variant per distinct architecture (task and model), of
+    at most `max_params` parameters; with `ends`, only the smallest and the largest of each study
+    (by parameters, then by the activation memory of a training sample: P2's variants of one width
+    differ only there)."""
     from .footprint import footprint
 
     out = []
@@ -57,20 +60,23 @@ def architectures(plan, studies: list[str] | None = None, ends: bool = False) ->
             if key not in seen:
                 fp = footprint(v.model, v.recipe["precision"], flops=False)
                 seen[key] = (fp.params, fp.saved + fp.working, vid)
-        found = sorted(seen.values())
+        found = sorted(row for row in seen.values() if max_params is None or row[0] <= max_params)
         chosen = [found[0], found[-1]] if ends and len(found) > 1 else found
         out += [(name, vid, params) for params, _, vid in chosen]
     return out
 
 
 def rehearsal_spec(spec: dict) -> dict:
-    """The variant's spec at its real shape, with a rehearsal's recipe (a few steps at batch 2)
+    """The variant's spec at its real shape, with a rehearsal's recipe (a few steps, 2 samples a
+    micro-batch)
     and conditioning on one probe input, the Lanczos estimate (where configured) cut to 2 steps:
     its code at the real shape, not a converged value (64 float64 steps on ViT-B's 12 layers take
     minutes per checkpoint on a CPU)."""
     cond = {**spec["conditioning"], "samples": 1, "lanczos_steps": 2,
             "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
-    return {**spec, "recipe": {**spec["recipe"], **REHEARSAL_RECIPE}, "conditioning": cond}
+    recipe = {**spec["recipe"], **REHEARSAL_RECIPE}
+    recipe["batch_size"] *= recipe["accumulate"]  # 2 samples a micro-batch
+    return {**spec, "recipe": recipe, "conditioning": cond}
 
 
 # ------------------------------------------------------------------------------------- synthetic data
@@ -157,8 +163,6 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
     spec = rehearsal_spec(spec)
     out = work / spec["study"] / spec["variant"]
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)
     train(spec, str(manifest), out, device="cpu", progress=False, stop_after=STOP_AT)
     state = out / RESUME_DIR / RESUME_FILE
@@ -208,13 +212,13 @@ def run_child(configs: list[str], study: str, variant: str, work: Path, timeout_
 
 
 def rehearse(plan, configs: list[str], work: Path, studies: list[str] | None = None, ends: bool = False,
-             timeout_s: float = 3600.0, show=print) -> list[dict]:
+             max_params: float | None = None, timeout_s: float = 3600.0, show=print) -> list[dict]:
     """Every architecture's row (see the module docstring), printed as it comes; `configs` are the
     files `plan` came from, which each architecture's process reads again."""
     unknown = sorted(set(studies or []) - set(plan.studies))
     if unknown:
         raise ValueError(f"--studies {','.join(unknown)}: no such study (allowed: {', '.join(plan.studies)})")
-    chosen = architectures(plan, studies, ends)
+    chosen = architectures(plan, studies, ends, max_params)
     for name in dict.fromkeys(study for study, _, _ in chosen):
         dataset = plan.studies[name].dataset
         synthetic_dataset(dataset, plan.datasets[dataset], work / "data")
@@ -241,6 +245,7 @@ def rehearse_inline(plan, target: str, work: Path) -> dict:
     manifest = work / "data" / v.dataset / "manifest.json"
     try:
         row = {**rehearse_one(v.spec(), manifest, work), "result": "pass"}
+        shutil.rmtree(work / study / variant)  # a large model leaves GBs; a failed one stays to be looked at
     except Exception as exc:  # the row says what failed; the table goes on
         row = {"result": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
     return row

@@ -1,0 +1,60 @@
+"""`leaner rehearse`: a slice of configs/paper.yaml at its real shapes, run for real on the CPU (the
+whole config's table is in benchmarks/results.md), and what a failed architecture looks like."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pandas as pd
+
+from leaner.memory import model_params
+from leaner.plan import load_plan
+
+from conftest import BIN, REPO, TINY
+
+PAPER = REPO / "configs" / "paper.yaml"
+
+
+def _rehearse(*args: str, cwd, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "leaner"), "rehearse", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+SLICE = ("vit_imagenet", "nearest_fig_d", "lra_listops")
+
+
+def test_the_smallest_and_largest_paper_architectures_under_40m_parameters_rehearse(tmp_path):
+    """The ViT at 224 px from JPEGs through the real loader (L8-D768: the Lanczos estimate), P2's
+    fig_d from d 16 to d 256, ListOps at LRA's 2000 tokens: each study's smallest and
+    largest architecture of at most 40M parameters, through two steps, a stop at the checkpoint, a
+    resume and the conditioning. (The whole config, L12-D2048 and figN's N 256 included, is
+    benchmarks/results.md row 9: hours on 2 cores.)"""
+    out = tmp_path / "rehearsal.csv"
+    proc = _rehearse(str(PAPER), "--ends", "--max-params", "4e7", "--studies", ",".join(SLICE), "--out", str(out),
+                     "--work", str(tmp_path / "w"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = pd.read_csv(out)
+    assert (rows["result"] == "pass").all(), rows[["variant", "result"]]
+    assert sorted(rows["study"]) == sorted(SLICE * 2)
+    plan = load_plan(PAPER)
+    for row in rows.itertuples():
+        assert row.params == model_params(plan.variant(row.study, row.variant).model) <= 4e7, row
+        assert row.train_gflop_per_sample > 0 and row.activation_mb_per_sample > 0, row
+        # the resume state: fp32 weights and AdamW's two moments, 12 bytes a parameter (+ RNG, history)
+        assert 12 * row.params < row.checkpoint_mb * 2**20 < 12 * row.params + 8 * 2**20, row
+    methods = rows.groupby("study")["kappa_methods"].agg(",".join)
+    assert "lanczos" in methods["vit_imagenet"]  # 197 x 768: matrix-free
+    assert {"exact", "lanczos"} <= set(methods["nearest_fig_d"].split(","))  # d 16: exact; d 256: matrix-free
+    assert "passed in" in proc.stdout and not list((tmp_path / "w").glob("*/L*"))  # each run's files removed
+
+
+def test_an_architecture_that_fails_is_a_row_with_its_line_and_the_command_fails(tmp_path):
+    proc = _rehearse(str(TINY), "--studies", "tiny_nearest", "--timeout", "0.5", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert sum(line.endswith("failed: no result within 0 s") for line in lines) == 2, proc.stdout
+    assert lines[-1].startswith("0 of 2 architectures passed in ")
+    bad = _rehearse(str(TINY), "--studies", "tiny,vit", cwd=tmp_path, timeout=300)
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == ("leaner rehearse: error: --studies vit: no such study (allowed: tiny, "
+                                  "tiny_nearest)")
