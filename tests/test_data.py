@@ -80,6 +80,35 @@ def test_image_folder_through_datasets_with_deit_transforms(tmp_path):
     assert torch.equal(xe, xe2) and sorted(set(ye.tolist())) == [0, 1, 2]
 
 
+def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_folder_again(tmp_path, monkeypatch):
+    """Preparation resolves an ImageFolder once; a job reads the Arrow files it left (the same rows,
+    in order) and walks the tree again only where those files are gone, or for a slice."""
+    import datasets
+
+    _write_image_folder(tmp_path / "imgs")
+    spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC}
+    path = tmp_path / "data" / "manifest.json"
+    manifest = prepare("tiny_imgs", spec, str(path))
+    assert set(manifest["arrow_files"]) == {"train", "validation"}
+    resolved = datasets.load_dataset("imagefolder", data_dir=str(tmp_path / "imgs"), split="validation")
+
+    calls = []
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
+    splits = load_splits(str(path), {"augment": False, "num_workers": 0})
+    assert calls == []
+    assert [r["label"] for r in splits.eval.dataset.ds] == resolved["label"]
+    assert np.array_equal(np.asarray(splits.eval.dataset.ds[3]["image"]), np.asarray(resolved[3]["image"]))
+
+    manifest["arrow_files"]["train"]["files"] = [str(tmp_path / "elsewhere.arrow")]  # another machine's cache
+    path.write_text(json.dumps(manifest))
+    splits = load_splits(str(path), {"augment": False, "num_workers": 0})
+    assert calls == [("imagefolder",)] and len(splits.train) == 18
+
+    sliced = prepare("tiny_slice", {**spec, "train_split": "train[:6]"}, str(tmp_path / "slice" / "manifest.json"))
+    assert "train[:6]" not in sliced["arrow_files"] and sliced["n_train"] == 6
+
+
 def test_num_classes_mismatch_is_reported(tmp_path):
     _write_image_folder(tmp_path / "imgs")
     spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "num_classes": 10}
