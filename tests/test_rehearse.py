@@ -58,3 +58,41 @@ def test_an_architecture_that_fails_is_a_row_with_its_line_and_the_command_fails
     assert bad.returncode == 1
     assert bad.stderr.strip() == ("leaner rehearse: error: --studies vit: no such study (allowed: tiny, "
                                   "tiny_nearest)")
+
+
+def test_a_rehearsal_run_again_in_its_folder_keeps_what_passed_on_the_same_commit(tmp_path, monkeypatch):
+    """A whole-config rehearsal takes hours: run again with the same --work, it goes on where it
+    stopped. A row is kept only if it passed on the very code here; another commit, a changed tree
+    or a failure is rehearsed again."""
+    from leaner import rehearse as r
+
+    here = {"version": "0", "commit": "a" * 40, "dirty": False}
+    monkeypatch.setattr(r, "code_state", lambda: here)
+    plan, work = load_plan(TINY), tmp_path / "w"
+    first = r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=lambda line: None)
+    assert [row["result"] for row in first] == ["pass", "pass"] and not any(row.get("earlier") for row in first)
+
+    children = []
+
+    def child(configs, study, variant, work, timeout_s):
+        children.append(variant)
+        return {"result": "failed: stand-in"} if len(children) == 1 else {}
+
+    monkeypatch.setattr(r, "run_child", child)
+    printed = []
+    again = r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=printed.append)
+    assert children == [] and [row["earlier"] for row in again] == [True, True]
+    assert [row["seconds"] for row in again] == [row["seconds"] for row in first]
+    assert printed[1].endswith("pass (kept from an earlier run of this commit)")
+
+    for changed in ({**here, "commit": "b" * 40}, {**here, "dirty": True}):
+        monkeypatch.setattr(r, "code_state", lambda changed=changed: changed)
+        children.clear()
+        rows = r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=lambda line: None)
+        assert children == [row["variant"] for row in first] and not any(row.get("earlier") for row in rows)
+    monkeypatch.setattr(r, "code_state", lambda: {**here, "commit": "c" * 40})
+    children.clear()
+    rows = r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=lambda line: None)
+    assert [row["result"] for row in rows] == ["failed: stand-in", "pass"]
+    r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=lambda line: None)
+    assert children == [row["variant"] for row in first] + [first[0]["variant"]]  # only the failure again

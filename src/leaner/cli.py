@@ -223,13 +223,16 @@ def cmd_rehearse(a):
     with tempfile.TemporaryDirectory(prefix="leaner-rehearse-") as tmp:
         rows = rehearse(_plan(a.config), a.config, Path(a.work or tmp), a.studies, a.ends, a.max_params, a.timeout)
     failed = [r for r in rows if r["result"] != "pass"]
-    print(f"{len(rows) - len(failed)} of {len(rows)} architectures passed in {time.perf_counter() - started:.0f} s")
+    kept = sum(bool(r.get("earlier")) for r in rows)
+    print(f"{len(rows) - len(failed)} of {len(rows)} architectures passed in {time.perf_counter() - started:.0f} s"
+          + (f" ({kept} kept from an earlier run of this commit, "
+             f"{sum(r['seconds'] for r in rows if r.get('earlier')):.0f} s then)" if kept else ""))
     if a.out:
         import pandas as pd
 
         from .io import write_csv
 
-        write_csv(a.out, pd.DataFrame(rows).reindex(columns=[*COLUMNS, "kappa_methods"]))
+        write_csv(a.out, pd.DataFrame(rows).reindex(columns=[*COLUMNS, "kappa_methods", "earlier"]))
     return 1 if failed else 0
 
 
@@ -403,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-params", type=float, default=None, help="leave out architectures of more parameters "
                    "(e.g. 1e8: what a small machine's memory holds; ViT L12-D2048 takes ~17 GB here)")
     s.add_argument("--out", default=None, help="also write the table as CSV")
-    s.add_argument("--work", default=None, help="folder for the runs (default: a temporary one, removed after)")
+    s.add_argument("--work", default=None, help="folder for the runs, kept: run again with the same folder, it "
+                                                "goes on where it stopped, keeping the rows that passed on the "
+                                                "same commit (default: a temporary one, removed after)")
     s.add_argument("--timeout", type=float, default=3600.0, help="seconds one architecture may take (default 3600)")
     s.add_argument("--only", default=None, help=argparse.SUPPRESS)
     s.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)

@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from .io import read_json, write_json
+from .provenance import code_state
+
 REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
                     "checkpoint_minutes": None, "eval_every": 1, "num_workers": 0}
 STOP_AT = 2  # the checkpoint step at which the first attempt is preempted
@@ -225,14 +228,30 @@ def rehearse(plan, configs: list[str], work: Path, studies: list[str] | None = N
     show(header())
     rows = []
     for study, variant, params in chosen:
-        t0 = time.perf_counter()
-        row = {"study": study, "variant": variant, "params": params,
-               **run_child(configs, study, variant, work, timeout_s)}
-        row["seconds"] = time.perf_counter() - t0
-        row.setdefault("result", "pass")
+        kept = work / "rows" / f"{study}--{variant}.json"
+        row = earlier_pass(kept)
+        if row is None:
+            t0 = time.perf_counter()
+            row = {"study": study, "variant": variant, "params": params,
+                   **run_child(configs, study, variant, work, timeout_s)}
+            row["seconds"] = time.perf_counter() - t0
+            row.setdefault("result", "pass")
+            write_json(kept, {**row, "code": code_state()})
         rows.append(row)
         show(format_row(row))
     return rows
+
+
+def earlier_pass(path: Path) -> dict | None:
+    """The row an earlier rehearsal in the same --work folder kept, if it passed on the very code
+    here (the same commit, neither tree changed): a long rehearsal goes on where it stopped. Any
+    other row is rehearsed again."""
+    if not path.is_file():
+        return None
+    row = read_json(path)
+    code, here = row.pop("code", None), code_state()
+    same = code == here and here["commit"] is not None and here["dirty"] is False
+    return {**row, "earlier": True} if same and row.get("result") == "pass" else None
 
 
 def rehearse_inline(plan, target: str, work: Path) -> dict:
@@ -267,4 +286,4 @@ def format_row(row: dict) -> str:
     cells = (row["study"], row["variant"], f"{row['params'] / 1e6:.2f}M", num("train_gflop_per_sample", ".3g"),
              num("activation_mb_per_sample", ".3g"), num("checkpoint_mb", ".4g"), num("seconds", ".1f"))
     return "  ".join(f"{c:<{w}}" if i < 2 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, WIDTHS))) + \
-        f"  {row['result']}"
+        f"  {row['result']}" + (" (kept from an earlier run of this commit)" if row.get("earlier") else "")
