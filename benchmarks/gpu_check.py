@@ -172,7 +172,10 @@ def section_tests(out: Path, timeout: float) -> dict:
     slow = "tests/test_gpu.py::test_every_task_family_trains_in_bf16_on_the_gpu"
     started = time.monotonic()
     results = []
-    for name, args in (("fast", ["-m", "gpu", "--deselect", slow, "tests"]), ("end to end", [slow])):
+    # the end-to-end run's folders (its Snakemake log, each job's log) stay in --out, also when the
+    # time limit stops it: where it stood is then in snakemake's log
+    kept = ["--basetemp", str(out / "tests-end_to_end")]
+    for name, args in (("fast", ["-m", "gpu", "--deselect", slow, "tests"]), ("end to end", [*kept, slow])):
         left = timeout - (time.monotonic() - started)
         if left < 30:
             results.append((name, None, "not run: no time left in this section"))
