@@ -199,6 +199,14 @@ BAD = [
      'datasets.x.kind: "csv" is not allowed (allowed: one of digits, hub, imagefolder'),
     ("hub dataset without a name", _set(["datasets", "x"], {"kind": "hub", "num_classes": 10}),
      "datasets.x.name: required for kind hub"),
+    ("image folder without its class count, used by a study", lambda c: (
+        c["datasets"].update(imgs={"kind": "imagefolder", "path": str(REPO / "tests")}),
+        c["studies"]["tiny"].update(dataset="imgs")),
+     "datasets.imgs.num_classes: required for kind imagefolder (allowed: the number of classes"),
+    ("hub images without their class count, used by a study", lambda c: (
+        c["datasets"].update(hubimgs={"kind": "hub", "name": "uoft-cs/cifar10"}),
+        c["studies"]["tiny"].update(dataset="hubimgs")),
+     "datasets.hubimgs.num_classes: required for kind hub"),
     ("ListOps lengths the wrong way round", _set(["datasets", "lo"], {"kind": "listops", "min_length": 50,
                                                                       "max_length": 20}),
      "datasets.lo.min_length: 50 is above max_length 20 (allowed: at most max_length)"),
@@ -389,3 +397,28 @@ def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
         assert counts["train"] == ("59" if "--configfile" in extra else "68"), proc.stdout[-3000:]
+
+
+def test_a_dataset_without_its_class_count_and_a_misspelt_study_are_one_line_each(tmp_path):
+    cfg = tiny()
+    cfg["datasets"]["imgs"] = {"kind": "imagefolder", "path": str(tmp_path)}
+    cfg["studies"]["tiny"]["dataset"] = "imgs"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    for cmd in (["check-config", str(path)], ["match", str(path), "--study", "tiny", "--reduction", "0.3"]):
+        proc = run([str(BIN / "leaner"), *cmd], cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "config error: datasets.imgs.num_classes: required for kind imagefolder (allowed: the number of "
+            "classes, an integer >= 1)"], proc.stderr
+
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(tiny()))
+    for cmd, line in ((["variants", str(good), "--study", "tiny_neerest"],
+                       "leaner variants: error: --study tiny_neerest: no such study (did you mean 'tiny_nearest'?) "
+                       "(allowed: tiny, tiny_nearest)"),
+                      (["match", str(good), "--study", "tiny_neerest", "--reduction", "0.3"],
+                       "config error: studies.tiny_neerest: no such study (did you mean 'tiny_nearest'?) "
+                       "(allowed: tiny, tiny_nearest)")):
+        proc = run([str(BIN / "leaner"), *cmd], cwd=tmp_path, check=False)
+        assert proc.returncode in (1, 2) and proc.stderr.strip().splitlines() == [line], proc.stderr

@@ -282,14 +282,18 @@ def test_under_a_cluster_executor_data_from_the_hub_is_prepared_on_the_submittin
     assert not (work / "results/data/digits/manifest.json").exists()
 
 
-@pytest.mark.parametrize("target", ["results/vit_digit/summary.csv", "results/figures/vit_digit-accuracy_vs_heads.png",
-                                    "results/tables/tiny_x-by_config.md"])
-def test_a_target_naming_an_unknown_study_gets_one_clear_line(tmp_path, target):
+NEAR = " (did you mean 'tiny_nearest'?)"
+
+
+@pytest.mark.parametrize("target,hint", [("results/vit_digit/summary.csv", ""),
+                                         ("results/figures/vit_digit-accuracy_vs_heads.png", ""),
+                                         ("results/tables/tiny_neerest-by_config.md", NEAR)])
+def test_a_target_naming_an_unknown_study_gets_one_clear_line(tmp_path, target, hint):
     proc = snakemake(tmp_path, target, "--cores", "1", check=False)
     assert proc.returncode == 2
     in_shared_folder = "/figures/" in target or "/tables/" in target
     study = target.split("/")[2].split("-")[0] if in_shared_folder else target.split("/")[1]
-    assert f"{target}: no study named '{study}' in the config (allowed: tiny, tiny_nearest;" in proc.stderr
+    assert f"{target}: no study named '{study}' in the config{hint} (allowed: tiny, tiny_nearest;" in proc.stderr
     assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
     assert not (tmp_path / "results").exists()
 

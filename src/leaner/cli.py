@@ -186,7 +186,12 @@ def _plan(configs: list[str]):
 
 
 def cmd_variants(a):
+    from .config import did_you_mean
+
     plan = _plan(a.config)
+    if a.study and a.study not in plan.studies:
+        raise ValueError(f"--study {a.study}: no such study{did_you_mean(a.study, plan.studies)} "
+                         f"(allowed: {', '.join(plan.studies)})")
     for name, study in plan.studies.items():
         if a.study and name != a.study:
             continue

@@ -18,6 +18,15 @@ import yaml
 
 from .tasks import CATALOG
 
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest of `names` to a misspelt `name`, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 

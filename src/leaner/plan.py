@@ -18,11 +18,13 @@ from pathlib import Path
 from .config import (
     CONDITIONING_DEFAULTS,
     DATASET_DEFAULTS,
+    DATASET_REQUIRED,
     RECIPE_DEFAULTS,
     RESOURCE_DEFAULTS,
     THEORY_DEFAULTS,
     ConfigError,
     apply_every_study,
+    did_you_mean,
     load_configs,
     validate_schema,
 )
@@ -157,14 +159,17 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
     builds candidate models from. Raises ConfigError."""
     validate_schema(config)
     if study not in config["studies"]:
-        raise ConfigError([f"config error: studies.{study}: no such study (allowed: "
-                           f"{', '.join(config['studies'])})"])
+        raise ConfigError([f"config error: studies.{study}: no such study{did_you_mean(study, config['studies'])} "
+                           f"(allowed: {', '.join(config['studies'])})"])
     st, problems = config["studies"][study], []
     ds_name = st["dataset"]
     spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
     if spec["kind"] not in DATASET_DEFAULTS:
         raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
-    model_base = _model_base(study, st, check_dataset(ds_name, spec, problems, Path(base_dir)), problems)
+    ds = check_dataset(ds_name, spec, problems, Path(base_dir))
+    if problems:  # a dataset without a key its kind requires builds no model
+        raise ConfigError(problems)
+    model_base = _model_base(study, st, ds, problems)
     if problems:
         raise ConfigError(problems)
     return st, model_base
@@ -220,6 +225,8 @@ def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> 
                         f"task {st['task']} needs one of kind {', '.join(info.dataset_kinds)} "
                         f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
+    if any(req not in ds for req in DATASET_REQUIRED.get(ds["kind"], ())):
+        return None  # check_dataset said which key is missing; no model is built without it
     return ds
 
 

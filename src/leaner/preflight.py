@@ -47,5 +47,8 @@ def resource_problems(limits: Iterable[str], defaults: Iterable[str], overrides:
 
 
 def unknown_study_message(path: str, study: str, studies: Iterable[str]) -> str:
-    return (f"{path}: no study named {study!r} in the config (allowed: {', '.join(studies)}; "
-            "see `leaner variants <config>`)")
+    from .config import did_you_mean
+
+    studies = list(studies)
+    return (f"{path}: no study named {study!r} in the config{did_you_mean(study, studies)} (allowed: "
+            f"{', '.join(studies)}; see `leaner variants <config>`)")

@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from .config import did_you_mean
 from .io import read_json, write_json
 from .provenance import code_state
 
@@ -220,7 +221,8 @@ def rehearse(plan, configs: list[str], work: Path, studies: list[str] | None = N
     files `plan` came from, which each architecture's process reads again."""
     unknown = sorted(set(studies or []) - set(plan.studies))
     if unknown:
-        raise ValueError(f"--studies {','.join(unknown)}: no such study (allowed: {', '.join(plan.studies)})")
+        hint = did_you_mean(unknown[0], plan.studies) if len(unknown) == 1 else ""
+        raise ValueError(f"--studies {','.join(unknown)}: no such study{hint} (allowed: {', '.join(plan.studies)})")
     chosen = architectures(plan, studies, ends, max_params)
     for name in dict.fromkeys(study for study, _, _ in chosen):
         dataset = plan.studies[name].dataset
