@@ -66,10 +66,12 @@ for study_name in STUDIES:
         params:
             baseline=lambda wildcards: json.dumps(study_of(wildcards).baseline, sort_keys=True),
             checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
+            claims=lambda wildcards: json.dumps(study_of(wildcards).claims, sort_keys=True),
             names=study_tables,
         shell:
             "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
-            " --checks {params.checks:q} --names {params.names:q} --outdir results/tables > {log:q} 2>&1"
+            " --checks {params.checks:q} --claims {params.claims:q} --names {params.names:q}"
+            " --outdir results/tables > {log:q} 2>&1"
 
 
 # Both papers in one view: every configuration of every study on common axes, the heads

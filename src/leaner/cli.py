@@ -84,7 +84,7 @@ def cmd_glue_scores(a):
 def cmd_tables(a):
     from .analysis.study_tables import write_study_tables
 
-    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks, a.names)
+    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks, a.names, a.claims)
 
 
 def cmd_job_costs(a):
@@ -332,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--study", required=True)
     s.add_argument("--baseline", type=_json_arg, default={})
     s.add_argument("--checks", type=_json_arg, default=None, help="acceptance checks to run (JSON list)")
+    s.add_argument("--claims", type=_json_arg, default=None, help="the study's declared claims, as the plan "
+                                                                   "resolved them (JSON list)")
     s.add_argument("--names", nargs="+", default=None,
                    help="the tables to write (default: those the study's grid gives something to show)")
     s.add_argument("--outdir", required=True)

@@ -32,7 +32,7 @@ from .data.glue import GLUE_TASKS
 from .dataset_config import check_dataset
 from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
-from .tasks import CATALOG, FINETUNE_SUFFIX, task_info
+from .tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
 
 GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
 
@@ -76,11 +76,13 @@ class Study:
     resources: dict
     acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
     finetune: dict | None = None  # glue: {dataset, tasks, recipe}
+    claims: tuple[dict, ...] = ()  # declared comparisons, checked against the grid (_claims)
 
     def outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(figure names, table names) with something to show on this study's grid."""
+        """(figure names, table names) with something to show on this study's grid; the claims
+        table where the study declares claims."""
         rows = [{**v.model, "protocols": v.protocols} for v in self.variants.values()]
-        return study_outputs(self.task, grid_points(rows), self.baseline)
+        return study_outputs(self.task, grid_points(rows), self.baseline, bool(self.claims))
 
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
@@ -205,7 +207,64 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
                         f"GPU, so gpu must be 1, got {res.get('gpu', 0)} (allowed: gpu: 1 with jobs_per_gpu > 1, "
                         f"or jobs_per_gpu: 1)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune, baseline=baseline,
-                 resources={**RESOURCE_DEFAULTS, **res}, acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)))
+                 resources={**RESOURCE_DEFAULTS, **res}, acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)),
+                 claims=_claims(name, st, info, variants, problems))
+
+
+def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: list[str]) -> tuple[dict, ...]:
+    """The study's declared claims, each point resolved to the one configuration of the grid it
+    names (its axes: {depth, heads, width, ...}), the metric and which way is better filled in
+    from the task, the seeds checked against the grid's."""
+    out = []
+    axes = GRID_AXES[info.grid]
+    configs = {json.dumps({k: v.model[k] for k in axes}, sort_keys=True): v for v in variants.values()}
+    seeds = sorted({v.seed for v in variants.values()})
+    modes = dict([info.metric, info.train_metric])  # metric -> max or min
+    labels = sorted({_config_label(c, axes) for c in configs.values()})
+    options = "; ".join(labels[:8]) + (f"; ... {len(labels)} in all, see `leaner variants`" if len(labels) > 8 else "")
+    for i, claim in enumerate(st.get("claims") or []):
+        where = f"config error: studies.{name}.claims[{i}]"
+        metric = claim.get("metric", info.metric[0])
+        if metric not in modes:
+            problems.append(f"{where}.metric: {metric!r} is not a metric of task {st['task']} "
+                            f"(allowed: {', '.join(modes)})")
+            continue
+        missing = sorted(set(claim["seeds"]) - set(seeds))
+        if missing:
+            problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
+        resolved = {}
+        for role, point in [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]:
+            found = _claim_config(point, axes, configs)
+            if len(found) != 1:
+                problems.append(f"{where}.{role}: {json.dumps(point)} matches {len(found) or 'no'} configurations of "
+                                f"the grid{', name more axes' if found else ''} (allowed: {options})")
+            else:
+                resolved[role] = {k: found[0].model[k] for k in axes}
+        if len(resolved) == 1 + len(claim["lean"]):
+            out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
+                        "seeds": sorted(claim["seeds"]), "baseline": resolved["baseline"],
+                        "lean": [resolved[f"lean[{j}]"] for j in range(len(claim["lean"]))],
+                        "rationale": claim.get("rationale", "")})
+    names = [c["name"] for c in st.get("claims") or []]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"config error: studies.{name}.claims: the name {dup!r} is declared twice "
+                        f"(allowed: one claim a name)")
+    return tuple(out)
+
+
+def _claim_config(point: dict, axes, configs: dict) -> list:
+    """The grid's configurations (one variant each) that `point` names; mlp_ratio is mlp_hidden / width."""
+    found = {}
+    for v in configs.values():
+        m = v.model
+        if all(("mlp_hidden" in m and m["mlp_hidden"] == value * m["width"]) if key == "mlp_ratio"
+               else m.get(key) == value for key, value in point.items()):
+            found[json.dumps({k: m[k] for k in axes}, sort_keys=True)] = v
+    return list(found.values())
+
+
+def _config_label(v: Variant, axes) -> str:
+    return ",".join(f"{k}={v.model[k]}" for k in axes)
 
 
 def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> dict | None:

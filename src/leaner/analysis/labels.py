@@ -35,6 +35,10 @@ LABELS = {
     "mean_load_pct": "CPU load (%, mean)",
     "posn": "positions",
     "qk_angle_deg_min": "angle(QKᵀ, I) (deg, min)",
+    "difference": "difference (+: lean better)",
+    "bound_lo": "one-sided 95% lower bound",
+    "bound_hi": "one-sided 95% upper bound",
+    "seeds_missing": "declared seeds missing",
 }
 
 # one word of a name

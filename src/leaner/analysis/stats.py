@@ -106,3 +106,48 @@ def fmt_ci(value: float, lo: float, hi: float) -> str:
     if math.isnan(value):
         return "n/a"
     return f"{value:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+
+
+# Declared claims (a study's `claims:`): a lean configuration against a baseline on one metric,
+# at a margin fixed before the run. The difference is oriented so that positive means the lean
+# model is better (accuracy up, or a loss down), and judged by one-sided Welch bounds at 95%.
+CLAIM_VERDICTS = ("superior", "equivalent", "non-inferior", "inferior", "inconclusive", "one seed, no interval")
+
+
+def claim_verdict(lean, base, margin: float, mode: str = "max") -> dict:
+    """{diff, lo, hi, verdict}: diff = lean - baseline (baseline - lean for `mode` min), lo and hi
+    its one-sided 95% Welch bounds (together the two-sided 90% interval). The verdict is the
+    strongest that holds:
+      superior       lo > 0
+      equivalent     -margin < lo and hi < +margin (two one-sided tests, TOST)
+      non-inferior   lo > -margin
+      inferior       hi < -margin
+      inconclusive   otherwise; an interval straddling zero is not "no difference"
+    and 'one seed, no interval' where a side has fewer than two values."""
+    from scipy import stats
+
+    if margin <= 0:
+        raise ValueError(f"margin {margin}: must be > 0 (allowed: a positive number in the metric's units)")
+    sign = 1.0 if mode == "max" else -1.0
+    a, b = sign * _finite(lean), sign * _finite(base)
+    if not len(a) or not len(b):
+        return {"diff": math.nan, "lo": math.nan, "hi": math.nan, "verdict": "no data"}
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return {"diff": diff, "lo": math.nan, "hi": math.nan, "verdict": "one seed, no interval"}
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        lo = hi = diff
+    else:
+        test = stats.ttest_ind(a, b, equal_var=False)
+        lo, hi = (float(x) for x in test.confidence_interval(0.90))
+    if lo > 0:
+        verdict = "superior"
+    elif -margin < lo and hi < margin:
+        verdict = "equivalent"
+    elif lo > -margin:
+        verdict = "non-inferior"
+    elif hi < -margin:
+        verdict = "inferior"
+    else:
+        verdict = "inconclusive"
+    return {"diff": diff, "lo": lo, "hi": hi, "verdict": verdict}

@@ -10,18 +10,19 @@ import pandas as pd
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import task_info
 from .papers import paper_comparison, theorem_comparison
-from .tables import acceptance_checks, by_config, glue_tasks_table, lean_vs_baseline, write_table
+from .tables import acceptance_checks, by_config, claims_table, glue_tasks_table, lean_vs_baseline, write_table
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
-                       checks=ACCEPTANCE_CHECKS, names: list[str] | None = None) -> list[Path]:
+                       checks=ACCEPTANCE_CHECKS, names: list[str] | None = None,
+                       claims: list[dict] | None = None) -> list[Path]:
     """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names`; by default the task's
     tables (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
-        names = study_outputs(task, grid_points(summary.to_dict("records")), baseline)[1]
-    known = task_info(task).tables
+        names = study_outputs(task, grid_points(summary.to_dict("records")), baseline, bool(claims))[1]
+    known = task_info(task).tables + (("claims",) if claims else ())
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no table {', '.join(unknown)} for task {task} (allowed: {', '.join(known)})")
@@ -40,6 +41,11 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
                                f"{study}: P2's acceptance checks (min over seeds)"),
         "paper_comparison": lambda: (paper_comparison(summary, baseline, checks),
                                      f"{study}: the paper's reported numbers beside ours, with the setting of each"),
+        "claims": lambda: (claims_table(summary, claims),
+                           f"{study}: the claims declared in the config, baseline first; difference positive where "
+                           f"the lean model is better, with its one-sided 95% Welch bounds; superior: lower bound "
+                           f"above 0; equivalent: both bounds within the margin; non-inferior: lower bound above "
+                           f"-margin; inferior: upper bound below -margin; else inconclusive"),
     }
     paths = []
     for name in names:

@@ -17,7 +17,7 @@ from ..io import atomic_path, write_csv
 from ..outputs import ACCEPTANCE_CHECKS
 from ..tasks import task_info
 from .labels import column_label
-from .stats import ci95, gmean, resolve, welch
+from .stats import ci95, claim_verdict, gmean, resolve, welch
 from .summary import ARCH, axes, config_values, is_arch
 
 
@@ -114,6 +114,44 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
 
 def arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
+
+
+def _claim_rows(summary: pd.DataFrame, point: dict, metric: str, seeds: list[int]) -> pd.DataFrame:
+    mask = summary["seed"].isin(seeds)
+    for key, value in point.items():
+        mask &= summary[key] == value
+    return summary[mask]
+
+
+def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
+    """The study's declared claims (plan._claims), baseline first: per claim its baseline row,
+    then one row per lean configuration with the difference (positive: lean better), its one-sided
+    95% bounds, the margin and the verdict (stats.claim_verdict). Only the declared seeds count; a
+    declared seed without a finished run is counted as missing, never replaced."""
+    rows = []
+    for claim in claims:
+        metric, seeds = claim["metric"], claim["seeds"]
+        base = _claim_rows(summary, claim["baseline"], metric, seeds)
+        base_vals = base[metric].to_numpy(float)
+        base_params = int(base["params_total"].iloc[0]) if len(base) else None
+        common = {"claim": claim["name"], "metric": metric, "margin": claim["margin"]}
+        mean, lo, hi, n = ci95(base_vals)
+        rows.append({**common, "role": "baseline", "configuration": arch_label(claim["baseline"]),
+                     "params": base_params, "param_reduction_pct": 0.0, "mean": mean, "n": n,
+                     "seeds_missing": len(seeds) - n})
+        for point in claim["lean"]:
+            lean = _claim_rows(summary, point, metric, seeds)
+            vals = lean[metric].to_numpy(float)
+            v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
+            params = int(lean["params_total"].iloc[0]) if len(lean) else None
+            reduction = 100.0 * (1 - params / base_params) if params and base_params else math.nan
+            rows.append({**common, "role": "lean", "configuration": arch_label(point), "params": params,
+                         "param_reduction_pct": reduction, "mean": float(np.mean(vals)) if len(vals) else math.nan,
+                         "n": int(np.isfinite(vals).sum()), "seeds_missing": len(seeds) - int(np.isfinite(vals).sum()),
+                         "difference": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"]})
+    columns = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
+               "seeds_missing", "difference", "bound_lo", "bound_hi", "margin", "verdict"]
+    return pd.DataFrame(rows).reindex(columns=columns)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+"""Declared claims: a lean configuration against a baseline at a margin fixed in the config,
+judged by one-sided Welch bounds (superior, equivalent, non-inferior, inferior, inconclusive),
+checked against the grid before anything runs, and tabled from the declared seeds only."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+
+from leaner.analysis.stats import claim_verdict
+from leaner.analysis.tables import claims_table
+from leaner.config import ConfigError, load_yaml
+from leaner.plan import build_plan
+
+from conftest import BIN, TINY, run, snakemake
+
+CLAIM = {"name": "two_heads", "baseline": {"depth": 1, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
+         "margin": 0.05, "seeds": [0, 1]}
+
+
+def tiny(claims: list[dict] | None = None) -> dict:
+    """The tiny config, its ViT study declaring `claims` (default: two heads against one at depth 1,
+    seeds 0 and 1)."""
+    cfg = load_yaml(TINY)
+    cfg["studies"]["tiny"]["claims"] = [CLAIM] if claims is None else claims
+    return cfg
+
+
+def _around(mean: float, spread: float = 0.01, n: int = 5) -> np.ndarray:
+    return mean + spread * np.linspace(-1, 1, n)
+
+
+@pytest.mark.parametrize("lean,verdict", [
+    (_around(0.95), "superior"),          # clears zero
+    (_around(0.90, 0.002), "equivalent"),  # both bounds inside +-0.01
+    (_around(0.905, 0.012), "non-inferior"),  # above -0.01, reaches past +0.01
+    (_around(0.80), "inferior"),          # below -0.01 entirely
+    (_around(0.90, 0.2), "inconclusive"),  # straddles zero and both margins: not "no difference"
+])
+def test_each_verdict_follows_from_the_one_sided_bounds(lean, verdict):
+    base = _around(0.90, 0.002)
+    v = claim_verdict(lean, base, margin=0.01)
+    assert v["verdict"] == verdict, v
+    lo, hi = stats.ttest_ind(lean, base, equal_var=False).confidence_interval(0.90)
+    assert math.isclose(v["lo"], lo) and math.isclose(v["hi"], hi)
+    # the one-sided 95% lower bound is the two-sided 90% interval's
+    one_sided = stats.ttest_ind(lean, base, equal_var=False, alternative="greater").confidence_interval(0.95)
+    assert math.isclose(v["lo"], one_sided.low)
+
+
+def test_for_a_loss_positive_means_the_lean_model_is_lower():
+    worse = claim_verdict(lean=_around(1.80), base=_around(1.06), margin=0.02, mode="min")
+    assert worse["verdict"] == "inferior" and math.isclose(worse["diff"], -0.74)
+    better = claim_verdict(lean=_around(1.00), base=_around(1.06), margin=0.02, mode="min")
+    assert better["verdict"] == "superior" and better["diff"] > 0
+
+
+def test_one_seed_gives_no_interval_and_a_margin_must_be_positive():
+    assert claim_verdict([0.9], _around(0.9), 0.01)["verdict"] == "one seed, no interval"
+    with pytest.raises(ValueError, match="margin 0: must be > 0"):
+        claim_verdict(_around(0.9), _around(0.9), 0)
+
+
+def _plan_problems(claims: list[dict]) -> list[str]:
+    cfg = tiny(claims)
+    with pytest.raises(ConfigError) as exc:
+        build_plan(cfg)
+    return exc.value.problems
+
+
+def test_a_claim_names_configurations_of_the_grid_and_its_seeds():
+    plan = build_plan(tiny())
+    claim = plan.studies["tiny"].claims[0]
+    assert claim["baseline"] == {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
+    assert claim["metric"] == "eval_acc" and claim["mode"] == "max" and claim["seeds"] == [0, 1]
+    assert "claims" in plan.studies["tiny"].outputs()[1]
+
+    good = {"name": "c", "baseline": {"depth": 2, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
+            "margin": 0.01, "seeds": [0]}
+    assert _plan_problems([{**good, "lean": [{"depth": 3}]}]) == [
+        'config error: studies.tiny.claims[0].lean[0]: {"depth": 3} matches no configurations of the grid '
+        "(allowed: depth=1,heads=1,width=16,head_dim=16,mlp_hidden=32; depth=1,heads=2,width=16,head_dim=8,"
+        "mlp_hidden=32; depth=2,heads=1,width=16,head_dim=16,mlp_hidden=32; depth=2,heads=2,width=16,head_dim=8,"
+        "mlp_hidden=32)"]
+    assert _plan_problems([{**good, "baseline": {"depth": 2}}])[0].startswith(
+        'config error: studies.tiny.claims[0].baseline: {"depth": 2} matches 2 configurations of the grid, '
+        "name more axes (allowed: ")
+    assert _plan_problems([{**good, "seeds": [0, 7]}]) == [
+        "config error: studies.tiny.claims[0].seeds: [7] not in the study's grid (allowed: [0, 1])"]
+    assert _plan_problems([{**good, "metric": "eval_loss"}]) == [
+        "config error: studies.tiny.claims[0].metric: 'eval_loss' is not a metric of task image_classification "
+        "(allowed: eval_acc)"]
+    assert _plan_problems([good, good]) == [
+        "config error: studies.tiny.claims: the name 'c' is declared twice (allowed: one claim a name)"]
+    assert _plan_problems([{**good, "margin": 0}])[0].startswith(
+        "config error: studies.tiny.claims[0].margin: 0 is not allowed")
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    arch = {"width": 16, "mlp_hidden": 32}
+    for seed in range(4):
+        rows.append({"depth": 2, "heads": 1, "head_dim": 16, **arch, "seed": seed, "params_total": 1000,
+                     "eval_acc": 0.90 + 0.002 * seed})
+        rows.append({"depth": 1, "heads": 2, "head_dim": 8, **arch, "seed": seed, "params_total": 600,
+                     "eval_acc": [0.95, 0.96, 0.97, 0.20][seed]})  # seed 3 is not declared
+    return pd.DataFrame(rows)
+
+
+def test_the_table_uses_the_declared_seeds_only_and_puts_the_baseline_first():
+    claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
+             "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}]}
+    table = claims_table(_summary(), [claim])
+    assert list(table["role"]) == ["baseline", "lean"]
+    base, lean = table.iloc[0], table.iloc[1]
+    assert base["n"] == lean["n"] == 3 and lean["seeds_missing"] == 0
+    assert math.isclose(lean["param_reduction_pct"], 40.0) and lean["verdict"] == "superior"
+    assert math.isclose(lean["difference"], 0.96 - 0.902)
+    declared_4 = claims_table(_summary(), [{**claim, "seeds": [0, 1, 2, 3, 4]}]).iloc[1]
+    assert declared_4["n"] == 4 and declared_4["seeds_missing"] == 1 and declared_4["verdict"] == "inconclusive"
+
+
+def test_snakemake_hands_the_resolved_claims_to_the_tables_rule(tmp_path):
+    path = tmp_path / "claimed.yaml"
+    path.write_text(yaml.safe_dump(tiny()))
+    out = snakemake(tmp_path, "-n", "-p", "results/tables/tiny-claims.csv", "--cores", "1", configfile=path).stdout
+    assert "rule tables_tiny:" in out and "results/tables/tiny-claims.csv" in out
+    handed = json.loads(re.search(r"--claims '(\[.*?\])'", out).group(1))
+    assert handed == [dict(build_plan(tiny()).studies["tiny"].claims[0])]
+    assert snakemake(tmp_path, "-n", "results/tables/tiny-claims.csv", "--cores", "1", check=False).returncode != 0
+
+
+def test_leaner_tables_writes_the_claims_table_people_read(tmp_path):
+    summary = _summary().assign(task="image_classification", protocols="fixed_width", status="ok",
+                                variant="v")
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
+             "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}], "rationale": ""}
+    proc = run([str(BIN / "leaner"), "tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s",
+                "--claims", json.dumps([claim]), "--names", "claims", "--outdir", str(tmp_path / "t")], cwd=tmp_path)
+    assert proc.returncode == 0
+    md = (tmp_path / "t" / "s-claims.md").read_text()
+    assert "difference (+: lean better)" in md and "superior" in md and "one-sided 95% lower bound" in md
+    body = md.split("else inconclusive")[1]
+    assert body.index("L2-H1-D16-mlp32") < body.index("L1-H2-D16-mlp32") < body.index("superior")
+    proc = run([str(BIN / "leaner"), "tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s",
+                "--names", "claims", "--outdir", str(tmp_path / "t")], cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "no table claims for task image_classification" in proc.stderr
