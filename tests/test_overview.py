@@ -27,7 +27,7 @@ def test_welch_interval_is_scipys():
 def test_verdicts_follow_the_interval_only():
     assert verdict(-0.3, -0.1) == "more heads help"  # error fell
     assert verdict(0.1, 0.4) == "more heads hurt"
-    assert verdict(-0.1, 0.2) == "no difference"
+    assert verdict(-0.1, 0.2) == "inconclusive"
     assert verdict(math.nan, math.nan) == "n/a (one seed)"
 
 

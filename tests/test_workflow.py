@@ -116,7 +116,7 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     assert set(effects["study"]) == {"tiny", "tiny_nearest"} and len(effects) == 3
     with_interval = effects[effects["n"] == "2, 2"].iloc[0]
     assert with_interval["delta_lo"] <= with_interval["delta_error"] <= with_interval["delta_hi"]
-    assert with_interval["verdict"] in ("more heads help", "more heads hurt", "no difference", "unresolved")
+    assert with_interval["verdict"] in ("more heads help", "more heads hurt", "inconclusive", "unresolved")
     assert (effects[effects["n"] == "1, 1"]["verdict"] == "n/a (one seed)").all()
     corr = pd.read_csv(tables / "all_studies-kappa_error_correlation.csv")
     assert list(corr["study"]) == ["tiny", "tiny_nearest", "pooled"]

@@ -24,22 +24,22 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         if not len(e):
             continue
         counts = e["verdict"].value_counts()
-        kinds = ("more heads help", "more heads hurt", "no difference", "unresolved", "n/a (one seed)")
+        kinds = ("more heads help", "more heads hurt", "inconclusive", "unresolved", "n/a (one seed)")
         parts = [f"{counts.get(v, 0)} {v}" for v in kinds if counts.get(v, 0)]
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
     if len(effects):
         hurt = effects[effects["verdict"] == "more heads hurt"]
-        fine = effects[effects["verdict"].isin(["more heads help", "no difference"])]
+        fine = effects[effects["verdict"] == "more heads help"]  # an interval across zero shows nothing either way
         if len(hurt) and len(fine):
             hurt_rf, fine_rf = hurt["rank_fraction_many"], fine["rank_fraction_many"]
             text = (f"Where they meet: more heads hurt in {', '.join(sorted(set(hurt['study'])))} (head rank "
-                    f"{hurt_rf.min():.3g}-{hurt_rf.max():.3g} of the width after the split) and did not hurt in "
+                    f"{hurt_rf.min():.3g}-{hurt_rf.max():.3g} of the width after the split) and helped in "
                     f"{', '.join(sorted(set(fine['study'])))} (head rank {fine_rf.min():.3g}-{fine_rf.max():.3g} of "
                     f"the width). ")
             if fine_rf.min() < hurt_rf.max():
                 text += (f"Head rank alone does not divide them: models that kept only {fine_rf.min():.3g} of the "
-                         f"width per head did not suffer where others lost at {hurt_rf.max():.3g}. ")
+                         f"width per head gained where others lost at {hurt_rf.max():.3g}. ")
             else:
                 text += "Here the head rank divides them: every loss came at a higher rank fraction than every gain. "
             if set(hurt["family"]) == {"P2"} and set(fine["family"]) == {"P1"}:
@@ -51,8 +51,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
             paras.append(f"More heads hurt in {', '.join(sorted(set(hurt['study'])))} and helped nowhere with an "
                          f"interval excluding zero.")
         elif len(fine):
-            paras.append("More heads hurt in no comparison with an interval; P2's failure mode did not appear "
-                         "in these studies.")
+            paras.append("More heads hurt in no comparison with an interval; P2's failure mode did not show "
+                         "in these studies (which, without a margin, does not say it is absent).")
     if len(corr):
         pooled = corr[corr["study"] == "pooled"].iloc[0]
         studies_only = corr[~corr["study"].str.startswith("pooled")]

@@ -7,7 +7,8 @@ same knob, so every study is put on the same footing here:
 - a *comparison* holds everything but the head count fixed (study, depth, protocol, MLP ratio;
   for P2 also W, d, N, positions) and sets the configuration with the most heads against the one
   with the fewest: the error difference with a Welch 95% interval over seeds, and a verdict
-  (help / hurt / no difference) only when the interval says so with a margin, else unresolved;
+  (help / hurt) only when the interval says so with a margin, inconclusive when it spans zero,
+  else unresolved;
 - the *relative error* of each configuration is its error over the error of the fewest-heads
   configuration of its comparison group, plotted against heads, head rank as a fraction of the
   model width (1 = a single full-rank head), and depth;
@@ -101,7 +102,7 @@ def verdict(lo: float, hi: float) -> str:
     """On an error difference (more heads minus fewer heads): lower error is better; called only
     with the margin of `aggregate.resolve`, else unresolved."""
     return {"n/a": "n/a (one seed)", "below": "more heads help", "above": "more heads hurt",
-            "includes zero": "no difference", "unresolved": "unresolved"}[resolve(lo, hi)]
+            "includes zero": "inconclusive", "unresolved": "unresolved"}[resolve(lo, hi)]
 
 
 def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:

@@ -49,7 +49,8 @@ def welch(a, b) -> tuple[float, float, float]:
 
 
 # A difference is called only when its 95% interval clears zero by a quarter of its half-width,
-# and "no difference" only when the interval reaches that far past zero on both sides. In between
+# and "includes zero" (inconclusive, never "no difference": that takes a declared margin, see
+# claim_verdict) only when the interval reaches that far past zero on both sides. In between
 # the comparison is unresolved: a re-run on another CPU type (same seeds, different floating-point
 # path) moved the headline interval by 6.5% of its half-width, enough to flip a verdict that sat
 # on zero; the margin leaves four times that.

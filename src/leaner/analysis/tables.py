@@ -91,7 +91,8 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
     """Each shallower configuration against the baseline: the metric, its difference with a Welch
     95% interval, and the parameter reduction. `mode` says which way is better (max: accuracy,
     min: a loss); a difference is called one only when its interval clears 0 by the margin
-    (`resolve`), else it is "no difference" or "unresolved"."""
+    (`resolve`), else it is "inconclusive" (the interval spans zero: absence of evidence, not
+    evidence of no difference; that needs a margin, see `claims_table`) or "unresolved"."""
     configs = by_config(summary, metric)
     base = pick_baseline(configs, baseline)
     base_vals = config_values(summary, base, metric)
@@ -101,7 +102,7 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
         diff, lo, hi = welch(vals, base_vals)
         side = resolve(lo, hi)
         verdict = {"above": "better" if mode == "max" else "worse", "below": "worse" if mode == "max" else "better",
-                   "includes zero": "no difference"}.get(side, side)
+                   "includes zero": "inconclusive"}.get(side, side)
         rows.append({**{k: cfg[k] for k in ARCH}, "protocols": cfg["protocols"], "params": cfg["params"],
                      "param_reduction_pct": 100.0 * (1 - cfg["params"] / base["params"]),
                      f"{metric}_mean": cfg[f"{metric}_mean"], f"{metric}_lo": cfg[f"{metric}_lo"],
