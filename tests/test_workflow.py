@@ -8,6 +8,7 @@ import os
 import re
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -444,3 +445,35 @@ def test_a_killed_run_shows_in_status_and_the_readme_command_resumes_it(tmp_path
     assert metrics["steps"] == int(resumed.group(2)) == 120 * 23
     assert not ckpt.exists()
     assert _status(tmp_path, path)[long_][0] == "done"
+
+
+def test_tensorboard_sorts_the_runs_by_their_hyperparameters_and_shows_kappa(tiny_run):
+    """The summary stage gives each run TensorBoard's HParams (architecture, protocols, parameters,
+    seed; final metric and kappa as its columns) and kappa at each kept checkpoint, beside its curves."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    work, _ = tiny_run
+    summary = pd.read_csv(work / "results" / "tiny" / "summary.csv").set_index("variant")
+    through = pd.read_csv(work / "results" / "tiny" / "kappa_through_training.csv")
+    for variant in ("L1-H2-D16-hd8-mlp32-s0", "L2-H1-D16-hd16-mlp32-s0"):
+        events = EventAccumulator(str(work / "results" / "tiny" / variant))
+        events.Reload()
+        content = events.PluginTagToContent("hparams")
+        start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+        hp = {k: v.number_value if v.HasField("number_value") else v.string_value for k, v in start.hparams.items()}
+        row = summary.loc[variant]
+        assert hp == {"study": "tiny", "protocols": row["protocols"], "params": row["params_total"],
+                      "seed": row["seed"], "depth": row["depth"], "heads": row["heads"], "width": 16,
+                      "head_dim": row["head_dim"], "mlp_hidden": 32}
+        assert events.Scalars("hparams/eval_acc")[0].value == pytest.approx(row["eval_acc"], rel=1e-6)
+        assert events.Scalars("hparams/kappa_final")[0].value == pytest.approx(row["kappa_final_gmean"], rel=1e-6)
+        assert "train/loss" in events.Tags()["scalars"]  # the same run as the training curves
+        for matrix in ("heads_concat", "attn_proj_out", "jacobian"):
+            mine = through[(through["variant"] == variant) & (through["matrix"] == matrix)]
+            assert mine["step"].tolist() == [0, 10, 34, 69]
+            mine = mine[np.isfinite(mine["kappa_gmean"])]  # a singular matrix (kappa inf) has no point
+            logged = events.Scalars(f"kappa/{matrix}")
+            assert [e.step for e in logged] == mine["step"].tolist()
+            assert [e.value for e in logged] == pytest.approx(mine["kappa_gmean"].tolist(), rel=1e-6)
+    assert len(list((work / "results" / "tiny" / variant).glob("events.out.tfevents.*.hparams"))) == 1

@@ -8,6 +8,11 @@ In the variant's folder, by the main process:
   progress.json     the heartbeat: state, step, last loss, the last checkpoint's step, host, pid,
                     when it was written; every `every` seconds at a sync, at each epoch and
                     checkpoint, and when the run fails (removed when it ends: metrics.json)
+
+And by the summary stage, once the study's variants are done (write_hparams):
+  events.out.tfevents.*.hparams   TensorBoard's HParams for the run (depth, heads, width,
+                    protocols, parameters, seed, ...) with its final metric and kappa, and kappa
+                    at every kept checkpoint (kappa/<matrix>), so runs sort and filter there
 """
 
 from __future__ import annotations
@@ -84,6 +89,34 @@ class RunRecord:
             (self.out / PROGRESS_FILE).unlink(missing_ok=True)
         else:
             self.beat(step, loss, state="failed", force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
+
+
+HPARAMS_SUFFIX = ".hparams"
+
+
+def write_hparams(folder: Path, hparams: dict, metrics: dict, kappa: list[tuple[str, int, float]]) -> None:
+    """One run's TensorBoard HParams entry, in its folder beside its curves (one run to
+    TensorBoard): `hparams` (numbers, strings, booleans), `metrics` (tag -> value, shown as the
+    HParams dashboard's columns) and kappa/<matrix> at each checkpoint's step. Written again, the
+    previous entry is replaced; non-finite values are left out."""
+    from torch.utils.tensorboard.summary import hparams as hparams_summary
+    from torch.utils.tensorboard.summary import scalar
+    from torch.utils.tensorboard.writer import FileWriter
+
+    folder = Path(folder)
+    for old in folder.glob(f"events.out.tfevents.*{HPARAMS_SUFFIX}"):
+        old.unlink()
+    metrics = {tag: float(v) for tag, v in metrics.items() if v is not None and math.isfinite(v)}
+    writer = FileWriter(str(folder), filename_suffix=HPARAMS_SUFFIX)
+    for summary in hparams_summary(hparams, metrics):
+        writer.add_summary(summary)
+    for tag, value in metrics.items():
+        writer.add_summary(scalar(tag, value), 0)
+    # in step order across matrices: TensorBoard drops an event whose step is below the last one read
+    for matrix, step, value in sorted(kappa, key=lambda k: k[1]):
+        if math.isfinite(value):
+            writer.add_summary(scalar(f"kappa/{matrix}", value), step)
+    writer.close()
 
 
 def _write_beat(out: Path, state: str, step: int | None, total: int | None, loss: float | None,

@@ -14,6 +14,7 @@ import pandas as pd
 from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
 from ..tasks import GRID_AXES, task_info
+from ..tracking import write_hparams
 from .stats import gmean
 
 ARCH = list(GRID_AXES["arch"])  # depth x heads x width x head_dim x MLP: P1's configurations
@@ -147,12 +148,34 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                   protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
                   kappa_csv: str | None = None) -> pd.DataFrame:
-    """summary.csv, and (kappa_csv) every variant's kappa at each kept checkpoint."""
+    """summary.csv, (kappa_csv) every variant's kappa at each kept checkpoint, and each variant's
+    TensorBoard HParams entry in its folder (tracking.write_hparams)."""
     frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
+    kappa = kappa_checkpoints(frame, conditioning_paths)
     if kappa_csv:
-        write_csv(kappa_csv, kappa_checkpoints(frame, conditioning_paths))
+        write_csv(kappa_csv, kappa)
     write_csv(out_csv, frame)
+    folders = {read_json(p)["variant"]: Path(p).parent for p in metrics_paths}
+    for _, row in frame.iterrows():
+        hparams, metrics = tensorboard_hparams(row)
+        curve = kappa[kappa["variant"] == row["variant"]] if len(kappa) else kappa
+        write_hparams(folders[row["variant"]], hparams, metrics,
+                      [(r["matrix"], int(r["step"]), float(r["kappa_gmean"])) for _, r in curve.iterrows()])
     return frame
+
+
+def tensorboard_hparams(row: pd.Series) -> tuple[dict, dict]:
+    """(hyperparameters, metrics) of one summary row for TensorBoard's HParams dashboard: the
+    architecture's axes, protocols, parameters and seed; the task's metric, the error, kappa at
+    initialisation and after training (geometric mean over layers)."""
+    task = row["task"]
+    shape = {k: row[k].item() if hasattr(row[k], "item") else row[k] for k in axes(task)}  # numpy -> Python
+    hparams = {"study": row["study"], "protocols": str(row["protocols"] or ""), "params": int(row["params_total"]),
+               "seed": int(row["seed"]), **shape}
+    metric = task_info(task).metric[0]
+    metrics = {f"hparams/{metric}": row.get(metric), "hparams/error": row.get("error"),
+               "hparams/kappa_init": row.get("kappa_init_gmean"), "hparams/kappa_final": row.get("kappa_final_gmean")}
+    return hparams, {tag: float(v) for tag, v in metrics.items() if v is not None and not pd.isna(v)}
 
 
 def explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
