@@ -127,7 +127,10 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     findings = (work / "results" / "overview" / "findings.md").read_text()
     assert "configurations of 2 studies (tiny, tiny_nearest)" in findings
     assert f"tiny {tiny['rho_kappa_error']:+.2f} (n=4)" in findings  # the paragraph quotes the table
-    assert "<table" in (work / "results" / "overview" / "findings.html").read_text()
+    page = (work / "results" / "overview" / "findings.html").read_text()
+    # every section of findings.md, the headline comparisons among them
+    assert [h for h in re.findall(r"^## (.+)$", findings, flags=re.MULTILINE)] == ["Headline comparisons"]
+    assert "<h3>Headline comparisons</h3>" in page and page.count("<table") == 3
     assert (work / "results" / "figures" / "all_studies-overview.png").stat().st_size > 20000
 
     p1 = pd.read_csv(tables / "tiny-paper_comparison.csv")

@@ -243,5 +243,6 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                        + headline_markdown(heads))
     with atomic_path(prefix.with_suffix(".html")) as tmp:
         tmp.write_text(_html_page("Both papers in one view", paras,
-                                  [("Most against fewest heads", effects), ("kappa and error", corr)]))
+                                  [("Headline comparisons", heads), ("Most against fewest heads", effects),
+                                   ("kappa and error", corr)]))
     return paths + [prefix.with_suffix(".md"), prefix.with_suffix(".html")]
