@@ -234,7 +234,7 @@ def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: l
             problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
         resolved = {}
         for role, point in [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]:
-            found = _claim_config(point, axes, configs)
+            found = _claim_config(point, configs)
             if len(found) != 1:
                 problems.append(f"{where}.{role}: {json.dumps(point)} matches {len(found) or 'no'} configurations of "
                                 f"the grid{', name more axes' if found else ''} (allowed: {options})")
@@ -252,15 +252,13 @@ def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: l
     return tuple(out)
 
 
-def _claim_config(point: dict, axes, configs: dict) -> list:
+def _claim_config(point: dict, configs: dict) -> list:
     """The grid's configurations (one variant each) that `point` names; mlp_ratio is mlp_hidden / width."""
-    found = {}
-    for v in configs.values():
-        m = v.model
-        if all(("mlp_hidden" in m and m["mlp_hidden"] == value * m["width"]) if key == "mlp_ratio"
-               else m.get(key) == value for key, value in point.items()):
-            found[json.dumps({k: m[k] for k in axes}, sort_keys=True)] = v
-    return list(found.values())
+    def names(m: dict) -> bool:
+        return all(("mlp_hidden" in m and m["mlp_hidden"] == value * m["width"]) if key == "mlp_ratio"
+                   else m.get(key) == value for key, value in point.items())
+
+    return [v for v in configs.values() if names(v.model)]
 
 
 def _config_label(v: Variant, axes) -> str:

@@ -117,7 +117,7 @@ def arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
 
 
-def _claim_rows(summary: pd.DataFrame, point: dict, metric: str, seeds: list[int]) -> pd.DataFrame:
+def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.DataFrame:
     mask = summary["seed"].isin(seeds)
     for key, value in point.items():
         mask &= summary[key] == value
@@ -132,7 +132,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     rows = []
     for claim in claims:
         metric, seeds = claim["metric"], claim["seeds"]
-        base = _claim_rows(summary, claim["baseline"], metric, seeds)
+        base = _claim_rows(summary, claim["baseline"], seeds)
         base_vals = base[metric].to_numpy(float)
         base_params = int(base["params_total"].iloc[0]) if len(base) else None
         common = {"claim": claim["name"], "metric": metric, "margin": claim["margin"]}
@@ -141,14 +141,14 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
                      "params": base_params, "param_reduction_pct": 0.0, "mean": mean, "n": n,
                      "seeds_missing": len(seeds) - n})
         for point in claim["lean"]:
-            lean = _claim_rows(summary, point, metric, seeds)
+            lean = _claim_rows(summary, point, seeds)
             vals = lean[metric].to_numpy(float)
             v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
             params = int(lean["params_total"].iloc[0]) if len(lean) else None
             reduction = 100.0 * (1 - params / base_params) if params and base_params else math.nan
+            mean, _, _, n = ci95(vals)
             rows.append({**common, "role": "lean", "configuration": arch_label(point), "params": params,
-                         "param_reduction_pct": reduction, "mean": float(np.mean(vals)) if len(vals) else math.nan,
-                         "n": int(np.isfinite(vals).sum()), "seeds_missing": len(seeds) - int(np.isfinite(vals).sum()),
+                         "param_reduction_pct": reduction, "mean": mean, "n": n, "seeds_missing": len(seeds) - n,
                          "difference": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"]})
     columns = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
                "seeds_missing", "difference", "bound_lo", "bound_hi", "margin", "verdict"]
