@@ -114,15 +114,16 @@ def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float =
     proc.wait()
 
 
-def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = None, seed: int = 3):
+def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = None, seed: int = 3,
+                  stream: str = "fresh"):
     """P2's task at toy size: (spec, manifest) with the generator's manifest written under root."""
     from leaner.config import RECIPE_DEFAULTS
     from leaner.data import prepare
     from leaner.tasks import task_info
 
     manifest = root / "np" / "manifest.json"
-    prepare("nearest_point", {"kind": "nearest_point", "streams": 7, "eval_samples": 512, "eval_seed": 1},
-            str(manifest))
+    prepare("nearest_point", {"kind": "nearest_point", "stream": stream, "streams": 7, "eval_samples": 512,
+                              "eval_seed": 1}, str(manifest))
     m = {"arch": "nearest_point_encoder", "depth": 1, "heads": 1, "modules": 1, "dim": 8, "tokens": 4,
          "posn": "none", "d_model": 8, "head_dim": 8, "ff": 16, "posn_dim": 64, **(model or {})}
     r = {**RECIPE_DEFAULTS, **task_info("nearest_point").recipe, "epochs": 8, "steps_per_epoch": 25,

@@ -61,6 +61,74 @@ def test_the_stream_reseeds_one_generator_per_batch():
     assert s.device.type == "cpu" and first.device.type == "cpu"
 
 
+def test_replay_repeats_one_epoch_of_the_fresh_stream():
+    """P2's loader as it ran: every epoch the same batches, batch k of epoch e being batch k of the
+    fresh stream (its 7-worker structure kept); the evaluation set is the fresh stream's."""
+    fresh, replay = PointStream(8, 4, 16, data_seed=2), PointStream(8, 4, 16, data_seed=2, replay=10)
+    for k in (0, 3, 9):
+        assert torch.equal(replay.batch(k)[0], fresh.batch(k)[0])
+        assert torch.equal(replay.batch(k + 10)[0], fresh.batch(k)[0])
+        assert torch.equal(replay.batch(k + 370)[0], fresh.batch(k)[0])
+    assert not torch.equal(fresh.batch(13)[0], fresh.batch(3)[0])
+    assert torch.equal(next(replay.eval_batches())[0], next(fresh.eval_batches())[0])
+
+
+def _p2_reference(dim, tokens, depth, heads, modules, ff, posn, posn_dim):
+    """P2's encoder (their encoders.py) from stock PyTorch modules, built in their order from their
+    init seed: a TransformerEncoderLayer (its own self_attn, unused, then linear1, linear2), then the
+    W attention modules, then the concatenated table (features x N, empty without it), then the
+    additive one. Returns (its forward, its tensors by our names)."""
+    torch.manual_seed(613)
+    d_model = dim + (posn_dim if posn == "concatenated" else 0)
+    layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, batch_first=True)
+    widened = [nn.MultiheadAttention(d_model, heads, batch_first=True) for _ in range(modules)]
+    concatenated = torch.empty(posn_dim if posn == "concatenated" else 0, tokens).uniform_(-1, 1)
+    additive = torch.empty(dim, tokens).normal_(-1, 1) if posn == "additive" else None
+
+    def unit(x):
+        return x / x.norm(dim=-1, keepdim=True)
+
+    def forward(x):
+        if additive is not None:
+            x = x + additive.T
+        if len(concatenated):
+            x = torch.cat([x, concatenated.T.expand(len(x), -1, -1)], dim=-1)
+        for _ in range(depth):  # nn.TransformerEncoder: every layer a copy of the first
+            x = unit(x + torch.stack([m(x, x, x, need_weights=False)[0] for m in widened]).mean(0))
+            x = unit(x + layer.linear2(torch.relu(layer.linear1(x))))
+        return x[..., :dim]
+
+    batched = AveragedMultiheadAttention.from_modules(widened)
+    tensors = {"attn.in_proj_weight": batched.in_proj_weight, "attn.in_proj_bias": batched.in_proj_bias,
+               "attn.proj.weight": batched.proj.weight, "attn.proj.bias": batched.proj.bias,
+               "mlp.fc1.weight": layer.linear1.weight, "mlp.fc1.bias": layer.linear1.bias,
+               "mlp.fc2.weight": layer.linear2.weight, "mlp.fc2.bias": layer.linear2.bias}
+    table = additive if additive is not None else concatenated if len(concatenated) else None
+    return forward, tensors, None if table is None else table.T
+
+
+@pytest.mark.parametrize("posn,heads,modules", [("none", 2, 3), ("additive", 4, 2), ("concatenated", 2, 2)])
+def test_the_init_seed_gives_the_authors_initial_weights(posn, heads, modules):
+    """Seed 613 through the training path's seeding and model builder gives the weights P2's code
+    starts from, and the same function."""
+    from leaner.resume import seed_everything
+
+    shape = {"dim": 8, "tokens": 5, "depth": 2, "heads": heads, "modules": modules, "ff": 16, "posn": posn,
+             "posn_dim": 4}
+    forward, want, table = _p2_reference(**shape)
+    seed_everything(613)
+    model = NearestPointEncoder(**shape)
+    for block in model.blocks:
+        got = dict(block.named_parameters())
+        for name, tensor in want.items():
+            assert torch.equal(got[name].detach(), tensor.detach()), name
+    if table is not None:
+        assert torch.equal(model.pos_embed.detach(), table)
+    x = sample_sphere(3, 5, 8, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), forward(x), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("d_model,heads,modules", [(8, 1, 1), (8, 2, 3), (12, 4, 2)])
 def test_batched_attention_equals_w_separate_modules_averaged(d_model, heads, modules):
     torch.manual_seed(0)
@@ -182,3 +250,16 @@ def test_acceptance_checks_pass_and_fail_on_the_numbers():
     assert len(only) == 1
     rows[1]["best_train_loss"] = rows[3]["best_train_loss"] = 0.3  # gap of 7.5x: fails
     assert not acceptance_checks(_summary(rows), checks=["full_rank_gap"])["pass"].iloc[0]
+
+
+def test_the_replay_regime_reaches_the_training_batches(tmp_path):
+    """`stream: replay` in the dataset's settings: every epoch the task trains on the same batches."""
+    from leaner.tasks.nearest import NearestPoint
+
+    for stream, same in (("replay", True), ("fresh", False)):
+        spec, manifest = nearest_setup(tmp_path / stream, stream=stream)
+        task = NearestPoint(spec, str(manifest), torch.device("cpu"))
+        first, second = list(task.train_batches(0)), list(task.train_batches(1))
+        assert len(first) == len(second) == spec["recipe"]["steps_per_epoch"]
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second)) == same
+        assert task.data_info()["stream"].startswith(stream)

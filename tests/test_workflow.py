@@ -141,6 +141,9 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     checks = pd.read_csv(tables / "tiny_nearest-acceptance.csv")
     assert (p2["check"].dropna().isin(["pass", "fail"])).all()
     assert p2["quantity"].str.startswith("acceptance: ").sum() == len(checks)
+    # P2 under its authors' replayed set: the fresh-point MSE beside theirs, and what the seeds vary
+    assert p2["our setting"].str.contains("replayed set").all() and p2["our setting"].str.contains("613").all()
+    assert p2["ours"].str.contains("fresh points").any()
     costs = pd.read_csv(tables / "all_studies-job_costs.csv")
     rows = {(r["rule"], r["study"]): r for _, r in costs.iterrows()}
     assert rows[("train", "tiny")]["jobs"] == 6 and rows[("conditioning", "tiny_nearest")]["jobs"] == 2

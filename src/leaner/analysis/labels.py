@@ -34,6 +34,7 @@ LABELS = {
     "cpu_time_s_total": "CPU time (s, total)",
     "mean_load_pct": "CPU load (%, mean)",
     "posn": "positions",
+    "eval_mse_min": "fresh-point MSE (min)",
     "qk_angle_deg_min": "angle(QKᵀ, I) (deg, min)",
     "difference": "difference (+: lean better)",
     "bound_lo": "one-sided 95% lower bound",

@@ -154,8 +154,18 @@ def p1_comparison(summary: pd.DataFrame, baseline: dict) -> list[dict]:
     return rows
 
 
+def p2_setting(summary: pd.DataFrame) -> str:
+    """our_setting, plus what P2's seeds vary (the data only: one model init, seed 613) and which
+    data regime trained the runs (P2's replayed set, or fresh points)."""
+    regimes = sorted(summary["stream"].dropna().unique()) if "stream" in summary else []
+    regime = {"replay": "P2's replayed set of 100 batches: train MSE is a training-set MSE",
+              "fresh": "fresh points every batch: train MSE is the population risk"}
+    text = "; ".join(regime.get(r, r) for r in regimes) or "data regime not recorded"
+    return f"{our_setting(summary)} (data seeds; every run starts from init seed 613); {text}"
+
+
 def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
-    setting = our_setting(summary)
+    setting = p2_setting(summary)
     configs = by_config(summary)
     metric = "best_train_loss_min"
     rows = []
@@ -168,6 +178,8 @@ def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
         paper_text = (f"{paper[0]:g} (rank 64); ratio rank 32 / rank 64: {paper[1] / paper[0]:.3g}" if paper
                       else f"no paper point at {depth} layer(s), W={w}")
         ours_text = f"{ours_full:.3g} (rank {d})"
+        if "eval_mse_min" in full:
+            ours_text += f"; fresh points {float(full['eval_mse_min'].iloc[0]):.3g}"
         diff = ""
         if len(half):
             ratio = float(half[metric].iloc[0]) / ours_full

@@ -134,6 +134,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         else:
             row["total_heads"] = model["heads"] * model["modules"]
             row["error"] = row["best_train_loss"]
+            row["stream"] = m["data"]["stream"]  # fresh, or P2's replayed set (then eval_mse is the fresh-point MSE)
         for key, values in (m.get("diagnostics") or {}).items():
             if values:
                 row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))

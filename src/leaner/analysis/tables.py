@@ -35,6 +35,8 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
                     "n": n, "diverged": int((g["status"] != "ok").sum())})
+        if not is_arch(task) and "eval_mse" in g:  # P2: the fresh-point MSE beside the training metric
+            row["eval_mse_min"] = g["eval_mse"].min()
         for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
             if col in g:
                 row[col] = gmean(g[col])

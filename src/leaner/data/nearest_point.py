@@ -1,4 +1,4 @@
-"""P2's nearest-point task (papers.md 2.1): an infinite stream, fresh points every batch.
+"""P2's nearest-point task (papers.md 2.1): a stream of point sets, fresh or replayed.
 
 Each sequence holds N points i.i.d. uniform on the unit sphere in R^d (Gaussian, normalised). The
 target for point i is the point farthest from it, x_j with j = argmin_j <x_j, x_i> (the nearest
@@ -8,6 +8,13 @@ Batch k is a pure function of (data seed, k), so a resumed run sees the batches 
 run would have seen. P2 drew batches from 7 loader workers seeded data_seed + worker, so data seeds
 s and s+1 share 6 of 7 streams; `streams: 7` keeps that structure (batch k comes from stream
 data_seed + k mod 7), `streams: 1` makes every data seed independent.
+
+Two regimes (`stream` in the dataset's settings). `fresh`: batch k as above for every k, so the
+training MSE is the population risk. `replay`: P2's code as it ran (papers.md 2.1): its loader
+re-seeds each worker every epoch, so every epoch replays the same steps_per_epoch batches (25,600
+sequences at batch 256) and the reported MSE is a training-set MSE; batch k is then batch
+k mod steps_per_epoch of the fresh stream. Either way the evaluation set holds points no run trains
+on: under replay it is the fresh-point (population) MSE reported beside the authors' metric.
 
 On a GPU the training batches are drawn there (`device`), from a CUDA generator seeded the same
 way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox numbers are
@@ -54,15 +61,19 @@ class PointStream:
     """The training stream of one run and its fixed evaluation set."""
 
     def __init__(self, dim: int, tokens: int, batch_size: int, data_seed: int, streams: int = 7,
-                 eval_samples: int = 4096, eval_seed: int = 12345, device: str | torch.device = "cpu"):
+                 eval_samples: int = 4096, eval_seed: int = 12345, device: str | torch.device = "cpu",
+                 replay: int | None = None):
+        """replay: the number of batches every epoch replays (None: a fresh stream)."""
         self.dim, self.tokens, self.batch_size = dim, tokens, batch_size
-        self.data_seed, self.streams = data_seed, streams
+        self.data_seed, self.streams, self.replay = data_seed, streams, replay
         self.eval_samples, self.eval_seed = eval_samples, eval_seed
         self.device = torch.device(device)
         self._train_gen = torch.Generator(self.device)  # re-seeded for every batch
 
     def batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Training batch k, on the stream's device (seeding a CUDA generator needs no sync)."""
+        if self.replay is not None:
+            k %= self.replay
         stream, position = self.data_seed + k % self.streams, k // self.streams
         self._train_gen.manual_seed(_seed(stream, position))
         x = sample_sphere(self.batch_size, self.tokens, self.dim, self._train_gen)
@@ -86,6 +97,6 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     """Nothing to download: record the generator's settings, which every run of the study reads."""
     manifest = {"dataset": name, "kind": "nearest_point",
                 "source": "i.i.d. uniform points on the unit sphere (normalised Gaussians), farthest-point targets",
-                "streams": spec["streams"], "eval_samples": spec["eval_samples"], "eval_seed": spec["eval_seed"]}
+                "stream": spec["stream"], "streams": spec["streams"], "eval_samples": spec["eval_samples"], "eval_seed": spec["eval_seed"]}
     write_json(out_manifest, manifest)
     return manifest

@@ -8,7 +8,8 @@
   modules, then a block-averaging out-projection), which is the same function as W separate
   `nn.MultiheadAttention` modules averaged: `AveragedMultiheadAttention.from_modules` and the tests
   check that.
-- Every layer starts as a copy of the first (as `nn.TransformerEncoder` does).
+- Every layer starts as a copy of the first (as `nn.TransformerEncoder` does), and modules are
+  built in the order of P2's code, so its init seed (613) gives its initial weights.
 - Optional positions: additive (d x N table, init N(-1, 1) as in P2's code) or concatenated
   (posn_dim x N table, init U(-1, 1); d_model = d + posn_dim).
 """
@@ -148,12 +149,19 @@ class FeedForward(nn.Module):
 
 
 class PostNormBlock(nn.Module):
-    """x <- N1(x + SA(x)); x <- N2(x + FF(x))."""
+    """x <- N1(x + SA(x)); x <- N2(x + FF(x)).
+
+    Built in the order of P2's layer (papers.md 2.2), so that the init seed draws its weights: a
+    subclass of nn.TransformerEncoderLayer, it first builds the stock attention module it never uses,
+    then the feed-forward's two layers, and only then its W attention modules. The unused module is
+    drawn here and dropped (P2 counts its parameters; this model does not)."""
 
     def __init__(self, d_model: int, heads: int, modules: int, ff: int):
         super().__init__()
+        nn.MultiheadAttention(d_model, heads, batch_first=True)  # P2's unused self_attn: its draws only
+        mlp = FeedForward(d_model, ff)
         self.attn = AveragedMultiheadAttention(d_model, heads, modules)
-        self.mlp = FeedForward(d_model, ff)
+        self.mlp = mlp
         self.norm1, self.norm2 = ScalarUnitNorm(), ScalarUnitNorm()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -171,10 +179,11 @@ class NearestPointEncoder(nn.Module):
         d_model = dim + (posn_dim if posn == "concatenated" else 0)
         first = PostNormBlock(d_model, heads, modules, ff)
         self.blocks = nn.ModuleList([first] + [copy.deepcopy(first) for _ in range(depth - 1)])  # start identical
+        # P2's tables are (features, N), drawn after the layers: drawn in that layout, stored as (N, features)
         if posn == "additive":
-            self.pos_embed = nn.Parameter(torch.empty(tokens, dim).normal_(-1.0, 1.0))
+            self.pos_embed = nn.Parameter(torch.empty(dim, tokens).normal_(-1.0, 1.0).T.contiguous())
         elif posn == "concatenated":
-            self.pos_embed = nn.Parameter(torch.empty(tokens, posn_dim).uniform_(-1.0, 1.0))
+            self.pos_embed = nn.Parameter(torch.empty(posn_dim, tokens).uniform_(-1.0, 1.0).T.contiguous())
         elif posn != "none":
             raise ValueError(f"unknown posn {posn!r} (allowed: none, additive, concatenated)")
 
