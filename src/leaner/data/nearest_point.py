@@ -97,6 +97,6 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     """Nothing to download: record the generator's settings, which every run of the study reads."""
     manifest = {"dataset": name, "kind": "nearest_point",
                 "source": "i.i.d. uniform points on the unit sphere (normalised Gaussians), farthest-point targets",
-                "stream": spec["stream"], "streams": spec["streams"], "eval_samples": spec["eval_samples"], "eval_seed": spec["eval_seed"]}
+                **{k: spec[k] for k in ("stream", "streams", "eval_samples", "eval_seed")}}
     write_json(out_manifest, manifest)
     return manifest

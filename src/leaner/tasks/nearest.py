@@ -70,7 +70,8 @@ class NearestPoint(Task):
         regime = (f"the same {self.stream.replay} batches every epoch (P2's loader): train MSE is a training-set "
                   "MSE, eval_mse the fresh-point MSE" if replay else "new points every batch: train MSE is the "
                   "population risk")
-        return {"stream": "replay" if replay else "fresh", "stream_note": regime, "points_drawn_on": kind, "generator": "CUDA Philox" if kind == "cuda" else "CPU Mersenne Twister",
+        return {"stream": "replay" if replay else "fresh", "stream_note": regime,
+                "points_drawn_on": kind, "generator": "CUDA Philox" if kind == "cuda" else "CPU Mersenne Twister",
                 "note": "a pure function of (data seed, step) on either; the GPU's points differ from the CPU's"
                 if kind == "cuda" else "a pure function of (data seed, step)"}
 
