@@ -78,7 +78,8 @@ for study_name in STUDIES:
 # comparisons, kappa against error, and a summary paragraph generated from those numbers.
 rule overview:
     input:
-        expand("results/{study}/summary.csv", study=STUDIES),
+        summaries=expand("results/{study}/summary.csv", study=STUDIES),
+        claims=expand("results/tables/{study}-claims.csv", study=CLAIMING_STUDIES),
     output:
         figure=figure_files("all_studies", ["overview"], category="Both papers"),
         tables=table_files("all_studies", OVERVIEW_TABLES, category="Both papers"),
@@ -95,8 +96,8 @@ rule overview:
     conda:
         "../envs/leaner.yaml"
     shell:
-        "leaner overview --summaries {input:q} --figdir results/figures --tabledir results/tables"
-        " --findings results/overview/findings > {log:q} 2>&1"
+        "leaner overview --summaries {input.summaries:q} --claims {input.claims:q} --figdir results/figures"
+        " --tabledir results/tables --findings results/overview/findings > {log:q} 2>&1"
 
 
 # What each stage cost: every job's benchmark file in one table.

@@ -38,6 +38,7 @@ except ConfigError as err:
     raise SystemExit(2)
 
 STUDIES = list(PLAN.studies)
+CLAIMING_STUDIES = [s for s in STUDIES if PLAN.studies[s].claims]  # their claims make the headline
 PREPARE_RULES = ("prepare_data", "prepare_data_local")  # rules/data.smk
 FIG_EXT = ["png", "pdf"]
 TABLE_EXT = ["csv", "md", "tex", "html"]

@@ -123,7 +123,7 @@ def test_the_table_uses_the_declared_seeds_only_and_puts_the_baseline_first():
     base, lean = table.iloc[0], table.iloc[1]
     assert base["n"] == lean["n"] == 3 and lean["seeds_missing"] == 0
     assert math.isclose(lean["param_reduction_pct"], 40.0) and lean["verdict"] == "superior"
-    assert math.isclose(lean["difference"], 0.96 - 0.902)
+    assert math.isclose(lean["lean_advantage"], 0.96 - 0.902)
     declared_4 = claims_table(_summary(), [{**claim, "seeds": [0, 1, 2, 3, 4]}]).iloc[1]
     assert declared_4["n"] == 4 and declared_4["seeds_missing"] == 1 and declared_4["verdict"] == "inconclusive"
 
@@ -155,3 +155,19 @@ def test_leaner_tables_writes_the_claims_table_people_read(tmp_path):
     proc = run([str(BIN / "leaner"), "tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s",
                 "--names", "claims", "--outdir", str(tmp_path / "t")], cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "no table claims for task image_classification" in proc.stderr
+
+
+def test_the_headline_is_every_studys_declared_claims_baseline_first():
+    from leaner.analysis.overview import headline, headline_markdown
+
+    claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
+             "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}]}
+    table = claims_table(_summary(), [claim]).assign(study="s")
+    head = headline([table.iloc[:0], table])
+    assert list(head["role"]) == ["baseline", "lean"] and list(head["study"]) == ["s", "s"]
+    md = headline_markdown(head).splitlines()
+    assert md[2].startswith("| `s` | lean | baseline | L2-H1-D16-mlp32 | 1.0k | eval_acc | 0.902 | 3 |  |")
+    lean = md[3]
+    assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean and lean.endswith("| 0.01 | superior |")
+    assert headline([]).empty

@@ -1,6 +1,6 @@
-"""The default study (config.yaml) end to end, as `make study` runs it: the README's findings
-table must be what this run writes (verdicts exactly, every number within the margin that
-protects its verdict), and every variant's conditioning.csv must agree with an independent float64
+"""The default study (config.yaml) end to end, as `make study` runs it: the README's claims and
+heads-effect tables must be what this run writes (verdicts exactly, every number within the margin
+that protects its verdict), and every variant's conditioning.csv must agree with an independent float64
 recomputation. This is the re-run on another machine that the README's findings have to survive."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from reference_kappa import check_study_outputs
 
 pytestmark = [pytest.mark.workflow, pytest.mark.study]
 
-BEGIN, END = "<!-- findings table: begin -->", "<!-- findings table: end -->"
+CLAIMS = "<!-- claims table: begin -->", "<!-- claims table: end -->"
+EFFECTS = "<!-- heads effect table: begin -->", "<!-- heads effect table: end -->"
+SIGNED = r"[+-]\d+\.\d+"
 
 
 @pytest.fixture(scope="module")
@@ -26,39 +28,58 @@ def default_run(tmp_path_factory):
     return work
 
 
-def readme_table() -> pd.DataFrame:
+def readme_rows(markers: tuple[str, str]) -> list[list[str]]:
     text = (REPO / "README.md").read_text()
-    block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
-    rows = []
-    for line in block.strip().splitlines()[2:]:
-        study, comparison, measure, value, _, verdict = [c.strip() for c in line.strip("|").split("|")]
-        nums = [float(x) for x in re.findall(r"[+-]\d+\.\d+", value)]
-        rows.append({"study": study.strip("`"), "comparison": comparison, "measure": measure,
-                     "delta": nums[0], "lo": nums[1] if len(nums) > 1 else math.nan,
-                     "hi": nums[2] if len(nums) > 1 else math.nan, "verdict": verdict})
-    return pd.DataFrame(rows)
+    block = text[text.index(markers[0]) + len(markers[0]):text.index(markers[1])]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.strip().splitlines()[2:]]
 
 
-def test_the_readme_findings_are_what_the_pipeline_writes(default_run):
+def _close(ours: float, written: float, tol: float, what) -> None:
+    assert abs(ours - written) <= tol, (what, ours, written)
+
+
+def test_the_readme_claims_are_what_the_pipeline_writes(default_run):
+    """The declared claims, row for row: configurations and verdicts exactly; means, differences
+    and bounds within 0.01 (0.03 for a one-seed row, which carries no interval)."""
     from leaner.analysis.overview import headline_markdown
-    from leaner.analysis.stats import RESOLVE_MARGIN
 
     written = pd.read_csv(default_run / "results" / "tables" / "all_studies-headline.csv",
-                          keep_default_na=False, na_values=[""])  # the verdict "n/a" is a word
-    key = ["study", "comparison"]
-    ours = readme_table().set_index(key)
-    written = written.set_index(key)
-    assert sorted(ours.index) == sorted(written.index), headline_markdown(written.reset_index())
-    ours = ours.loc[written.index].reset_index()
-    written = written.reset_index()
-    assert list(ours["verdict"]) == list(written["verdict"]), headline_markdown(written)
-    for (_, r), (_, w) in zip(ours.iterrows(), written.iterrows()):
-        # a number may move between machines by no more than the margin that protects its verdict
-        # (at least 0.01); single-seed rows carry no verdict: 0.03 (one ListOps example is 0.002)
-        tol = 0.03 if math.isnan(w["lo"]) else max(0.01, RESOLVE_MARGIN * (w["hi"] - w["lo"]) / 2)
-        for col in ("delta", "lo", "hi"):
-            if not math.isnan(w[col]):
-                assert abs(r[col] - w[col]) <= tol, (r["comparison"], col, r[col], w[col])
+                          keep_default_na=False, na_values=[""])
+    ours = readme_rows(CLAIMS)
+    shown = headline_markdown(written)
+    assert [(r[0].strip("`"), r[1], r[2], r[3]) for r in ours] == \
+        list(zip(written["study"], written["claim"], written["role"], written["configuration"])), shown
+    for r, (_, w) in zip(ours, written.iterrows()):
+        assert r[10] == (w["verdict"] if w["role"] == "lean" else ""), shown
+        assert int(r[7]) == w["n"], shown
+        tol = 0.01 if w["n"] > 1 else 0.03
+        _close(float(r[6]), w["mean"], tol, (r[3], "mean"))
+        if w["role"] == "lean":
+            nums = [float(x) for x in re.findall(SIGNED, r[8])]
+            for value, col in zip(nums, ("lean_advantage", "bound_lo", "bound_hi")):
+                _close(value, w[col], tol, (r[3], col))
+            assert len(nums) == (1 if math.isnan(w["bound_lo"]) else 3), shown
+    assert written["verdict"].notna().any()
+
+
+def test_the_readme_heads_effects_are_what_the_pipeline_writes(default_run):
+    """Most against fewest heads, row for row: verdicts exactly, every number within the margin that
+    protects its verdict (at least 0.01); one-seed rows carry no verdict: 0.03."""
+    from leaner.analysis.overview import effects_markdown
+    from leaner.analysis.stats import RESOLVE_MARGIN
+
+    written = pd.read_csv(default_run / "results" / "tables" / "all_studies-heads_effect.csv",
+                          keep_default_na=False, na_values=[""])  # the verdict "n/a (one seed)" is words
+    shown = effects_markdown(written)
+    ours = readme_rows(EFFECTS)
+    assert [(r[0].strip("`"), r[1]) for r in ours] == \
+        [(w["study"], f"{w['group']}: heads {w['heads']}") for _, w in written.iterrows()], shown
+    for r, (_, w) in zip(ours, written.iterrows()):
+        assert r[4] == w["verdict"], shown
+        tol = 0.03 if math.isnan(w["delta_lo"]) else max(0.01, RESOLVE_MARGIN * (w["delta_hi"] - w["delta_lo"]) / 2)
+        nums = [float(x) for x in re.findall(SIGNED, r[2])]
+        for value, col in zip(nums, ("delta_error", "delta_lo", "delta_hi")):
+            _close(value, w[col], tol, (r[1], col))
     assert not (written["verdict"] == "unresolved").all()
 
 

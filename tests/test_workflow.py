@@ -128,9 +128,11 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     assert "configurations of 2 studies (tiny, tiny_nearest)" in findings
     assert f"tiny {tiny['rho_kappa_error']:+.2f} (n=4)" in findings  # the paragraph quotes the table
     page = (work / "results" / "overview" / "findings.html").read_text()
-    # every section of findings.md, the headline comparisons among them
-    assert [h for h in re.findall(r"^## (.+)$", findings, flags=re.MULTILINE)] == ["Headline comparisons"]
-    assert "<h3>Headline comparisons</h3>" in page and page.count("<table") == 3
+    # every section of findings.md: the declared claims (none in this config) and the heads effects
+    sections = ["Declared claims", "Most against fewest heads"]
+    assert re.findall(r"^## (.+)$", findings, flags=re.MULTILINE) == sections
+    assert "No study declares claims." in findings
+    assert all(f"<h3>{s}</h3>" in page for s in sections) and page.count("<table") == 3
     assert (work / "results" / "figures" / "all_studies-overview.png").stat().st_size > 20000
 
     p1 = pd.read_csv(tables / "tiny-paper_comparison.csv")

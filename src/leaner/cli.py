@@ -160,7 +160,7 @@ def cmd_match(a):
 def cmd_overview(a):
     from .analysis.overview import write_overview
 
-    write_overview(a.summaries, a.figdir, a.tabledir, a.findings)
+    write_overview(a.summaries, a.figdir, a.tabledir, a.findings, a.claims)
 
 
 def cmd_figures(a):
@@ -370,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--figdir", required=True)
     s.add_argument("--tabledir", required=True)
     s.add_argument("--findings", required=True, help="prefix of the generated summary (.md and .html)")
+    s.add_argument("--claims", nargs="*", default=[], help="the claims tables of the studies that declare claims")
     s.set_defaults(func=cmd_overview)
 
     s = sub.add_parser("figures", help="the papers' figures for a study")

@@ -261,7 +261,9 @@ def load_configs(paths: Iterable[str | Path], default: str | Path | None = "conf
 
 def apply_every_study(config: dict) -> dict:
     """`every_study` laid over each study: recipe, conditioning and resources keys replace the
-    study's, seeds replace every grid entry's (and a lean study's)."""
+    study's, seeds replace every grid entry's (and a lean study's) and every declared claim's: an
+    overlay that reruns a study on other seeds tests its claims on those seeds (the claims table
+    says how many)."""
     every = config.get("every_study")
     if not every or not isinstance(config.get("studies"), dict):
         return config
@@ -274,7 +276,7 @@ def apply_every_study(config: dict) -> dict:
                 st[section] = {**(st.get(section) or {}), **every[section]}
         if "seeds" in every:
             grids = st.get("grid") if isinstance(st.get("grid"), list) else [st.get("grid")]
-            for grid in [*grids, st.get("lean")]:
+            for grid in [*grids, st.get("lean"), *(st.get("claims") or [])]:
                 if isinstance(grid, dict):
                     grid["seeds"] = list(every["seeds"])
     return out

@@ -36,7 +36,7 @@ LABELS = {
     "posn": "positions",
     "eval_mse_min": "fresh-point MSE (min)",
     "qk_angle_deg_min": "angle(QKᵀ, I) (deg, min)",
-    "difference": "difference (+: lean better)",
+    "lean_advantage": "difference (+: lean better)",
     "bound_lo": "one-sided 95% lower bound",
     "bound_hi": "one-sided 95% upper bound",
     "seeds_missing": "declared seeds missing",

@@ -34,7 +34,7 @@ from .findings import findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, resolve, spearman_ci, welch
 from .summary import explode_protocols
-from .tables import lean_vs_baseline, write_table
+from .tables import write_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
@@ -166,43 +166,49 @@ def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
 
 
-def headline(summaries: list[pd.DataFrame], effects: pd.DataFrame) -> pd.DataFrame:
-    """The findings the README states, one row each, all with a verdict under the margin of
-    `aggregate.resolve`: every most-vs-fewest-heads comparison (error, more heads minus fewer) and,
-    for each P1 study that varies depth, P1's trade: the shallowest model with the most heads
-    against the deepest with the fewest at the same width and MLP (the study's metric, shallow
-    minus deep; `lean_vs_baseline` with its default baseline)."""
-    rows = [{"study": r["study"], "comparison": f"{r['group']}: heads {r['heads']}", "measure": "error",
-             "delta": r["delta_error"], "lo": r["delta_lo"], "hi": r["delta_hi"], "n": r["n"],
-             "verdict": r["verdict"]} for _, r in effects.iterrows()]
-    for summary in summaries:
-        task = summary["task"].iloc[0] if len(summary) else None
-        if task is None or task_info(task).family != "P1" or summary["depth"].nunique() < 2:
-            continue
-        metric, mode = task_info(task).metric
-        lean = lean_vs_baseline(summary, {}, metric, mode)
-        if not len(lean):
-            continue
-        same = lean[(lean["width"] == summary["width"].max()) & (lean["depth"] == lean["depth"].min())]
-        same = same[same["mlp_hidden"] == same["mlp_hidden"].min()]
-        if not len(same):
-            continue
-        r = same.loc[same["heads"].idxmax()]
-        rows.append({"study": summary["study"].iloc[0],
-                     "comparison": f"L{r['depth']}/H{r['heads']} ({r['params'] / 1e3:.1f}k params) against "
-                                   f"{r['baseline'].split('-D')[0].replace('-', '/')} "
-                                   f"({r['baseline_params'] / 1e3:.1f}k)",
-                     "measure": metric, "delta": r[f"delta_{metric}"], "lo": r["delta_lo"], "hi": r["delta_hi"],
-                     "n": str(r["n"]), "verdict": r["verdict"]})
-    return pd.DataFrame(rows, columns=["study", "comparison", "measure", "delta", "lo", "hi", "n", "verdict"])
+HEADLINE_COLUMNS = ["study", "claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean",
+                    "n", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
+
+
+def headline(claims: list[pd.DataFrame]) -> pd.DataFrame:
+    """The findings the README states: every study's declared claims (tables.claims_table, one CSV
+    per study that declares any), baseline first within each claim; positive difference = lean
+    better, whatever the metric."""
+    parts = [c for c in claims if len(c)]
+    if not parts:
+        return pd.DataFrame(columns=HEADLINE_COLUMNS)
+    return pd.concat(parts, ignore_index=True).reindex(columns=HEADLINE_COLUMNS)
+
+
+def _signed(x: float, digits: int = 3) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{digits}f}"
 
 
 def headline_markdown(frame: pd.DataFrame) -> str:
-    """The README's findings table: the difference and its 95% interval to 3 decimals, the verdict."""
-    lines = ["| study | comparison | measure | difference [95% CI] | n | verdict |", "|---|---|---|---|---|---|"]
+    """The README's claims table: each claim's baseline row, then its lean rows with the difference
+    (lean minus baseline, signed so that + is lean better) and its one-sided 95% bounds."""
+    lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: lean better) "
+             "[one-sided 95% bounds] | margin | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
-        ci = "" if math.isnan(r["lo"]) else f" [{r['lo']:+.3f}, {r['hi']:+.3f}]"
-        lines.append(f"| `{r['study']}` | {r['comparison']} | {r['measure']} | {r['delta']:+.3f}{ci} | {r['n']} | "
+        lean = r["role"] == "lean"
+        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if lean else "")
+        bounds = ("" if not lean or math.isnan(r["bound_lo"])
+                  else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
+        lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
+                     f"{r['metric']} | {r['mean']:.3f} | {int(r['n'])} | "
+                     f"{_signed(r['lean_advantage']) + bounds if lean else ''} | "
+                     f"{r['margin']:g} | {r['verdict'] if lean else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def effects_markdown(frame: pd.DataFrame) -> str:
+    """Most against fewest heads per comparison group: the error difference (more heads minus fewer:
+    + is worse) and its 95% interval to 3 decimals, the verdict."""
+    lines = ["| study | comparison | error difference (more - fewer heads) [95% CI] | n | verdict |",
+             "|---|---|---|---|---|"]
+    for _, r in frame.iterrows():
+        ci = "" if math.isnan(r["delta_lo"]) else f" [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}]"
+        lines.append(f"| `{r['study']}` | {r['group']}: heads {r['heads']} | {r['delta_error']:+.3f}{ci} | {r['n']} | "
                      f"{r['verdict']} |")
     return "\n".join(lines) + "\n"
 
@@ -218,12 +224,13 @@ def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFram
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str) -> list[Path]:
+def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str,
+                   claim_csvs: list[str] = ()) -> list[Path]:
     summaries = [pd.read_csv(p) for p in summary_csvs]
     configs = configurations(summaries)
     effects = heads_effect(configs)
     corr = kappa_error_correlation(configs)
-    heads = headline(summaries, effects)
+    heads = headline([pd.read_csv(p).assign(study=_study_of(p)) for p in claim_csvs])
     paths = overview_figure(configs, corr, Path(fig_dir) / "all_studies-overview")
     shown = configs.drop(columns=["errors"])
     paths += write_table(shown, Path(table_dir) / "all_studies-kappa_rank_error",
@@ -234,15 +241,21 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "Spearman rho of kappa after training with error, and of kappa at init with after "
                          "training, per study over configurations (Fisher-z 95% interval), and pooled")
     paths += write_table(heads, Path(table_dir) / "all_studies-headline",
-                         "The headline comparisons: difference with its Welch 95% interval and a verdict only where "
-                         "the interval clears zero by a quarter of its half-width (else unresolved)")
+                         "The claims each study declared before its run, baseline first: the difference (+: lean "
+                         "better), its one-sided 95% bounds, the margin and the verdict")
     paras = findings(configs, effects, corr)
+    sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
+                ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)
     with atomic_path(prefix.with_suffix(".md")) as tmp:
-        tmp.write_text("# Both papers in one view\n\n" + "\n\n".join(paras) + "\n\n## Headline comparisons\n\n"
-                       + headline_markdown(heads))
+        tmp.write_text("# Both papers in one view\n\n" + "\n\n".join(paras) + "\n"
+                       + "".join(f"\n## {title}\n\n{text}" for title, _, text in sections))
     with atomic_path(prefix.with_suffix(".html")) as tmp:
         tmp.write_text(_html_page("Both papers in one view", paras,
-                                  [("Headline comparisons", heads), ("Most against fewest heads", effects),
-                                   ("kappa and error", corr)]))
+                                  [*((title, frame) for title, frame, _ in sections), ("kappa and error", corr)]))
     return paths + [prefix.with_suffix(".md"), prefix.with_suffix(".html")]
+
+
+def _study_of(claims_csv: str) -> str:
+    """The study of results/tables/{study}-claims.csv."""
+    return Path(claims_csv).name.removesuffix("-claims.csv")

@@ -151,9 +151,10 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             mean, _, _, n = ci95(vals)
             rows.append({**common, "role": "lean", "configuration": arch_label(point), "params": params,
                          "param_reduction_pct": reduction, "mean": mean, "n": n, "seeds_missing": len(seeds) - n,
-                         "difference": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"]})
+                         "lean_advantage": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"],
+                         "verdict": v["verdict"]})
     columns = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
-               "seeds_missing", "difference", "bound_lo", "bound_hi", "margin", "verdict"]
+               "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
