@@ -117,16 +117,34 @@ def history() -> pd.DataFrame:
 
 def test_training_curves_pool_the_seeds_of_each_configuration():
     """One line per configuration: the mean over its seeds at each step, the 95% t-band around it
-    (losses in log space)."""
-    agg = curves.band(history(), "eval_acc", log=False)
+    (losses in log space, accuracies on the logit scale, so that no band leaves [0, 1])."""
+    agg = curves.band(history(), "eval_acc", "linear")
     one = agg[(agg["config"] == "L1-H4-D16-hd4-mlp32") & (agg["step"] == 60)].iloc[0]
     assert one["mean"] == pytest.approx(0.31) and one["count"] == 3
     assert one["hi"] - one["mean"] == pytest.approx(4.302653 * 0.01 / np.sqrt(3), rel=1e-5)
-    loss = curves.band(history(), "train_loss", log=True)
+    near_one = history().assign(eval_acc=lambda f: np.where(f["seed"] == 0, 1.0, 0.95 + 0.01 * f["seed"]))
+    linear, logit = curves.band(near_one, "eval_acc", "linear"), curves.band(near_one, "eval_acc", "logit")
+    assert linear["hi"].max() > 1.0  # what a t-band on the raw accuracy did
+    assert logit["hi"].max() < 1.0 and logit["lo"].min() > 0.0 and logit["mean"].between(0.95, 1.0).all()
+    assert curves.scale_of("eval_acc") == "logit" and curves.scale_of("eval_loss") == "log"
+    loss = curves.band(history(), "train_loss", "log")
     first = loss[(loss["config"] == "L1-H1-D16-hd16-mlp32") & (loss["step"] == 20)].iloc[0]
     assert first["mean"] == pytest.approx(np.exp(np.mean(np.log([2.3, 2.31, 2.32]))))
     assert curves.panels_for(history(), "image_classification") == ["train_loss", "eval_acc"]
     assert curves.panels_for(history(), "nearest_point") == ["train_loss"]  # no eval_loss in these histories
+
+
+def test_curve_colours_follow_the_heads_and_line_styles_the_depth():
+    configs = ["L1-H1-D16-hd16-mlp32", "L1-H4-D64-hd16-mlp128", "L2-H4-D64-hd16-mlp128", "L2-H16-D64-hd4-mlp128",
+               "L2-H4-D16-hd4-mlp32"]
+    styles = curves.line_styles(configs)
+    assert styles[configs[1]]["color"] == styles[configs[2]]["color"] != styles[configs[0]]["color"]
+    assert styles[configs[0]]["linestyle"] == styles[configs[1]]["linestyle"] != styles[configs[2]]["linestyle"]
+    assert styles[configs[3]]["linestyle"] == styles[configs[2]]["linestyle"]
+    # two configurations of 2 layers and 4 heads (widths 64 and 16): told apart by a marker
+    assert styles[configs[2]]["marker"] != styles[configs[4]]["marker"] and styles[configs[0]]["marker"] is None
+    p2 = curves.line_styles(["L1-H1-W1-r16-d16-N8-none", "L1-H4-W1-r4-d16-N8-none", "L3-H1-W1-r16-d16-N8-none"])
+    assert p2["L1-H1-W1-r16-d16-N8-none"]["color"] == p2["L3-H1-W1-r16-d16-N8-none"]["color"]
 
 
 def p1_summary(mlp_ratios=(2,), heads=(1, 2, 4), depths=(1, 2)) -> pd.DataFrame:

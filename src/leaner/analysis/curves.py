@@ -1,8 +1,11 @@
 """Training curves: every variant's history.csv of a study, one line per configuration (its seeds
-pooled: the mean with a 95% band), loss and the study's tracked metric against the step."""
+pooled: the mean with a 95% band where there are several), loss and the study's tracked metric
+against the step. Bands stay inside what the quantity can take: a loss's is taken on a log scale,
+an accuracy's on the logit scale. Colour says the heads, line style the depth."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +27,61 @@ def read_histories(paths: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def band(frame: pd.DataFrame, column: str, log: bool) -> pd.DataFrame:
-    """Per (config, step): mean over seeds and its 95% t-interval (in log space when `log`)."""
+SCALES = {"log": (np.log10, lambda v: 10 ** v),
+          "logit": (lambda v: np.log(v / (1 - v)), lambda v: 1 / (1 + np.exp(-v))),
+          "linear": (lambda v: v, lambda v: v)}
+LOGIT_EPS = 1e-4  # accuracies of exactly 0 or 1 are held this far inside before the logit
+
+
+def scale_of(column: str) -> str:
+    """The scale a column's band is taken on: log for a loss, logit for an accuracy (a band that
+    stays in (0, 1)), linear otherwise."""
+    return "log" if "loss" in column else "logit" if column.endswith("_acc") else "linear"
+
+
+def band(frame: pd.DataFrame, column: str, scale: str = "linear") -> pd.DataFrame:
+    """Per (config, step): the mean over seeds and its 95% t-interval, both taken on `scale` (log:
+    a geometric mean; logit: the interval stays in (0, 1)) and mapped back."""
+    forward, back = SCALES[scale]
     values = frame[["config", "step", column]].dropna()
-    if log:
-        values = values[values[column] > 0].assign(**{column: lambda f: np.log10(f[column])})
+    if scale == "log":
+        values = values[values[column] > 0]
+    if scale == "logit":
+        values = values.assign(**{column: values[column].clip(LOGIT_EPS, 1 - LOGIT_EPS)})
+    values = values.assign(**{column: forward(values[column].to_numpy(float))})
     agg = values.groupby(["config", "step"])[column].agg(["mean", "std", "count"]).reset_index()
     half = stats.t.ppf(0.975, np.maximum(agg["count"] - 1, 1)) * agg["std"] / np.sqrt(agg["count"])
     agg["lo"], agg["hi"] = agg["mean"] - half.where(agg["count"] > 1), agg["mean"] + half.where(agg["count"] > 1)
-    if log:
-        agg[["mean", "lo", "hi"]] = 10 ** agg[["mean", "lo", "hi"]]
+    agg[["mean", "lo", "hi"]] = back(agg[["mean", "lo", "hi"]])
     return agg
+
+
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def line_styles(configs: list[str]) -> dict[str, dict]:
+    """Per configuration id (L{depth}-H{heads}-...): its colour from the number of heads (one
+    sequential palette, few heads light, many dark), its line style from the depth, and a marker
+    where several configurations share heads and depth (widths, modules)."""
+    from matplotlib import colormaps
+
+    def axis(config: str, letter: str) -> int:
+        found = re.search(rf"(?:^|-){letter}(\d+)", config)
+        return int(found.group(1)) if found else 0
+
+    heads = sorted({axis(c, "H") for c in configs})
+    depths = sorted({axis(c, "L") for c in configs})
+    cmap = colormaps["viridis"]
+    colour = {h: cmap(0.85 - 0.75 * i / max(1, len(heads) - 1)) for i, h in enumerate(heads)}
+    keys = {c: (axis(c, "L"), axis(c, "H")) for c in configs}
+    out, nth = {}, {}
+    for config, (depth, head) in keys.items():
+        shared = sum(k == (depth, head) for k in keys.values()) > 1
+        nth[depth, head] = nth.get((depth, head), -1) + 1
+        out[config] = {"color": colour[head], "linestyle": LINESTYLES[depths.index(depth) % len(LINESTYLES)],
+                       "marker": MARKERS[nth[depth, head] % len(MARKERS)] if shared else None}
+    return out
 
 
 def panels_for(history: pd.DataFrame, task: str) -> list[str]:
@@ -49,7 +96,7 @@ LABELS = {"train_loss": "training loss (epoch mean)", "eval_loss": "evaluation l
 
 
 def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task: str) -> list[Path]:
-    plt, sns = pyplot()
+    plt, _ = pyplot()
     columns = panels_for(history, task) if len(history) else []
     fig, axes = plt.subplots(1, max(1, len(columns)), figsize=(6.2 * max(1, len(columns)) + 2.2, 4.4), squeeze=False)
     axes = axes[0]
@@ -58,25 +105,29 @@ def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task:
         axes[0].set_axis_off()
         return save(fig, prefix)
     configs = sorted(history["config"].unique())
-    palette = dict(zip(configs, sns.color_palette("viridis" if len(configs) > 10 else "tab10", len(configs))))
+    styles = line_styles(configs)
+    several = history.groupby("config")["seed"].nunique().max() > 1
     for ax, column in zip(axes, columns):
-        log = "loss" in column
-        agg = band(history, column, log)
+        log = scale_of(column) == "log"
+        agg = band(history, column, scale_of(column))
         for config in configs:
             g = agg[agg["config"] == config]
             if not len(g):
                 continue
             seeds = history.loc[history["config"] == config, "seed"].nunique()
-            ax.plot(g["step"], g["mean"], color=palette[config], linewidth=1.4, marker="o" if len(g) < 12 else None,
-                    markersize=3, label=f"{config} ({seeds} seed{'s' * (seeds > 1)})")
+            style = styles[config]
+            ax.plot(g["step"], g["mean"], color=style["color"], linestyle=style["linestyle"], linewidth=1.4,
+                    marker=style["marker"], markevery=max(1, len(g) // 8), markersize=4,
+                    label=f"{config} ({seeds} seed{'s' * (seeds > 1)})")
             if g["lo"].notna().any():
-                ax.fill_between(g["step"], g["lo"], g["hi"], color=palette[config], alpha=0.15, linewidth=0)
+                ax.fill_between(g["step"], g["lo"], g["hi"], color=style["color"], alpha=0.12, linewidth=0)
         if log:
             log_y(ax)
         ax.set_xlabel("training step")
         ax.set_ylabel(LABELS.get(column, column.replace("_", " ")))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{study}: training curves, one line per configuration (mean over seeds, 95% band)")
+    what = "mean over seeds, 95% band" if several else "one seed each: no band"
+    fig.suptitle(f"{study}: training curves, one line per configuration ({what}); colour: heads, line: depth")
     fig.tight_layout()
     handles, labels = axes[0].get_legend_handles_labels()  # one legend for the panels, which share their lines
     fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(axes[-1].get_position().x1 + 0.01, 0.9),
