@@ -323,3 +323,18 @@ def test_singular_kappa_is_an_off_scale_marker_and_the_jacobian_a_row_of_its_own
     assert triangles and triangles[0].get_offsets()[0][0] == 1  # at heads = 1
     assert "singular" in " ".join(t.get_text() for t in fig.texts)
     assert any("singular" in t.get_text() for t in top.get_legend().get_texts())
+
+
+def test_kappa_against_heads_is_read_against_what_the_theorem_says_of_each_protocol():
+    """Theorem 3.2 predicts a fall with heads at a fixed head dim (case b) and no change at a fixed
+    width (the control): a fall at fixed width is reported as beyond the theorem, not credited to it."""
+    from leaner.analysis.papers import _kappa_trend
+
+    width = p1_summary(depths=(1,))
+    head_dim = width.assign(protocols="fixed_head_dim")
+    (w,) = _kappa_trend(width)
+    (h,) = _kappa_trend(head_dim)
+    assert "flat under Theorem 3.2" in w["paper"] and w["check"] == "after training: falls: beyond the theorem"
+    assert "case b" in h["paper"] and h["check"] == "after training: pass"
+    rising = head_dim.assign(kappa_final_gmean=lambda f: 10.0 * f["heads"])
+    assert _kappa_trend(rising)[0]["check"] == "after training: fail"

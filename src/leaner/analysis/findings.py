@@ -63,7 +63,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
             row = corr[corr["study"] == f"pooled {family}"]
             row = row.iloc[0] if len(row) else (pooled if set(studies_only["family"]) == {family} else None)
             if row is not None and not math.isnan(row["rho_kappa_error"]):
-                families.append(f"{family}'s tasks {fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
+                families.append(f"{family}'s tasks ({_pooled_over(studies_only, family)}) "
+                                f"{fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
                                 f"{_association(row['lo'], row['hi'])}")
         paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
                      f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
@@ -76,7 +77,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                 row = corr[corr["study"] == f"pooled {family}"]
                 if len(row):
                     r = row.iloc[0]
-                    jac.append(f"{family}'s tasks {fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
+                    jac.append(f"{family}'s tasks ({_pooled_over(studies_only, family)}) "
+                               f"{fmt_ci(r['rho_jacobian_error'], r['lo_jacobian'], r['hi_jacobian'])}"
                                f": {_association(r['lo_jacobian'], r['hi_jacobian'])}")
             paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
                          f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
@@ -92,6 +94,12 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         paras.append(f"Does conditioning at initialisation survive training? Spearman(kappa at init, kappa after "
                      f"training), pooled: {init}: {survives} (the kappa_through_training figures show each path).")
     return paras
+
+
+def _pooled_over(per_study: pd.DataFrame, family: str) -> str:
+    """What a family's pooled rho pools: its studies with an interval (MIN_N_INTERVAL configurations)."""
+    names = per_study[(per_study["family"] == family) & (per_study["configurations"] >= MIN_N_INTERVAL)]["study"]
+    return "pooled over " + ", ".join(names) if len(names) > 1 else f"{names.iloc[0]} alone" if len(names) else "none"
 
 
 def _association(lo: float, hi: float) -> str:
