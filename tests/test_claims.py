@@ -171,3 +171,22 @@ def test_the_headline_is_every_studys_declared_claims_baseline_first():
     lean = md[3]
     assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean and lean.endswith("| 0.01 | superior |")
     assert headline([]).empty
+
+
+def test_a_model_that_never_beat_chance_gets_no_verdict():
+    """summary.learned: an accuracy must clear the majority rate by 1.645 binomial standard errors,
+    a loss must fall below the unigram's; a claim on a model that did not gets "did not learn"."""
+    from leaner.analysis.summary import learned
+
+    acc = {"metric": "eval_acc", "value": 0.12, "n": 500}
+    # 0.12 + 1.645 * sqrt(0.12 * 0.88 / 500) = 0.1439
+    assert not learned(0.13, acc) and not learned(0.143, acc) and learned(0.145, acc) and not learned(None, acc)
+    loss = {"metric": "eval_loss", "value": 2.9, "n": 4096}
+    assert learned(1.2, loss) and not learned(2.895, loss) and not learned(float("nan"), loss)
+    claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
+             "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}]}
+    summary = _summary().assign(learned=lambda f: ~((f["depth"] == 2) & (f["seed"] == 1)))
+    lean = claims_table(summary, [claim]).iloc[1]
+    assert lean["verdict"] == "did not learn (baseline)" and math.isclose(lean["lean_advantage"], 0.96 - 0.902)
+    assert claims_table(_summary().assign(learned=True), [claim]).iloc[1]["verdict"] == "superior"

@@ -74,3 +74,19 @@ def test_pooling_by_family_and_overall():
     effects = heads_effect(pd.concat([up, down], ignore_index=True))
     assert list(effects["verdict"]) == ["n/a (one seed)", "n/a (one seed)"]
     assert list(effects["heads"]) == ["1 -> 8", "1 -> 6"]
+
+
+def test_a_comparison_with_a_model_that_did_not_learn_has_no_verdict():
+    from leaner.analysis.findings import findings
+
+    rng = np.random.default_rng(1)
+    configs = pd.DataFrame([{"study": "s", "family": "P1", "group": "depth=2", "depth": 2, "heads": h, "rank": 16 // h,
+                             "params": 100, "error_mean": err, "n": 5, "errors": err + rng.normal(0, 0.01, 5),
+                             "rank_fraction": 1 / h, "not_learned": stuck}
+                            for h, err, stuck in ((1, 0.88, 5.0), (4, 0.5, 0.0))])
+    effect = heads_effect(configs).iloc[0]
+    assert effect["verdict"] == "did not learn: L2/H1" and effect["delta_error"] < -0.3
+    text = " ".join(findings(configs.assign(kappa_final=1.0), heads_effect(configs), pd.DataFrame()))
+    assert "1 did not learn" in text and "kept out of every verdict: s L2/H1 (5 of 5 seeds)" in text
+    learned = heads_effect(configs.assign(not_learned=[0.0, 0.0])).iloc[0]
+    assert learned["verdict"] == "more heads help"

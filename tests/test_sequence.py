@@ -193,7 +193,13 @@ def test_tiny_sequence_studies_through_snakemake(tmp_path):
         assert (summary["kappa_init_gmean"] >= 1).all()
         for name in ("by_config", "lean_vs_baseline"):
             assert (tmp_path / "results" / "tables" / f"{study}-{name}.md").stat().st_size > 0
-    assert pd.read_csv(tmp_path / "results/tiny_lm/summary.csv")["eval_loss"].max() < math.log(257)  # learned
+    lm = pd.read_csv(tmp_path / "results/tiny_lm/summary.csv")
+    assert lm["eval_loss"].max() < math.log(257)
+    # the chance level each run is judged against: the unigram's loss (bytes of English-like text:
+    # between 2 and log 256 nats) and ListOps' majority label
+    assert (lm["chance"].between(2.0, math.log(256))).all() and lm["learned"].notna().all()
+    listops = pd.read_csv(tmp_path / "results/tiny_listops/summary.csv")
+    assert listops["chance"].between(0.1, 0.5).all() and listops["learned"].notna().all()
     for fig in ("tiny_listops-kappa_through_training", "tiny_lm-kappa_through_training"):
         assert (tmp_path / "results" / "figures" / f"{fig}.png").stat().st_size > 10_000
     # one head count: nothing to plot against heads (tests/test_figures.py draws those figures)

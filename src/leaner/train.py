@@ -184,6 +184,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
             "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
             "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "data": task.data_info(),
+            "chance": task.chance(),
             "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
             "wall_time_s": run.elapsed_s + train_time,
             "throughput_samples_per_s": samples / train_time if train_time > 0 else None,

@@ -23,11 +23,18 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         e = effects[effects["family"] == family] if len(effects) else effects
         if not len(e):
             continue
-        counts = e["verdict"].value_counts()
-        kinds = ("more heads help", "more heads hurt", "inconclusive", "unresolved", "n/a (one seed)")
+        counts = e["verdict"].where(~e["verdict"].str.startswith("did not learn"), "did not learn").value_counts()
+        kinds = ("more heads help", "more heads hurt", "inconclusive", "unresolved", "n/a (one seed)",
+                 "did not learn")
         parts = [f"{counts.get(v, 0)} {v}" for v in kinds if counts.get(v, 0)]
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
+    if "not_learned" in configs and configs["not_learned"].notna().any():
+        stuck = configs[configs["not_learned"] > 0].drop_duplicates(["study", "depth", "heads", "rank", "params"])
+        paras.append("Did not learn (final metric no better than ignoring the input: the majority label, or the "
+                     "unigram for a language model), kept out of every verdict: "
+                     + ("; ".join(f"{r['study']} L{r['depth']}/H{r['heads']} ({r['not_learned']:.0f} of {r['n']} seeds)"
+                                  for _, r in stuck.iterrows()) if len(stuck) else "none") + ".")
     if len(effects):
         hurt = effects[effects["verdict"] == "more heads hurt"]
         fine = effects[effects["verdict"] == "more heads help"]  # an interval across zero shows nothing either way

@@ -68,10 +68,19 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "rank_fraction": float(g["head_dim"].iloc[0] / g["model_width"].iloc[0]),
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
+                     # seeds that did not beat chance (summary.learned); NaN where the task has no chance level
+                     "not_learned": _not_learned(g),
                      "kappa_init": gmean(g.get("kappa_init_gmean", [])),
                      "kappa_final": gmean(g.get("kappa_final_gmean", [])),
                      "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", []))})
     return pd.DataFrame(rows)
+
+
+def _not_learned(rows: pd.DataFrame) -> float:
+    """How many of these runs did not beat their task's chance level; NaN where none has one."""
+    if "learned" not in rows or rows["learned"].isna().all():
+        return math.nan
+    return float((rows["learned"].astype("boolean") == False).sum())  # noqa: E712
 
 
 def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
@@ -113,13 +122,15 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
             continue
         few, many = g.loc[g["heads"].idxmin()], g.loc[g["heads"].idxmax()]
         diff, lo, hi = welch(many["errors"], few["errors"])
+        stuck = [f"L{r['depth']}/H{r['heads']}" for r in (few, many) if r.get("not_learned", 0) > 0]
         rows.append({"study": study, "family": few["family"], "group": group,
                      "heads": f"{few['heads']} -> {many['heads']}", "rank": f"{few['rank']} -> {many['rank']}",
                      "rank_fraction_many": many["rank_fraction"],
                      "params": f"{few['params']} -> {many['params']}",
                      "error_few": few["error_mean"], "error_many": many["error_mean"],
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
-                     "n": f"{len(few['errors'])}, {len(many['errors'])}", "verdict": verdict(lo, hi)})
+                     "n": f"{len(few['errors'])}, {len(many['errors'])}",
+                     "verdict": f"did not learn: {', '.join(stuck)}" if stuck else verdict(lo, hi)})
     return pd.DataFrame(rows)
 
 

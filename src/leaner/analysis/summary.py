@@ -131,6 +131,10 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             value = row.get(metric)
             # error: lower is better for every task (1 - accuracy, or the loss itself)
             row["error"] = math.nan if value is None else (1.0 - value if mode == "max" else value)
+            chance = m.get("chance") or {}
+            if chance.get("metric") == metric:
+                row["chance"] = chance["value"]
+                row["learned"] = learned(value, chance)
         else:
             row["total_heads"] = model["heads"] * model["modules"]
             row["error"] = row["best_train_loss"]
@@ -144,6 +148,22 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True) if len(frame) else frame
+
+
+LOSS_MARGIN = 0.01  # nats: a loss must fall this far below its chance level to count as learned
+
+
+def learned(value: float | None, chance: dict) -> bool:
+    """Whether a final metric beats what ignoring the input scores (tasks' `chance`): an accuracy
+    above the majority rate by more than 1.645 binomial standard errors of that rate on the
+    evaluation set (one-sided 5%), a loss below the unigram's by more than LOSS_MARGIN. A variant
+    that does not is flagged "did not learn" and kept out of verdicts."""
+    if value is None or not math.isfinite(value):
+        return False
+    p, n = chance["value"], max(chance["n"], 1)
+    if chance["metric"].endswith("_acc"):
+        return value > p + 1.645 * math.sqrt(p * (1 - p) / n)
+    return value < p - LOSS_MARGIN
 
 
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],

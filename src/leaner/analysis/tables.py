@@ -126,6 +126,10 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
     return summary[mask]
 
 
+def _did_not_learn(rows: pd.DataFrame) -> bool:
+    return "learned" in rows and bool((rows["learned"].astype("boolean") == False).any())  # noqa: E712
+
+
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     """The study's declared claims (plan._claims), baseline first: per claim its baseline row,
     then one row per lean configuration with the difference (positive: lean better), its one-sided
@@ -146,6 +150,9 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             lean = _claim_rows(summary, point, seeds)
             vals = lean[metric].to_numpy(float)
             v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
+            stuck = [name for name, rows in (("baseline", base), ("lean", lean)) if _did_not_learn(rows)]
+            if stuck:  # no verdict on a model that never beat chance (summary.learned)
+                v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
             params = int(lean["params_total"].iloc[0]) if len(lean) else None
             reduction = 100.0 * (1 - params / base_params) if params and base_params else math.nan
             mean, _, _, n = ci95(vals)

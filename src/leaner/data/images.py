@@ -72,6 +72,9 @@ class HFImageDataset:
     def __len__(self) -> int:
         return len(self.ds)
 
+    def labels(self) -> list[int]:
+        return self.ds[self.label_key]
+
     def __getitem__(self, i: int):
         row = self.ds[int(i)]
         return self.transform(row[self.image_key].convert(self.mode)), int(row[self.label_key])
@@ -89,6 +92,9 @@ class EncodedImageDataset:
 
     def __len__(self) -> int:
         return len(self.ds)
+
+    def labels(self) -> list[int]:
+        return self.ds[self.label_key]
 
     def __getitem__(self, i: int):
         import torch

@@ -37,6 +37,9 @@ class InMemorySplit:
     def __len__(self) -> int:
         return len(self.y)
 
+    def labels(self):
+        return self.y.cpu().numpy()
+
     def to(self, device) -> InMemorySplit:
         """Hold the split on `device` (a GPU: batches are gathered there, no copy per step)."""
         self.x, self.y = self.x.to(device), self.y.to(device)
@@ -71,6 +74,10 @@ class LoaderSplit:
 
     def steps_per_epoch(self, batch_size: int) -> int:
         return math.ceil(len(self) / batch_size)
+
+    def labels(self):
+        """Every label of the split, read from its label column alone (no image is decoded)."""
+        return self.dataset.labels()
 
     def _loader(self, batches: list):
         from torch.utils.data import DataLoader

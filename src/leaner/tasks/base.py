@@ -39,6 +39,23 @@ class Task:
         """How the training data was produced on this run, for metrics.json."""
         return {}
 
+    def chance(self) -> dict:
+        """What a predictor that ignores its input scores on the evaluation set, for metrics.json:
+        {"metric", "value", "n" (evaluation examples), "predictor"}; {} where the task has none (P2's
+        task, whose failure to learn is the finding, and pretraining). A variant no better than this
+        did not learn (analysis.summary.learned)."""
+        return {}
+
+
+def majority_chance(labels, metric: str = "eval_acc") -> dict:
+    """The accuracy of always answering the most frequent evaluation label."""
+    import numpy as np
+
+    labels = np.asarray(labels).astype(np.int64).ravel()
+    counts = np.bincount(labels) if len(labels) else np.zeros(1, dtype=np.int64)
+    return {"metric": metric, "value": float(counts.max() / max(len(labels), 1)), "n": int(len(labels)),
+            "predictor": "the most frequent evaluation label"}
+
 
 @torch.no_grad()
 def evaluation_sums(model, batches: Iterable[tuple[Any, Any]], autocast,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import Task, classification_measure, evaluation_sums
+from .base import Task, classification_measure, evaluation_sums, majority_chance
 
 
 class ImageClassification(Task):
@@ -68,6 +68,9 @@ class ImageClassification(Task):
         batches = (self._to_device(b, train=False) for b in self.splits.eval.eval_batches(self.eval_batch_size))
         s = evaluation_sums(model, batches, autocast, classification_measure)
         return {"eval_loss": s["loss"] / max(s["n"], 1), "eval_acc": s["correct"] / max(s["n"], 1)}
+
+    def chance(self) -> dict:
+        return majority_chance(self.splits.eval.labels())
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         """The fixed evaluation batch for condition numbers: the first n eval examples."""

@@ -12,7 +12,9 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
-from .base import Task, classification_measure, evaluation_sums, trim
+from .base import Task, classification_measure, evaluation_sums, majority_chance, trim
+
+UNIGRAM_TOKENS = 1 << 24  # of the training text, for the unigram a language model must beat
 
 
 class SequenceClassification(Task):
@@ -53,6 +55,9 @@ class SequenceClassification(Task):
             s = evaluation_sums(model, batches, autocast, classification_measure)
             out.update({f"{prefix}_loss": s["loss"] / max(s["n"], 1), f"{prefix}_acc": s["correct"] / max(s["n"], 1)})
         return out
+
+    def chance(self) -> dict:
+        return majority_chance(self.splits["val"].labels())
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         """The first n validation sequences, padded to the longest of them."""
@@ -111,6 +116,17 @@ class LanguageModeling(Task):
         s = evaluation_sums(model, batches(), autocast, measure)
         loss = s["loss"] / max(s["n"], 1)
         return {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)), "eval_bits_per_byte": loss / math.log(2)}
+
+    def chance(self) -> dict:
+        """The evaluation loss of the training text's unigram (byte frequencies, add-one smoothed,
+        from up to UNIGRAM_TOKENS of it) on the evaluated targets: a model below it uses its context."""
+        sample = np.asarray(self.train.tokens[:UNIGRAM_TOKENS], dtype=np.int64)
+        targets = np.concatenate([np.asarray(self.eval.tokens[s + 1:s + 1 + self.context], dtype=np.int64)
+                                  for s in self.eval_windows])
+        counts = np.bincount(sample, minlength=int(max(sample.max(), targets.max())) + 1) + 1.0
+        logp = np.log(counts / counts.sum())
+        return {"metric": "eval_loss", "value": float(-logp[targets].mean()), "n": int(len(targets)),
+                "predictor": "the training text's byte frequencies (unigram)"}
 
     def probe_inputs(self, n: int) -> torch.Tensor:
         return self.eval.window_batch(self.eval_windows[:n], self.context)[0]
