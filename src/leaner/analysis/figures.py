@@ -152,15 +152,16 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
             method = sub.get(f"kappa_{col_prefix}final_method", pd.Series(dtype=str)).astype(str)
             bound = " (Lanczos: a lower bound)" if method.str.contains("lanczos").any() else ""
             ax.set_title(f"{title}\n{name}{bound}", fontsize=9)
-            handles = [Line2D([], [], color=palette[d], marker="o", label=f"depth {d}") for d in depths
-                       if (sub["depth"] == d).any()]
-            handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
-                        for c, ls in styles.items()]
-            ax.legend(handles=handles + ([singular_handle()] if any_singular else []), fontsize=7)
+    # one legend for the figure: every panel draws the same depths and checkpoints
+    handles = [Line2D([], [], color=palette[d], marker="o", label=f"depth {d}") for d in depths]
+    handles += [Line2D([], [], color="grey", linestyle=ls, label="at init" if c == "init" else "trained")
+                for c, ls in styles.items()]
     fig.suptitle(f"{study}: condition number vs heads, three measurements (rows)")
     fig.text(0.01, -0.01, KAPPA_NOTE + (" " + SINGULAR_NOTE if any_singular else ""), fontsize=8, wrap=True,
              ha="left", va="top")
     fig.tight_layout()
+    fig.legend(handles=handles + ([singular_handle()] if any_singular else []), fontsize=8, loc="upper left",
+               bbox_to_anchor=(axes[0][-1].get_position().x1 + 0.01, axes[0][-1].get_position().y1), frameon=False)
     return save(fig, prefix)
 
 
