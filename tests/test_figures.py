@@ -340,3 +340,16 @@ def test_kappa_against_heads_is_read_against_what_the_theorem_says_of_each_proto
     assert "case b" in h["paper"] and h["check"] == "after training: pass"
     rising = head_dim.assign(kappa_final_gmean=lambda f: 10.0 * f["heads"])
     assert _kappa_trend(rising)[0]["check"] == "after training: fail"
+
+
+def test_p2_kappa_through_training_names_each_line_by_its_heads_and_their_rank(monkeypatch):
+    """P2 counts every head of a layer (heads x W): "2 heads" is rank 8 at W = 1 and rank 16 at
+    W = 2, so each line says its rank."""
+    rows = [{"variant": f"W{w}-H{h}-s{s}", "matrix": "heads_concat", "modules": w, "heads": h, "total_heads": h * w,
+             "head_dim": 16 // h, "depth": 1, "seed": s, "protocols": np.nan, "status": "ok", "fraction": f,
+             "kappa_gmean": 10.0 + f}
+            for w, hs in ((1, (1, 2)), (2, (1,))) for h in hs for s in (0, 1) for f in (0.0, 0.5, 1.0)]
+    fig = drawn(monkeypatch, figures.kappa_through_training, pd.DataFrame(rows), "unused", "p")
+    labels = {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes}
+    assert labels == {"W = 1": ["1 head of rank 16, depth 1", "2 heads of rank 8, depth 1"],
+                      "W = 2": ["2 heads of rank 16, depth 1"]}

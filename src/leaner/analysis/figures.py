@@ -275,12 +275,13 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
     depths = sorted(frame["depth"].unique())
     palette = dict(zip(heads, sns.color_palette("plasma", len(heads) + 1)))
     styles = dict(zip(depths, ["-", "--", ":", "-."] * len(depths)))
+    dim_word = "rank" if "modules" in frame else "dim"  # P2 counts every head of the layer, each of rank d/h
     for ax, panel in zip(axes, panels):
         sub = frame[frame["panel"] == panel]
-        for (h, depth), g in sub.groupby(["total_heads", "depth"], sort=True):
+        for (h, r, depth), g in sub.groupby(["total_heads", "head_dim", "depth"], sort=True):
             agg = seed_agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean", log=True)
             ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
-                    marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''}, depth {depth}")
+                    marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''} of {dim_word} {r}, depth {depth}")
             offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
             if (agg["n"] > 1).any():
                 ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
