@@ -117,8 +117,21 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
     assert set(effects["study"]) == {"tiny", "tiny_nearest"} and len(effects) == 3
     with_interval = effects[effects["n"] == "2, 2"].iloc[0]
     assert with_interval["delta_lo"] <= with_interval["delta_error"] <= with_interval["delta_hi"]
-    assert with_interval["verdict"] in ("more heads help", "more heads hurt", "inconclusive", "unresolved")
-    assert (effects[effects["n"] == "1, 1"]["verdict"] == "n/a (one seed)").all()
+    # a comparison on a model that never beat chance (summary.csv: learned) says so instead of a verdict;
+    # three epochs can leave a tiny ViT there
+    summary = pd.read_csv(work / "results" / "tiny" / "summary.csv")
+    stuck = {f"L{r['depth']}/H{r['heads']}" for _, r in summary.iterrows() if not r["learned"]}
+    for _, r in effects[effects["study"] == "tiny"].iterrows():
+        depth = re.search(r"depth=(\d+)", r["group"]).group(1)
+        named = [c for c in (f"L{depth}/H{h}" for h in r["heads"].split(" -> ")) if c in stuck]
+        if named:
+            assert r["verdict"] == f"did not learn: {', '.join(named)}"
+        elif r["n"] == "1, 1":
+            assert r["verdict"] == "n/a (one seed)"
+        else:
+            assert r["verdict"] in ("more heads help", "more heads hurt", "inconclusive", "unresolved")
+    p2_row = effects[effects["study"] == "tiny_nearest"].iloc[0]
+    assert p2_row["n"] == "1, 1" and p2_row["verdict"] == "n/a (one seed)"  # P2: no chance level, no flag
     corr = pd.read_csv(tables / "all_studies-kappa_error_correlation.csv")
     assert list(corr["study"]) == ["tiny", "tiny_nearest", "pooled"]
     tiny = corr[corr["study"] == "tiny"].iloc[0]
