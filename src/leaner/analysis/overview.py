@@ -33,8 +33,8 @@ from ..tasks import task_info
 from .findings import findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, resolve, spearman_ci, welch
-from .summary import explode_protocols
-from .tables import write_table
+from .summary import explode_protocols, not_learned
+from .tables import CLAIMS_COLUMNS, write_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
@@ -69,18 +69,11 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
                      # seeds that did not beat chance (summary.learned); NaN where the task has no chance level
-                     "not_learned": _not_learned(g),
+                     "not_learned": not_learned(g),
                      "kappa_init": gmean(g.get("kappa_init_gmean", [])),
                      "kappa_final": gmean(g.get("kappa_final_gmean", [])),
                      "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", []))})
     return pd.DataFrame(rows)
-
-
-def _not_learned(rows: pd.DataFrame) -> float:
-    """How many of these runs did not beat their task's chance level; NaN where none has one."""
-    if "learned" not in rows or rows["learned"].isna().all():
-        return math.nan
-    return float((rows["learned"].astype("boolean") == False).sum())  # noqa: E712
 
 
 def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
@@ -177,8 +170,7 @@ def _pool(rhos: pd.Series, ns: pd.Series) -> tuple[float, float, float]:
     return math.tanh(zbar), math.tanh(zbar - 1.96 * se), math.tanh(zbar + 1.96 * se)
 
 
-HEADLINE_COLUMNS = ["study", "claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean",
-                    "n", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
+HEADLINE_COLUMNS = ["study", *(c for c in CLAIMS_COLUMNS if c != "seeds_missing")]
 
 
 def headline(claims: list[pd.DataFrame]) -> pd.DataFrame:

@@ -166,6 +166,14 @@ def learned(value: float | None, chance: dict) -> bool:
     return value < p - LOSS_MARGIN
 
 
+def not_learned(rows: pd.DataFrame) -> float:
+    """How many of these summary rows did not beat their task's chance level (`learned` False);
+    NaN where none has a chance level."""
+    if "learned" not in rows or rows["learned"].isna().all():
+        return math.nan
+    return float((rows["learned"].astype("boolean") == False).sum())  # noqa: E712
+
+
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                   protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
                   kappa_csv: str | None = None) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from ..outputs import ACCEPTANCE_CHECKS
 from ..tasks import task_info
 from .labels import column_label
 from .stats import ci95, claim_verdict, gmean, resolve, welch
-from .summary import ARCH, axes, config_values, is_arch
+from .summary import ARCH, axes, config_values, is_arch, not_learned
 
 
 def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
@@ -126,8 +126,8 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
     return summary[mask]
 
 
-def _did_not_learn(rows: pd.DataFrame) -> bool:
-    return "learned" in rows and bool((rows["learned"].astype("boolean") == False).any())  # noqa: E712
+CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
+                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
@@ -150,7 +150,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             lean = _claim_rows(summary, point, seeds)
             vals = lean[metric].to_numpy(float)
             v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
-            stuck = [name for name, rows in (("baseline", base), ("lean", lean)) if _did_not_learn(rows)]
+            stuck = [name for name, rows in (("baseline", base), ("lean", lean)) if not_learned(rows) > 0]
             if stuck:  # no verdict on a model that never beat chance (summary.learned)
                 v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
             params = int(lean["params_total"].iloc[0]) if len(lean) else None
@@ -160,9 +160,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
                          "param_reduction_pct": reduction, "mean": mean, "n": n, "seeds_missing": len(seeds) - n,
                          "lean_advantage": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"],
                          "verdict": v["verdict"]})
-    columns = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
-               "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
-    return pd.DataFrame(rows).reindex(columns=columns)
+    return pd.DataFrame(rows).reindex(columns=CLAIMS_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
