@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import curves, figures, figures_p2, plots
+from leaner.analysis import curves, figures, figures_p2, plots, stats
 from leaner.cli import main
 from leaner.outputs import grid_points, study_outputs
 from leaner.plan import build_plan
@@ -126,12 +126,29 @@ def test_training_curves_pool_the_seeds_of_each_configuration():
     linear, logit = curves.band(near_one, "eval_acc", "linear"), curves.band(near_one, "eval_acc", "logit")
     assert linear["hi"].max() > 1.0  # what a t-band on the raw accuracy did
     assert logit["hi"].max() < 1.0 and logit["lo"].min() > 0.0 and logit["mean"].between(0.95, 1.0).all()
-    assert curves.scale_of("eval_acc") == "logit" and curves.scale_of("eval_loss") == "log"
     loss = curves.band(history(), "train_loss", "log")
     first = loss[(loss["config"] == "L1-H1-D16-hd16-mlp32") & (loss["step"] == 20)].iloc[0]
     assert first["mean"] == pytest.approx(np.exp(np.mean(np.log([2.3, 2.31, 2.32]))))
     assert curves.panels_for(history(), "image_classification") == ["train_loss", "eval_acc"]
     assert curves.panels_for(history(), "nearest_point") == ["train_loss"]  # no eval_loss in these histories
+
+
+def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
+    """kappa >= 1 (log scale, cut at 1), accuracy in [0, 1] (logit scale), loss > 0 (log scale):
+    seeds spread as widely as three seeds of an untrained model spread, where a t-interval on the
+    raw values leaves the range."""
+    assert stats.scale_of("eval_acc") == "logit" and stats.scale_of("eval_loss") == "log"
+    assert stats.scale_of("kappa_gmean") == "log" and stats.scale_of("glue_avg") == "linear"
+    spread = pd.DataFrame({"heads": [1, 1, 1], "kappa": [1.05, 1.3, 40.0], "eval_acc": [0.99, 1.0, 0.9],
+                           "eval_loss": [0.01, 0.02, 2.0]})
+    assert stats.ci95(spread["kappa"])[1] < 1 and stats.ci95(spread["eval_acc"])[2] > 1  # raw: out of range
+    kappa = figures.seed_agg(spread, ["heads"], "kappa").iloc[0]
+    assert kappa["lo"] == 1.0 and kappa["hi"] > 40.0
+    assert kappa["mean"] == pytest.approx(np.exp(np.log([1.05, 1.3, 40.0]).mean()))
+    acc = figures.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
+    assert 0 < acc["lo"] < acc["mean"] < acc["hi"] < 1
+    loss = figures.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
+    assert 0 < loss["lo"] < loss["mean"] < loss["hi"]
 
 
 def test_curve_colours_follow_the_heads_and_line_styles_the_depth():

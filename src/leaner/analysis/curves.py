@@ -14,6 +14,7 @@ from scipy import stats
 
 from ..tasks import task_info
 from .plots import log_y, pyplot, save
+from .stats import SCALES, onto_scale, scale_of
 
 
 def read_histories(paths: list[str]) -> pd.DataFrame:
@@ -27,32 +28,17 @@ def read_histories(paths: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-SCALES = {"log": (np.log10, lambda v: 10 ** v),
-          "logit": (lambda v: np.log(v / (1 - v)), lambda v: 1 / (1 + np.exp(-v))),
-          "linear": (lambda v: v, lambda v: v)}
-LOGIT_EPS = 1e-4  # accuracies of exactly 0 or 1 are held this far inside before the logit
-
-
-def scale_of(column: str) -> str:
-    """The scale a column's band is taken on: log for a loss, logit for an accuracy (a band that
-    stays in (0, 1)), linear otherwise."""
-    return "log" if "loss" in column else "logit" if column.endswith("_acc") else "linear"
-
-
 def band(frame: pd.DataFrame, column: str, scale: str = "linear") -> pd.DataFrame:
     """Per (config, step): the mean over seeds and its 95% t-interval, both taken on `scale` (log:
     a geometric mean; logit: the interval stays in (0, 1)) and mapped back."""
-    forward, back = SCALES[scale]
     values = frame[["config", "step", column]].dropna()
     if scale == "log":
         values = values[values[column] > 0]
-    if scale == "logit":
-        values = values.assign(**{column: values[column].clip(LOGIT_EPS, 1 - LOGIT_EPS)})
-    values = values.assign(**{column: forward(values[column].to_numpy(float))})
+    values = values.assign(**{column: onto_scale(values[column], scale)})
     agg = values.groupby(["config", "step"])[column].agg(["mean", "std", "count"]).reset_index()
     half = stats.t.ppf(0.975, np.maximum(agg["count"] - 1, 1)) * agg["std"] / np.sqrt(agg["count"])
     agg["lo"], agg["hi"] = agg["mean"] - half.where(agg["count"] > 1), agg["mean"] + half.where(agg["count"] > 1)
-    agg[["mean", "lo", "hi"]] = back(agg[["mean", "lo", "hi"]])
+    agg[["mean", "lo", "hi"]] = SCALES[scale][1](agg[["mean", "lo", "hi"]])
     return agg
 
 

@@ -1,5 +1,7 @@
 """Tables -> the papers' figures, as PNG and PDF. Every point is the mean over seeds with a
-Student-t 95% interval (kappa: in log space, i.e. a geometric mean with its interval)."""
+Student-t 95% interval, taken where the interval stays inside the quantity's range (stats.scale_of:
+kappa and loss in log space, i.e. a geometric mean with its interval, kappa's cut at 1; accuracy
+on the logit scale)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
-from .stats import ci95
+from .stats import KAPPA_FLOOR, ci95_on, scale_of
 from .summary import explode_protocols
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
@@ -25,9 +27,14 @@ METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (
                  "glue_avg": "GLUE average score (evaluation splits)"}
 
 
-def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False) -> pd.DataFrame:
-    """Per key: mean with its 95% interval over the rows (log: geometric). A +inf value (a singular
-    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out."""
+def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, scale: str | None = None) -> pd.DataFrame:
+    """Per key: mean with its 95% interval over the rows, taken on `scale` (default: the column's,
+    stats.scale_of: a kappa's or a loss's on the log scale, i.e. a geometric mean, an accuracy's on
+    the logit scale), so that it stays inside the quantity's range (a kappa's is cut at 1). A +inf
+    value (a singular kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN
+    is left out."""
+    scale = scale or scale_of(value)
+    floor = KAPPA_FLOOR if "kappa" in value else None
     rows = []
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
@@ -35,14 +42,11 @@ def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, log: bool = False
         if np.isposinf(vals).any():
             mean, lo, hi, n = math.inf, math.nan, math.nan, len(vals)
         else:
-            if log:
-                vals = np.log10(vals[vals > 0])
-            mean, lo, hi, n = ci95(vals)
-            if log:
-                mean, lo, hi = (10**x if not math.isnan(x) else x for x in (mean, lo, hi))
+            mean, lo, hi, n = ci95_on(vals, scale, floor)
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update({"mean": mean, "lo": lo, "hi": hi, "n": n, "params": g["params_total"].iloc[0]
-                    if "params_total" in g else None, "diverged": int((g.get("status", "ok") != "ok").sum())})
+        row.update({"mean": mean, "lo": lo, "hi": hi, "n": n,
+                    "params": g["params_total"].iloc[0] if "params_total" in g else None,
+                    "diverged": int((g["status"] != "ok").sum()) if "status" in g else 0})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -141,7 +145,7 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
                     col = f"kappa_{col_prefix}{ckpt}_gmean"
                     if col not in sub:
                         continue
-                    agg = seed_agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa", log=True)
+                    agg = seed_agg(sub[sub["depth"] == depth].assign(kappa=sub[col]), ["heads"], "kappa")
                     if len(agg):
                         errorbars(ax, agg["heads"], agg, palette[depth], None, ls)
                         any_singular |= offscale(ax, agg.loc[np.isinf(agg["mean"]), "heads"], palette[depth])
@@ -279,7 +283,7 @@ def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) 
     for ax, panel in zip(axes, panels):
         sub = frame[frame["panel"] == panel]
         for (h, r, depth), g in sub.groupby(["total_heads", "head_dim", "depth"], sort=True):
-            agg = seed_agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean", log=True)
+            agg = seed_agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean")
             ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
                     marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''} of {dim_word} {r}, depth {depth}")
             offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])

@@ -102,7 +102,7 @@ def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
             for ckpt, ls in (("init", "--"), ("final", "-")):
                 col = f"kappa_{ckpt}_gmean"
                 if len(g) and col in g:
-                    agg = seed_agg(g.assign(kappa=g[col]), ["head_dim"], "kappa", log=True)
+                    agg = seed_agg(g.assign(kappa=g[col]), ["head_dim"], "kappa")
                     errorbars(ax, agg["head_dim"], agg, color, None, ls)
                     offscale(ax, agg.loc[np.isinf(agg["mean"]), "head_dim"], color)
         log_y(ax)

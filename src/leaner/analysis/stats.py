@@ -32,6 +32,46 @@ def ci95(values) -> tuple[float, float, float, int]:
     return mean, float(lo), float(hi), n
 
 
+# The scale an interval is taken on, so that it stays inside what the quantity can take: a loss
+# (positive) on a log scale, an accuracy (0 to 1) on the logit scale; the mean and bounds are
+# mapped back. A condition number (>= 1) is taken on the log scale and its interval cut at 1: a
+# confidence interval intersected with the parameter space keeps its coverage.
+SCALES = {"log": (np.log10, lambda v: 10 ** v),
+          "logit": (lambda v: np.log(v / (1 - v)), lambda v: 1 / (1 + np.exp(-v))),
+          "linear": (lambda v: v, lambda v: v)}
+LOGIT_EPS = 1e-4  # accuracies of exactly 0 or 1 are held this far inside before the logit
+KAPPA_FLOOR = 1.0
+
+
+def scale_of(column: str) -> str:
+    """The scale a column's interval is taken on: log for a loss or a kappa, logit for an
+    accuracy, linear otherwise."""
+    if "loss" in column or "kappa" in column:
+        return "log"
+    return "logit" if column.endswith("_acc") else "linear"
+
+
+def onto_scale(values, scale: str) -> np.ndarray:
+    """`values` (NaNs dropped) mapped onto `scale`: log keeps the positive ones, logit holds 0 and
+    1 LOGIT_EPS inside."""
+    v = _finite(values)
+    if scale == "log":
+        v = v[v > 0]
+    if scale == "logit":
+        v = np.clip(v, LOGIT_EPS, 1 - LOGIT_EPS)
+    return SCALES[scale][0](v)
+
+
+def ci95_on(values, scale: str = "linear", floor: float | None = None) -> tuple[float, float, float, int]:
+    """ci95 taken on `scale` and mapped back (log: the geometric mean and its interval); `floor`:
+    the least value the quantity can take, where the interval is cut."""
+    mean, lo, hi, n = ci95(onto_scale(values, scale))
+    mean, lo, hi = (float(SCALES[scale][1](x)) if not math.isnan(x) else x for x in (mean, lo, hi))
+    if floor is not None and not math.isnan(lo):
+        lo = max(lo, floor)
+    return mean, lo, hi, n
+
+
 def welch(a, b) -> tuple[float, float, float]:
     """mean(a) - mean(b) with a Welch 95% interval; NaN bounds when either side has one value."""
     from scipy import stats
