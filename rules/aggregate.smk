@@ -44,10 +44,12 @@ for study_name in STUDIES:
         conda:
             "../envs/leaner.yaml"
         params:
+            claims=lambda wildcards: json.dumps(study_of(wildcards).claims, sort_keys=True),
             names=study_figures,
         shell:
             "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --histories {input.histories:q}"
-            " --study {wildcards.study:q} --names {params.names:q} --outdir results/figures > {log:q} 2>&1"
+            " --study {wildcards.study:q} --claims {params.claims:q} --names {params.names:q}"
+            " --outdir results/figures > {log:q} 2>&1"
 
     rule:
         name:

@@ -80,7 +80,8 @@ def test_a_claim_names_configurations_of_the_grid_and_its_seeds():
     claim = plan.studies["tiny"].claims[0]
     assert claim["baseline"] == {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
     assert claim["metric"] == "eval_acc" and claim["mode"] == "max" and claim["seeds"] == [0, 1]
-    assert "claims" in plan.studies["tiny"].outputs()[1]
+    assert "claims" in plan.studies["tiny"].outputs()[1] and "pareto" in plan.studies["tiny"].outputs()[0]
+    assert "pareto" not in build_plan(tiny([])).studies["tiny"].outputs()[0]
 
     good = {"name": "c", "baseline": {"depth": 2, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
             "margin": 0.01, "seeds": [0]}
@@ -136,6 +137,9 @@ def test_snakemake_hands_the_resolved_claims_to_the_tables_rule(tmp_path):
     handed = json.loads(re.search(r"--claims '(\[.*?\])'", out).group(1))
     assert handed == [dict(build_plan(tiny()).studies["tiny"].claims[0])]
     assert snakemake(tmp_path, "-n", "results/tables/tiny-claims.csv", "--cores", "1", check=False).returncode != 0
+    out = snakemake(tmp_path, "-n", "-p", "results/figures/tiny-pareto.png", "--cores", "1", configfile=path).stdout
+    assert "rule figures_tiny:" in out and " training_curves pareto --outdir " in out
+    assert json.loads(re.search(r"--claims '(\[.*?\])'", out).group(1)) == handed
 
 
 def test_leaner_tables_writes_the_claims_table_people_read(tmp_path):

@@ -235,6 +235,38 @@ def test_log_ticks_are_powers_of_ten_when_wide_and_plain_numbers_when_narrow():
         assert len(inside) >= 2, (lo, hi, inside)
 
 
+PARETO_CLAIM = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.05, "seeds": [0, 1],
+                "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+                "lean": [{"depth": 1, "heads": 4, "width": 16, "head_dim": 4, "mlp_hidden": 32}]}
+
+
+def test_the_pareto_view_stars_the_baseline_rings_the_lean_models_and_states_each_verdict(monkeypatch):
+    """P1's Fig. 1 view: every configuration against its parameters, the baseline's band of
+    +-margin, the lean model ringed where its mean is, its verdict written out, and the front of
+    the configurations that no smaller model beats."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import Rectangle
+
+    summary = p1_summary()
+    fig = drawn(monkeypatch, figures.pareto, summary, "x", "s", [PARETO_CLAIM])
+    full, zoom = [ax for ax in fig.axes if ax.get_visible()]
+    base = summary.query("depth == 2 and heads == 1")["eval_acc"].mean()  # 0.515 at 4000 parameters
+    lean = summary.query("depth == 1 and heads == 4")["eval_acc"].mean()  # 0.685 at 2000
+    for ax in (full, zoom):
+        assert ax.get_xscale() == "log"
+        band = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_alpha() == 0.15]
+        assert len(band) == 1 and band[0].get_y() == pytest.approx(base - 0.05)
+        assert band[0].get_height() == pytest.approx(0.1)
+        marks = [c.get_offsets()[0] for c in ax.collections if isinstance(c, PathCollection)]
+        assert any(m[0] == pytest.approx(4000, rel=0.1) and m[1] == pytest.approx(base) for m in marks)  # the star
+        assert any(m[0] == pytest.approx(2000, rel=0.1) and m[1] == pytest.approx(lean) for m in marks)  # a ring
+    text = " ".join(t.get_text() for t in zoom.texts)
+    assert "L1-H4-D16-mlp32: superior, +0.170 [+0.149, +0.191]" in text and "50% fewer parameters" in text
+    front = next(line for line in full.lines if line.get_label().startswith("Pareto front"))
+    # at 2000 parameters the best is L1/H4; no model of 4000 beats it, so the front ends there
+    assert list(front.get_ydata()) == pytest.approx([lean], abs=1e-3)  # its mean on the logit scale
+
+
 def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
     summary = p1_summary(mlp_ratios=(2, 4))
     kappa = p1_kappa(summary)
@@ -253,7 +285,8 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "kappa_vs_rank": (figures_p2.kappa_vs_rank, p2_summary(), "x", "p"),
             "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
             "theory": (figures.theory_curves, theory, "x"),
-            "training_curves": (curves.training_curves, history(), "x", "s", "image_classification")}
+            "training_curves": (curves.training_curves, history(), "x", "s", "image_classification"),
+            "pareto": (figures.pareto, summary, "x", "s", [PARETO_CLAIM])}
     for name, (make, *args) in made.items():
         fig = drawn(monkeypatch, make, *args)
         panels = [ax for ax in fig.axes if ax.get_visible()]

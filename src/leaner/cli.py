@@ -166,7 +166,7 @@ def cmd_overview(a):
 def cmd_figures(a):
     from .analysis.study_figures import write_study_figures
 
-    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names, a.histories)
+    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names, a.histories, a.claims)
 
 
 def cmd_theory_report(a):
@@ -380,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--study", required=True)
     s.add_argument("--names", nargs="+", default=None,
                    help="the figures to make (default: those the study's grid gives something to show)")
+    s.add_argument("--claims", type=_json_arg, default=None, help="the study's declared claims, as the plan "
+                   "resolves them (JSON; the Pareto view)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_figures)
 

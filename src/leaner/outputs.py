@@ -101,14 +101,14 @@ def grid_points(rows: Iterable[dict]) -> list[dict]:
 def study_outputs(task: str, points: list[dict], baseline: dict | None = None,
                   claims: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(figure names, table names) of a study: its task's candidates (the catalogue's figures, tables)
-    whose REQUIRES the grid's points meet, and the claims table where the study declares claims.
+    whose REQUIRES the grid's points meet, and the claims' figure and table where the study declares claims.
     The Snakefile's outputs, its targets and the figures and tables commands all take their names
     from here."""
     def shown(names):
         return tuple(n for n in names if all(r.met(points, baseline or {}) for r in REQUIRES.get(n, ())))
 
     info = task_info(task)
-    return shown(info.figures), shown(info.tables) + (("claims",) if claims else ())
+    return shown(info.figures) + (("pareto",) if claims else ()), shown(info.tables) + (("claims",) if claims else ())
 
 
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).

@@ -17,14 +17,19 @@ from .plots import log_y, pyplot, save
 from .stats import SCALES, onto_scale, scale_of
 
 
+def config_id(variant: str) -> str:
+    """A variant's configuration: its id without the seed (L2-H8-D64-hd8-mlp128-s3 -> L2-H8-D64-hd8-mlp128)."""
+    return variant.rpartition("-s")[0]
+
+
 def read_histories(paths: list[str]) -> pd.DataFrame:
     """The history rows of every variant (folder name = variant id), with its configuration (the
     id without its seed) and seed."""
     frames = []
     for path in paths:
         variant = Path(path).parent.name
-        config, _, seed = variant.rpartition("-s")
-        frames.append(pd.read_csv(path).assign(variant=variant, config=config, seed=int(seed)))
+        frames.append(pd.read_csv(path).assign(variant=variant, config=config_id(variant),
+                                               seed=int(variant.rpartition("-s")[2])))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -10,19 +10,21 @@ import pandas as pd
 from ..outputs import grid_points, study_outputs
 from ..tasks import task_info
 from .curves import read_histories, training_curves
-from .figures import kappa_through_training, kappa_vs_heads, metric_vs_heads, metric_vs_mlp, theory_curves
+from .figures import kappa_through_training, kappa_vs_heads, metric_vs_heads, metric_vs_mlp, pareto, theory_curves
 from .figures_p2 import kappa_vs_rank, mse_vs_rank, perfect_angle
 
 
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: str | None = None,
-                        names: list[str] | None = None, histories: list[str] | None = None) -> list[Path]:
+                        names: list[str] | None = None, histories: list[str] | None = None,
+                        claims: list[dict] | None = None) -> list[Path]:
     """results/figures/{study}-{name}.{png,pdf} for each of `names`; by default the task's
     figures (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs).
-    `histories`: every variant's history.csv, for the training curves."""
+    `histories`: every variant's history.csv, for the training curves; `claims`: the study's
+    declared claims (plan), for the Pareto view."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:
-        names = study_outputs(task, grid_points(summary.to_dict("records")))[0]
+        names = study_outputs(task, grid_points(summary.to_dict("records")), claims=bool(claims))[0]
     kappa = pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame()
     makers = {
         "kappa_through_training": lambda s, p, n: kappa_through_training(kappa, p, n),
@@ -37,9 +39,10 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, kappa_csv: s
         "mse_vs_rank_by_dim": lambda s, p, n: mse_vs_rank(s, p, n, "dim"),
         "mse_vs_rank_by_posn": lambda s, p, n: mse_vs_rank(s, p, n, "posn"),
         "perfect_angle": perfect_angle, "kappa_vs_rank": kappa_vs_rank,
+        "pareto": lambda s, p, n: pareto(s, p, n, claims or []),
     }
     out = Path(fig_dir)
-    known = task_info(task).figures
+    known = task_info(task).figures + (("pareto",) if claims else ())
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no figure {', '.join(unknown)} for task {task} (allowed: {', '.join(known)})")
