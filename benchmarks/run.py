@@ -169,9 +169,9 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -
     splits = load_splits(manifest, {"augment": True, "num_workers": workers})
     dev = torch.device(device)
     t0, n = time.perf_counter(), 0
-    for x, _ in splits.train.train_batches(batch, seed=0, epoch=0):
+    for x, y in splits.train.train_batches(batch, seed=0, epoch=0):
         if splits.finish is not None:
-            x = splits.finish.train(x, dev)
+            x, y = splits.finish.train(x, y, dev)
         n += len(x)
     if dev.type == "cuda":
         torch.cuda.synchronize()

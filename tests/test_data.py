@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -179,11 +180,12 @@ def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
     batches = (split.train.train_batches(8, seed=0, epoch=1) for split in (pil, dev))
     for (xp, yp), (xd, yd) in zip(*batches):
         assert torch.equal(yp, yd)
-        x = dev.finish.train(xd, cpu)
+        x, y = dev.finish.train(xd, yd, cpu)
+        assert torch.equal(y, yd)
         assert x.shape == xp.shape == (len(yp), 3, 16, 16) and x.dtype == xp.dtype == torch.float32
         assert torch.isfinite(x).all()
     (xp, yp), (xd, yd) = next(pil.eval.eval_batches(18)), next(dev.eval.eval_batches(18))
-    xe = dev.finish.eval(xd, cpu)
+    xe, ye = dev.finish.eval(xd, yd, cpu)
     assert torch.equal(yp, yd) and xe.shape == xp.shape
     grey_levels = (xe - xp).abs() * 0.25 * 255  # std 0.25
     assert grey_levels.mean() < 0.5 and grey_levels.max() <= 2.0, (grey_levels.mean(), grey_levels.max())
@@ -223,3 +225,86 @@ def test_a_run_on_device_decoded_images_trains(tmp_path):
     run["conditioning"]["samples"] = 8
     metrics = train(run, str(manifest), tmp_path / "run", progress=False)
     assert metrics["status"] == "ok" and metrics["steps"] == 6
+
+
+def _jpeg_components(data: bytes) -> int:
+    """The number of colour components in a JPEG's frame header (SOF0-SOF2): 1 grey, 3 YCbCr, 4 CMYK."""
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            break
+        marker, length = data[i + 1], int.from_bytes(data[i + 2:i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2):
+            return data[i + 9]
+        i += 2 + length
+    raise RuntimeError("not a decodable JPEG: no frame header")
+
+
+def nvjpeg_like(data, mode, device):
+    """A stand-in for the GPU's batched decode_jpeg, on the CPU: it rejects the whole batch where
+    nvJPEG does (a CMYK JPEG; a malformed one), else decodes as torchvision does."""
+    from torchvision.io import decode_jpeg
+
+    for d in data:
+        if _jpeg_components(d.numpy().tobytes()) == 4:
+            raise RuntimeError("nvjpeg: unsupported colour space (CMYK)")
+    return decode_jpeg(data, mode=mode, device=device)
+
+
+def _write_odd_images(folder):
+    """ImageNet's odd files, in one class folder: grayscale, CMYK, progressive, a PNG named .JPEG,
+    and two that nothing reads (a JPEG cut after its header, bytes that are no image)."""
+    from PIL import Image
+
+    pixels = np.kron(np.random.default_rng(1).integers(0, 255, (4, 4, 3), dtype=np.uint8), np.ones((6, 6, 1), np.uint8))
+    rgb = Image.fromarray(pixels)
+    rgb.convert("L").save(folder / "gray.JPEG", format="JPEG")
+    rgb.convert("CMYK").save(folder / "cmyk.JPEG", format="JPEG")
+    rgb.save(folder / "progressive.JPEG", format="JPEG", progressive=True)
+    rgb.save(folder / "png.JPEG", format="PNG")
+    whole = (folder / "progressive.JPEG").read_bytes()
+    (folder / "cut.JPEG").write_bytes(whole[:200])
+    (folder / "noise.JPEG").write_bytes(bytes(range(256)) * 4)
+
+
+def test_decoding_on_the_device_survives_imagenets_odd_files(tmp_path, monkeypatch, capsys):
+    """`decode: device` with a decoder that rejects what nvJPEG rejects: the CMYK JPEG is decoded
+    on the CPU, grayscale, progressive and a PNG named .JPEG come through, and the two unreadable
+    files are left out of their batch with their labels, named once an epoch in the log and
+    counted in metrics.json; the epoch finishes."""
+    from leaner.data import tensor_augment
+
+    _write_image_folder(tmp_path / "imgs", per_class=3, fmt="jpg")
+    _write_odd_images(tmp_path / "imgs" / "train" / "cat")
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("odd", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": "device"},
+            str(manifest))
+    monkeypatch.setattr(tensor_augment, "jpeg_decoder", lambda: nvjpeg_like)
+    with pytest.raises(RuntimeError, match="CMYK"):
+        nvjpeg_like([torch.frombuffer(bytearray((tmp_path / "imgs/train/cat/cmyk.JPEG").read_bytes()),
+                                      dtype=torch.uint8)], None, "cpu")
+
+    splits = load_splits(str(manifest), {"augment": True, "num_workers": 0})
+    (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
+    assert len(x) == 15 and x.images.count(None) == 1  # the noise: no worker decoder reads it
+    images, labels = splits.finish.train(x, y, torch.device("cpu"))
+    assert images.shape == (13, 3, 16, 16) and torch.isfinite(images).all()
+    kept = [i for i, name in enumerate(x.names) if name not in ("cut.JPEG", "noise.JPEG")]
+    assert torch.equal(labels, y[kept])
+    events = splits.finish.take_events()
+    assert events == {"decoded on the CPU": ["cmyk.JPEG"], "unreadable, skipped": sorted(
+        ["cut.JPEG", "noise.JPEG"], key=x.names.index)}
+    assert splits.finish.take_events() == {"decoded on the CPU": [], "unreadable, skipped": []}
+
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    run["recipe"].update(epochs=2, batch_size=5, augment=True)
+    run["conditioning"]["samples"] = 4
+    metrics = train(run, str(manifest), tmp_path / "run", progress=False)
+    assert metrics["status"] == "ok" and metrics["steps"] == 6
+    events = metrics["data"]["events"]  # two epochs: each file met twice, listed once
+    assert events["decoded on the CPU"] == 2 and events["unreadable, skipped"] == 4
+    assert sorted(events["unreadable files"]) == ["cut.JPEG", "noise.JPEG"]
+    log = capsys.readouterr().err
+    for epoch in (1, 2):
+        assert f"epoch {epoch}: 1 image decoded on the CPU: cmyk.JPEG" in log
+        assert re.search(rf"epoch {epoch}: 2 images unreadable, skipped: (cut|noise)\.JPEG, (noise|cut)\.JPEG", log)

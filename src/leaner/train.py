@@ -118,6 +118,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     t0, samples, status, diverged_at = time.perf_counter(), 0, "ok", None
     due = _CheckpointClock(recipe.get("checkpoint_minutes"))
     best = _best_of(history, task)
+    data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
     model.train()
     epoch = step // per_epoch
     try:
@@ -165,6 +166,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 row = _epoch_row(task, model, autocast, meter, recipe, epoch, step, total, per_epoch,
                                  run.elapsed_s + time.perf_counter() - t0, last, ctx, bar, log)
                 history.append(row)
+                _log_data_events(task, ctx, data_events, epoch, log)
                 record.epoch(history)
                 best = _best_of([row], task, best)
                 epoch += 1
@@ -183,7 +185,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             "params": counts, "status": status, "diverged_at_step": diverged_at,
             "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
             "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
-            "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model), "data": task.data_info(),
+            "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model),
+            "data": {**task.data_info(), **({"events": data_events} if data_events else {})},
             "chance": task.chance(),
             "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
             "wall_time_s": run.elapsed_s + train_time,
@@ -383,6 +386,27 @@ def _epoch_row(task, model, autocast, meter: LossMeter, recipe: dict, epoch: int
         bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
         log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     return row
+
+
+UNREADABLE_LISTED = 100  # metrics.json names at most this many unreadable files
+
+
+def _log_data_events(task, ctx, totals: dict, epoch: int, log) -> None:
+    """One log line for what the data path worked around this epoch on any rank (images decoded
+    on the CPU, unreadable files skipped: Task.take_data_events), added to `totals` for metrics.json."""
+    merged: dict[str, list[str]] = {}
+    for events in ctx.gather(task.take_data_events()):
+        for what, names in events.items():
+            merged.setdefault(what, []).extend(names)
+    for what, names in merged.items():
+        if not names:
+            continue
+        totals[what] = totals.get(what, 0) + len(names)
+        if what.startswith("unreadable"):
+            listed = totals.setdefault("unreadable files", [])
+            listed += [n for n in dict.fromkeys(names) if n not in listed][:UNREADABLE_LISTED - len(listed)]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        log(f"epoch {epoch + 1}: {len(names)} image{'s' * (len(names) > 1)} {what}: {shown}")
 
 
 def _best_of(rows: list[dict], task, best: dict | None = None) -> dict:

@@ -11,6 +11,8 @@ evaluation. Where that happens is the dataset's `decode`:
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import write_json
@@ -81,8 +83,10 @@ class HFImageDataset:
 
 
 class EncodedImageDataset:
-    """Map-style dataset for `decode: device`: (encoded JPEG bytes as a 1-D uint8 tensor, label);
-    an image in another format (PNG, ...) is decoded here, to a uint8 CHW tensor."""
+    """Map-style dataset for `decode: device`: ((image, file name), label), the image being the
+    encoded JPEG bytes as a 1-D uint8 tensor; one in another format (a PNG, even one named .JPEG)
+    is decoded here to a uint8 CHW tensor (Pillow), and one that cannot be read is None (the
+    training process counts and skips it: tensor_augment.DeviceTransforms)."""
 
     def __init__(self, ds, image_key: str, label_key: str, in_chans: int):
         import datasets
@@ -98,25 +102,39 @@ class EncodedImageDataset:
 
     def __getitem__(self, i: int):
         import torch
-        from torchvision.io import ImageReadMode, decode_image
+
+        from .tensor_augment import JPEG_MAGIC, decode_on_cpu
 
         row = self.ds[int(i)]
         image = row[self.image_key]
-        data = image["bytes"]
+        data, name = image["bytes"], image.get("path") or f"row {int(i)}"
         if data is None:
             with open(image["path"], "rb") as fh:
                 data = fh.read()
-        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        if data[:3] != b"\xff\xd8\xff":  # not a JPEG: no GPU decoder for it, decode here
-            encoded = decode_image(encoded, mode=ImageReadMode.GRAY if self.in_chans == 1 else ImageReadMode.RGB)
-        return encoded, int(row[self.label_key])
+        if data[:3] == JPEG_MAGIC:
+            encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        else:  # no device decoder for it: decoded here
+            encoded = decode_on_cpu(data, self.in_chans)
+        return (encoded, os.path.basename(name)), int(row[self.label_key])
 
 
-def collate_encoded(items: list) -> tuple[list, torch.Tensor]:  # noqa: F821
+@dataclass
+class EncodedBatch:
+    """A batch of `decode: device` images: each its own size (or None: unreadable), with its file name."""
+
+    images: list
+    names: list
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+
+def collate_encoded(items: list) -> tuple[EncodedBatch, torch.Tensor]:  # noqa: F821
     """A batch of encoded images stays a list (each its own size); labels become a tensor."""
     import torch
 
-    return [x for x, _ in items], torch.tensor([y for _, y in items], dtype=torch.int64)
+    return (EncodedBatch([x for (x, _), _ in items], [n for (_, n), _ in items]),
+            torch.tensor([y for _, y in items], dtype=torch.int64))
 
 
 def _posterize(img, bits_to_keep, **_kwargs):

@@ -98,8 +98,8 @@ class LoaderSplit:
 @dataclass
 class Splits:
     """What a prepared dataset gives a task: a train split, an eval split, and its facts.
-    `finish`, when set, turns a loaded batch into model input on the training device
-    (`finish.train(x, device)`, `finish.eval(x, device)`); otherwise batches are ready tensors."""
+    `finish`, when set, turns a loaded batch into model input and labels on the training device
+    (`finish.train(x, y, device)`, `finish.eval(x, y, device)`); otherwise batches are ready tensors."""
 
     train: Any
     eval: Any

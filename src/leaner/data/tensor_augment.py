@@ -28,6 +28,23 @@ import random
 import torch
 
 CROP_PCT = 0.875  # timm's default eval crop
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
+    """Any image Pillow reads (CMYK and progressive JPEGs, PNG, grayscale), as a uint8 CHW tensor
+    of `channels` (1: grayscale, 3: RGB); None for a file that cannot be read."""
+    import io
+
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            pixels = np.asarray(img.convert("L" if channels == 1 else "RGB"))
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+    return torch.from_numpy(pixels.copy()).reshape(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
 RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 
 
@@ -100,8 +117,18 @@ def rand_augment(img: torch.Tensor, fill: list[float], hparams: dict | None = No
     return img
 
 
+def jpeg_decoder():
+    """The batched device decoder: torchvision's decode_jpeg (nvJPEG on a GPU, libjpeg-turbo on the CPU)."""
+    from torchvision.io import decode_jpeg
+
+    return decode_jpeg
+
+
 class DeviceTransforms:
-    """Decode a batch of encoded images on `device` and apply the train or eval recipe."""
+    """Decode a batch of encoded images on `device` and apply the train or eval recipe. A JPEG the
+    device decoder rejects (nvJPEG: CMYK, some progressive and malformed files) is decoded on the
+    CPU with Pillow instead; a file nothing can read is left out of its batch, label and all.
+    Both are counted (`take_events`), for a line in the log each epoch and a count in metrics.json."""
 
     def __init__(self, meta: dict, recipe: dict):
         from timm.data.random_erasing import RandomErasing
@@ -112,20 +139,48 @@ class DeviceTransforms:
         self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
         self.augment = recipe.get("augment", False)
         self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
+        self.events: dict[str, list[str]] = {"decoded on the CPU": [], "unreadable, skipped": []}
 
-    def decode(self, items: list, device: torch.device) -> list[torch.Tensor]:
-        """uint8 CHW images on `device`: JPEGs (1-D byte tensors) decoded together, the rest as the
-        workers decoded them."""
-        from torchvision.io import ImageReadMode, decode_jpeg
+    def _decode_jpegs(self, data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        from torchvision.io import ImageReadMode
 
-        mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
-        encoded = [i for i, t in enumerate(items) if t.ndim == 1]
-        out = [t.to(device, non_blocking=True) if t.ndim == 3 else None for t in items]
+        return jpeg_decoder()(data, mode=ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB, device=device)
+
+    def decode(self, batch, device: torch.device) -> tuple[list[torch.Tensor], list[int]]:
+        """(uint8 CHW images on `device`, the batch positions they come from): JPEGs (1-D byte
+        tensors) decoded together, then one by one if the device decoder rejects the batch, with
+        Pillow where it rejects the image; the rest as the workers decoded them; unreadable files
+        left out."""
+        items, names = batch.images, batch.names
+        out = [t.to(device, non_blocking=True) if t is not None and t.ndim == 3 else None for t in items]
+        encoded = [i for i, t in enumerate(items) if t is not None and t.ndim == 1]
         if encoded:
-            decoded = decode_jpeg([items[i] for i in encoded], mode=mode, device=device)
+            try:
+                decoded = self._decode_jpegs([items[i] for i in encoded], device)
+            except RuntimeError:  # one image spoils a batched decode: find it
+                decoded = [self._decode_one(items[i], names[i], device) for i in encoded]
             for i, img in zip(encoded, decoded):
                 out[i] = img
-        return out
+        kept = [i for i, img in enumerate(out) if img is not None]
+        self.events["unreadable, skipped"] += [names[i] for i in range(len(out)) if out[i] is None]
+        if not kept:
+            raise RuntimeError(f"no image of this batch can be read: {', '.join(names)}")
+        return [out[i] for i in kept], kept
+
+    def _decode_one(self, data: torch.Tensor, name: str, device: torch.device) -> torch.Tensor | None:
+        try:
+            return self._decode_jpegs([data], device)[0]
+        except RuntimeError:
+            img = decode_on_cpu(data.numpy().tobytes(), self.channels)
+            if img is not None:
+                self.events["decoded on the CPU"].append(name)
+                return img.to(device, non_blocking=True)
+            return None
+
+    def take_events(self) -> dict[str, list[str]]:
+        """The file names decoded on the CPU and skipped as unreadable since the last call."""
+        events, self.events = self.events, {key: [] for key in self.events}
+        return events
 
     def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
         if self._scale is None or self._scale[0].device != batch.device:  # once: a copy to a GPU waits on it
@@ -133,12 +188,14 @@ class DeviceTransforms:
         mean, std = self._scale
         return (batch.float() / 255 - mean) / std
 
-    def train(self, items: list, device: torch.device) -> torch.Tensor:
+    def train(self, batch, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The augmented, normalised batch on `device` and its labels (an unreadable file's dropped)."""
         from torchvision.transforms import InterpolationMode, RandomResizedCrop
         from torchvision.transforms.v2 import functional as F
 
         out = []
-        for img in self.decode(items, device):
+        images, kept = self.decode(batch, device)
+        for img in images:
             top, left, h, w = RandomResizedCrop.get_params(img, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
             img = F.resized_crop(img, top, left, h, w, [self.size, self.size],
                                  interpolation=InterpolationMode.BICUBIC, antialias=True)
@@ -147,17 +204,18 @@ class DeviceTransforms:
             if self.augment:
                 img = rand_augment(img, self.fill)
             out.append(img)
-        batch = self._normalize(torch.stack(out))
+        x = self._normalize(torch.stack(out))
         if self.erasing is not None:
-            self.erasing.device = batch.device  # noise drawn where the batch is
-            batch = self.erasing(batch)
-        return batch
+            self.erasing.device = x.device  # noise drawn where the batch is
+            x = self.erasing(x)
+        return x, labels[kept]
 
-    def eval(self, items: list, device: torch.device) -> torch.Tensor:
+    def eval(self, batch, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms.v2 import functional as F
 
         scale = math.floor(self.size / CROP_PCT)
+        images, kept = self.decode(batch, device)
         out = [F.center_crop(F.resize(img, scale, interpolation=InterpolationMode.BICUBIC, antialias=True),
-                             [self.size, self.size]) for img in self.decode(items, device)]
-        return self._normalize(torch.stack(out))
+                             [self.size, self.size]) for img in images]
+        return self._normalize(torch.stack(out)), labels[kept]

@@ -19,6 +19,7 @@ class Task:
       evaluate(model, autocast) -> dict      the history's evaluation columns
       probe_inputs(n)                        the fixed batch condition numbers are measured on
       diagnostics(model), data_info()        extras for metrics.json (none by default)
+      take_data_events()                     files the data path had to work around (none by default)
     Its `name` is the spec's task; the metric it tracks comes from the catalogue."""
 
     name: str
@@ -37,6 +38,12 @@ class Task:
 
     def data_info(self) -> dict:
         """How the training data was produced on this run, for metrics.json."""
+        return {}
+
+    def take_data_events(self) -> dict[str, list[str]]:
+        """What the data path had to do since the last call that a reader should know, as
+        {what: [file names]} (images decoded on the CPU, unreadable files skipped): logged once an
+        epoch, counted in metrics.json. None by default."""
         return {}
 
     def chance(self) -> dict:

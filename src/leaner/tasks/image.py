@@ -49,8 +49,12 @@ class ImageClassification(Task):
         x, y = batch
         finish = self.splits.finish
         if finish is not None:
-            x = (finish.train if train else finish.eval)(x, self.device)
+            x, y = (finish.train if train else finish.eval)(x, y, self.device)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def take_data_events(self) -> dict[str, list[str]]:
+        finish = self.splits.finish
+        return finish.take_events() if finish is not None else {}
 
     def loss(self, model, batch) -> tuple[torch.Tensor, int]:
         x, y = self._to_device(batch, train=True)
