@@ -86,6 +86,9 @@ def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_fol
     in order) and walks the tree again only where those files are gone, or for a slice."""
     import datasets
 
+    from leaner.data.images import _encoded
+    from leaner.data.tensor_augment import open_image
+
     _write_image_folder(tmp_path / "imgs")
     spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC}
     path = tmp_path / "data" / "manifest.json"
@@ -99,7 +102,8 @@ def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_fol
     splits = load_splits(str(path), {"augment": False, "num_workers": 0})
     assert calls == []
     assert [r["label"] for r in splits.eval.dataset.ds] == resolved["label"]
-    assert np.array_equal(np.asarray(splits.eval.dataset.ds[3]["image"]), np.asarray(resolved[3]["image"]))
+    encoded, name = _encoded(splits.eval.dataset.ds, 3, "image")  # the workers decode it, with Pillow
+    assert name == "3.png" and np.array_equal(np.asarray(open_image(encoded, 3)), np.asarray(resolved[3]["image"]))
 
     manifest["arrow_files"]["train"]["files"] = [str(tmp_path / "elsewhere.arrow")]  # another machine's cache
     path.write_text(json.dumps(manifest))
@@ -308,3 +312,32 @@ def test_decoding_on_the_device_survives_imagenets_odd_files(tmp_path, monkeypat
     for epoch in (1, 2):
         assert f"epoch {epoch}: 1 image decoded on the CPU: cmyk.JPEG" in log
         assert re.search(rf"epoch {epoch}: 2 images unreadable, skipped: (cut|noise)\.JPEG, (noise|cut)\.JPEG", log)
+
+
+def test_decoding_with_pillow_in_the_workers_survives_the_same_files(tmp_path, capsys):
+    """`decode: pil` (the default): Pillow reads CMYK, grayscale, progressive and the PNG named
+    .JPEG in the workers; the two unreadable files leave their batches, labels and all, through
+    two worker processes, and are named in the log and counted in metrics.json."""
+    _write_image_folder(tmp_path / "imgs", per_class=3, fmt="jpg")
+    _write_odd_images(tmp_path / "imgs" / "train" / "cat")
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("odd", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC}, str(manifest))
+    splits = load_splits(str(manifest), {"augment": True, "num_workers": 2})
+    order = np.concatenate(batch_indices(len(splits.train), 5, seed=0, epoch=0))
+    names = [splits.train.dataset.name_of(i) for i in order]
+    labels = torch.tensor(splits.train.labels())[order]
+    xs, ys = zip(*splits.train.train_batches(5, seed=0, epoch=0))
+    good = [i for i, name in enumerate(names) if name not in ("cut.JPEG", "noise.JPEG")]
+    assert sum(map(len, xs)) == 13 and torch.equal(torch.cat(ys), labels[good])
+    assert sorted(splits.train.take_events()["unreadable, skipped"]) == ["cut.JPEG", "noise.JPEG"]
+
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    run["recipe"].update(epochs=2, batch_size=5, num_workers=2)
+    run["conditioning"]["samples"] = 4
+    metrics = train(run, str(manifest), tmp_path / "run", progress=False)
+    assert metrics["status"] == "ok" and metrics["steps"] == 6
+    events = metrics["data"]["events"]
+    assert events["unreadable, skipped"] == 4 and sorted(events["unreadable files"]) == ["cut.JPEG", "noise.JPEG"]
+    assert "decoded on the CPU" not in events  # Pillow is the CPU decoder
+    assert re.search(r"epoch 2: 2 images unreadable, skipped: (cut|noise)\.JPEG, (noise|cut)\.JPEG",
+                     capsys.readouterr().err)

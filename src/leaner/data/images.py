@@ -64,12 +64,31 @@ def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
     return manifest
 
 
-class HFImageDataset:
-    """Map-style dataset: (transformed image tensor, integer label)."""
+UNREADABLE = -1  # the label of the stand-in for a file Pillow cannot read (splits.LoaderSplit drops it)
 
-    def __init__(self, ds, image_key: str, label_key: str, transform, in_chans: int):
-        self.ds, self.image_key, self.label_key = ds, image_key, label_key
-        self.transform, self.mode = transform, "L" if in_chans == 1 else "RGB"
+
+def _encoded(ds, i: int, image_key: str) -> tuple[bytes, str]:
+    """Row i's encoded image (its bytes, or the file they are in) and its file name."""
+    image = ds[int(i)][image_key]
+    data = image["bytes"]
+    if data is None:
+        with open(image["path"], "rb") as fh:
+            data = fh.read()
+    return data, os.path.basename(image.get("path") or f"row {int(i)}")
+
+
+class HFImageDataset:
+    """Map-style dataset for `decode: pil`: (transformed image tensor, integer label), decoded by
+    Pillow in the worker; a file Pillow cannot read gives a blank image labelled UNREADABLE, which
+    the split leaves out of its batch and names (`name_of`)."""
+
+    def __init__(self, ds, image_key: str, label_key: str, transform, in_chans: int, img_size: int):
+        import datasets
+        import torch
+
+        self.ds = ds.cast_column(image_key, datasets.Image(decode=False))
+        self.image_key, self.label_key, self.in_chans = image_key, label_key, in_chans
+        self.transform, self.blank = transform, torch.zeros(in_chans, img_size, img_size)
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -77,9 +96,16 @@ class HFImageDataset:
     def labels(self) -> list[int]:
         return self.ds[self.label_key]
 
+    def name_of(self, i: int) -> str:
+        return _encoded(self.ds, i, self.image_key)[1]
+
     def __getitem__(self, i: int):
-        row = self.ds[int(i)]
-        return self.transform(row[self.image_key].convert(self.mode)), int(row[self.label_key])
+        from .tensor_augment import open_image
+
+        img = open_image(_encoded(self.ds, i, self.image_key)[0], self.in_chans)
+        if img is None:
+            return self.blank, UNREADABLE
+        return self.transform(img), int(self.ds[int(i)][self.label_key])
 
 
 class EncodedImageDataset:
@@ -105,17 +131,12 @@ class EncodedImageDataset:
 
         from .tensor_augment import JPEG_MAGIC, decode_on_cpu
 
-        row = self.ds[int(i)]
-        image = row[self.image_key]
-        data, name = image["bytes"], image.get("path") or f"row {int(i)}"
-        if data is None:
-            with open(image["path"], "rb") as fh:
-                data = fh.read()
+        data, name = _encoded(self.ds, i, self.image_key)
         if data[:3] == JPEG_MAGIC:
             encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         else:  # no device decoder for it: decoded here
             encoded = decode_on_cpu(data, self.in_chans)
-        return (encoded, os.path.basename(name)), int(row[self.label_key])
+        return (encoded, name), int(self.ds[int(i)][self.label_key])
 
 
 @dataclass
@@ -190,8 +211,8 @@ def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
                       finish=DeviceTransforms(meta, recipe))
     train_tf, eval_tf = build_transforms(meta, recipe)
     train = HFImageDataset(_load_split(meta, meta["train_split"]), meta["image_key"], meta["label_key"],
-                           train_tf, meta["in_chans"])
+                           train_tf, meta["in_chans"], meta["img_size"])
     evaluate = HFImageDataset(_load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
-                              eval_tf, meta["in_chans"])
+                              eval_tf, meta["in_chans"], meta["img_size"])
     return Splits(train=LoaderSplit(train, workers, pin_memory), eval=LoaderSplit(evaluate, workers, pin_memory),
                   meta=meta)

@@ -68,6 +68,7 @@ class LoaderSplit:
     def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
         self.collate = collate  # None: torch's default (stack tensors)
+        self.skipped: list[str] = []  # files left out of their batches since take_events
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -79,11 +80,26 @@ class LoaderSplit:
         """Every label of the split, read from its label column alone (no image is decoded)."""
         return self.dataset.labels()
 
-    def _loader(self, batches: list):
+    def _loader(self, batches: list) -> Iterator[tuple]:
+        """The batches through a DataLoader; a sample labelled below 0 (a file its worker could not
+        read, images.UNREADABLE) is left out of its batch and its name kept for take_events."""
+        import torch
         from torch.utils.data import DataLoader
 
-        return DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=False, collate_fn=self.collate)
+        loader = DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory, persistent_workers=False, collate_fn=self.collate)
+        for indices, (x, y) in zip(batches, loader):
+            if torch.is_tensor(x) and (y < 0).any():
+                bad = y < 0
+                self.skipped += [self.dataset.name_of(indices[j]) for j in bad.nonzero().flatten().tolist()]
+                if bad.all():
+                    raise RuntimeError(f"no image of this batch can be read: {', '.join(self.skipped[-len(y):])}")
+                x, y = x[~bad], y[~bad]
+            yield x, y
+
+    def take_events(self) -> dict[str, list[str]]:
+        skipped, self.skipped = self.skipped, []
+        return {"unreadable, skipped": skipped}
 
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
                       world: int = 1) -> Iterator[tuple]:

@@ -31,19 +31,28 @@ CROP_PCT = 0.875  # timm's default eval crop
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 
-def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
-    """Any image Pillow reads (CMYK and progressive JPEGs, PNG, grayscale), as a uint8 CHW tensor
-    of `channels` (1: grayscale, 3: RGB); None for a file that cannot be read."""
+def open_image(data: bytes, channels: int):
+    """Any image Pillow reads (CMYK and progressive JPEGs, PNG, grayscale) as a Pillow image of
+    `channels` (1: grayscale, 3: RGB), decoded; None for a file that cannot be read."""
     import io
 
-    import numpy as np
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(data)) as img:
-            pixels = np.asarray(img.convert("L" if channels == 1 else "RGB"))
+            return img.convert("L" if channels == 1 else "RGB")
     except (UnidentifiedImageError, OSError, ValueError):
         return None
+
+
+def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
+    """open_image as a uint8 CHW tensor; None for a file that cannot be read."""
+    import numpy as np
+
+    img = open_image(data, channels)
+    if img is None:
+        return None
+    pixels = np.asarray(img)
     return torch.from_numpy(pixels.copy()).reshape(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
 RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 

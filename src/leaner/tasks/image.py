@@ -53,8 +53,12 @@ class ImageClassification(Task):
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def take_data_events(self) -> dict[str, list[str]]:
-        finish = self.splits.finish
-        return finish.take_events() if finish is not None else {}
+        """Files decoded on the CPU or skipped, by the loaders' workers or on the device."""
+        events: dict[str, list[str]] = {}
+        for source in (self.splits.train, self.splits.eval, self.splits.finish):
+            for what, names in (source.take_events() if hasattr(source, "take_events") else {}).items():
+                events.setdefault(what, []).extend(names)
+        return events
 
     def loss(self, model, batch) -> tuple[torch.Tensor, int]:
         x, y = self._to_device(batch, train=True)
