@@ -48,6 +48,42 @@ def test_batch_order_is_a_function_of_seed_and_epoch():
     assert not (a[0] == batch_indices(100, 32, seed=0, epoch=4)[0]).all()
 
 
+def test_repeated_augmentation_shows_each_image_three_times_and_deals_its_copies_to_other_processes():
+    """recipe.repeat_aug (DeiT, timm's RepeatAugSampler): an epoch of n samples draws n / 3 images,
+    each three times in a row of the repeated permutation, which is dealt to the processes in turn;
+    each process's share of every global batch is its next samples in that deal."""
+    from leaner.data.splits import epoch_order
+
+    n, batch = 24, 8
+    dealt = np.repeat(epoch_order(n, 5, 2), 3)[:n]
+    one = np.concatenate(batch_indices(n, batch, 5, 2, repeats=3))
+    assert np.array_equal(one, dealt) and np.array_equal(np.bincount(one, minlength=n)[one], np.full(n, 3))
+    assert len(set(one)) == 8
+    for world in (2, 4):
+        shares = [batch_indices(n, batch, 5, 2, rank=r, world=world, repeats=3) for r in range(world)]
+        for r in range(world):  # each process sees every world-th sample of the deal, batch by batch
+            assert np.array_equal(np.concatenate(shares[r]), dealt[r::world])
+            assert all(len(b) == batch // world for b in shares[r])
+        first_image = dealt[0]  # its three copies land on three different processes (world 4) or alternate (2)
+        holders = [r for r in range(world) for b in shares[r] for i in b if i == first_image]
+        assert holders == ([0, 0, 1] if world == 2 else [0, 1, 2])  # by process
+    assert np.array_equal(np.concatenate(batch_indices(n, batch, 5, 2)), epoch_order(n, 5, 2))  # repeats 1: as before
+    assert not np.array_equal(np.concatenate(batch_indices(n, batch, 5, 3, repeats=3)), one)  # another epoch
+
+
+def test_the_image_task_draws_its_batches_with_the_recipes_repeats(digits_manifest):
+    from leaner.config import RECIPE_DEFAULTS
+    from leaner.tasks import make_task
+
+    assert RECIPE_DEFAULTS["repeat_aug"] == 1
+    spec = small_spec()
+    spec["recipe"].update(repeat_aug=3, batch_size=12)
+    task = make_task(spec, str(digits_manifest), torch.device("cpu"))
+    x, y = next(iter(task.train_batches(0)))
+    assert len(y) == 12 and all(torch.equal(x[i], x[i + 1]) and torch.equal(x[i], x[i + 2]) for i in (0, 3, 6, 9))
+    assert not torch.equal(x[0], x[3])
+
+
 def _write_image_folder(root, classes=("cat", "dog", "owl"), per_class=6, size=20, fmt="png"):
     from PIL import Image
 

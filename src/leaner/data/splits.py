@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..distributed import shard
+from ..distributed import shard, shard_bounds
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -21,10 +21,28 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n)
 
 
-def batch_indices(n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+def repeated_order(n: int, seed: int, epoch: int, repeats: int, batch_size: int, world: int) -> np.ndarray:
+    """The training order of an epoch under repeated augmentation, as timm's RepeatAugSampler
+    draws it: the epoch's permutation with each index repeated `repeats` times, cut to n samples,
+    dealt to the processes in turn (process r takes every world-th sample from the r-th); laid out
+    as global batches whose contiguous shares (distributed.shard) are each process's next samples."""
+    dealt = np.repeat(epoch_order(n, seed, epoch), repeats)[:n]
+    streams, taken = [dealt[r::world] for r in range(world)], [0] * world
+    order = []
+    for start in range(0, n, batch_size):
+        size = min(batch_size, n - start)
+        for r in range(world):
+            lo, hi = shard_bounds(size, r, world)
+            order.append(streams[r][taken[r]:taken[r] + hi - lo])
+            taken[r] += hi - lo
+    return np.concatenate(order)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                  repeats: int = 1) -> list[np.ndarray]:
     """The sample indices of each batch of `epoch`; with `world` processes, rank `rank`'s share
-    of each global batch (see distributed.shard)."""
-    order = epoch_order(n, seed, epoch)
+    of each global batch (see distributed.shard); `repeats` > 1: repeated augmentation (repeated_order)."""
+    order = epoch_order(n, seed, epoch) if repeats == 1 else repeated_order(n, seed, epoch, repeats, batch_size, world)
     return [shard(order[i:i + batch_size], rank, world) for i in range(0, n, batch_size)]
 
 
@@ -49,10 +67,10 @@ class InMemorySplit:
         return math.ceil(len(self) / batch_size)
 
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
-                      world: int = 1) -> Iterator[tuple]:
+                      world: int = 1, repeats: int = 1) -> Iterator[tuple]:
         import torch
 
-        for idx in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]:
+        for idx in batch_indices(len(self), batch_size, seed, epoch, rank, world, repeats)[skip:]:
             idx_t = torch.from_numpy(idx).to(self.x.device, non_blocking=True)
             yield self.x[idx_t], self.y[idx_t]
 
@@ -102,8 +120,8 @@ class LoaderSplit:
         return {"unreadable, skipped": skipped}
 
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
-                      world: int = 1) -> Iterator[tuple]:
-        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world)[skip:]]
+                      world: int = 1, repeats: int = 1) -> Iterator[tuple]:
+        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world, repeats)[skip:]]
         yield from self._loader(batches)
 
     def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:

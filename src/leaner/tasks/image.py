@@ -27,6 +27,7 @@ class ImageClassification(Task):
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.get("label_smoothing", 0.0)
+        self.repeats = recipe.get("repeat_aug", 1)
         self.eval_batch_size = recipe.get("eval_batch_size", 256)
         self.mixup = None
         if recipe.get("mixup", 0) > 0 or recipe.get("cutmix", 0) > 0:
@@ -41,7 +42,7 @@ class ImageClassification(Task):
         from ..distributed import check_split
 
         check_split(len(self.splits.train), self.batch_size, world)
-        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world)
+        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world, self.repeats)
 
     def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Model input and labels on the device; `decode: device` datasets are decoded and
