@@ -101,6 +101,18 @@ def parquet_image_dataset(root: Path, name: str = "pictures", rows: int = 12) ->
     return folder
 
 
+def image_folder(root: Path, classes=("cat", "dog", "owl"), splits=("train", "validation")) -> Path:
+    """An ImageFolder: one small PNG per class in each split's class folder."""
+    import numpy as np
+    from PIL import Image
+
+    for split in splits:
+        for c, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((8, 8, 3), 60 * c, np.uint8)).save(root / split / name / "0.png")
+    return root
+
+
 def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float = 120.0) -> None:
     """SIGKILL a training process shortly after its first resume checkpoint appears."""
     import signal

@@ -12,7 +12,7 @@ from leaner.config import ConfigError, load_yaml
 from leaner.grid import variant_id
 from leaner.plan import build_plan, load_plan
 
-from conftest import BIN, REPO, TINY, run
+from conftest import BIN, REPO, TINY, image_folder, run
 
 
 def tiny() -> dict:
@@ -91,7 +91,7 @@ def test_each_dataset_says_where_and_with_what_it_is_prepared(tmp_path):
     cfg["datasets"].update(
         pictures={"kind": "hub", "name": "uoft-cs/cifar10", "num_classes": 10, "revision": "refs/convert/parquet",
                   "prepare": {"runtime": 600}},
-        folder={"kind": "imagefolder", "path": str(tmp_path), "num_classes": 3},
+        folder={"kind": "imagefolder", "path": str(image_folder(tmp_path / "imgs")), "num_classes": 3},
         tinystories={"kind": "text", "name": "roneneldan/TinyStories"},
         stories={"kind": "text", "source": "generated"},
         glue={"kind": "glue"},
@@ -119,12 +119,31 @@ def _bad(mutate) -> list[str]:
     return exc.value.problems
 
 
+FOLDERS: dict[str, str] = {}  # image folders the BAD cases point at (made once, below)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _image_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imgs")
+    FOLDERS["good"] = str(image_folder(root / "good"))
+    FOLDERS["differ"] = str(image_folder(root / "differ", classes=("cat", "dog", "owl", "yak"), splits=("train",)))
+    image_folder(root / "differ", classes=("cat", "dog", "emu"), splits=("validation",))
+    FOLDERS["empty"] = str(image_folder(root / "empty"))
+    for png in (root / "empty" / "train").rglob("*.png"):
+        png.rename(png.with_suffix(".txt"))
+
+
+def _imagefolder(folder: str, **keys):
+    return _set(["datasets", "imgs"],
+                lambda: {"kind": "imagefolder", "path": FOLDERS[folder], "num_classes": 3, **keys})
+
+
 def _set(path, value):
     def mutate(cfg):
         node = cfg
         for key in path[:-1]:
             node = node[key]
-        node[path[-1]] = value
+        node[path[-1]] = value() if callable(value) else value
     return mutate
 
 
@@ -143,6 +162,13 @@ BAD = [
     ("missing dataset path", _set(["datasets", "imgs"], {"kind": "imagefolder", "path": "/nonexistent/imgs",
                                                          "num_classes": 3}),
      "datasets.imgs.path: '/nonexistent/imgs' does not exist"),
+    ("image folder without the split's folder", _imagefolder("good", eval_split="val"),
+     "datasets.imgs.eval_split: '"),
+    ("image folder without images", _imagefolder("empty"),
+     "datasets.imgs.train_split: no images in '"),
+    ("image folder whose splits have other classes", _imagefolder("differ"),
+     "datasets.imgs.eval_split: its class folders differ from train_split's (only in train: owl, yak; only in "
+     "validation: emu)"),
     ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
      "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits, nearest_point)"),
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),
@@ -200,7 +226,7 @@ BAD = [
     ("hub dataset without a name", _set(["datasets", "x"], {"kind": "hub", "num_classes": 10}),
      "datasets.x.name: required for kind hub"),
     ("image folder without its class count, used by a study", lambda c: (
-        c["datasets"].update(imgs={"kind": "imagefolder", "path": str(REPO / "tests")}),
+        c["datasets"].update(imgs={"kind": "imagefolder", "path": FOLDERS["good"]}),
         c["studies"]["tiny"].update(dataset="imgs")),
      "datasets.imgs.num_classes: required for kind imagefolder (allowed: the number of classes"),
     ("hub images without their class count, used by a study", lambda c: (
@@ -401,7 +427,7 @@ def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
 
 def test_a_dataset_without_its_class_count_and_a_misspelt_study_are_one_line_each(tmp_path):
     cfg = tiny()
-    cfg["datasets"]["imgs"] = {"kind": "imagefolder", "path": str(tmp_path)}
+    cfg["datasets"]["imgs"] = {"kind": "imagefolder", "path": str(image_folder(tmp_path / "imgs"))}
     cfg["studies"]["tiny"]["dataset"] = "imgs"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))

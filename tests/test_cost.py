@@ -30,7 +30,7 @@ from leaner.footprint import footprint, sample, saved_tensors, training_flops
 from leaner.models import build_model, param_counts
 from leaner.plan import build_plan, load_plan
 
-from conftest import REPO, TINY, snakemake
+from conftest import REPO, TINY, image_folder, snakemake
 
 VIT_B16 = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072, "patch_size": 16,
            "img_size": 224, "in_chans": 3, "num_classes": 1000, "qkv_bias": True, "drop_path_rate": 0.0,
@@ -244,7 +244,8 @@ def test_a_prepared_manifest_gives_the_training_set_size(tmp_path):
                                          "recipe": {"epochs": 1, "batch_size": 10},
                                          "grid": {"protocol": ["fixed_width"], "width": [32], "depth": [1],
                                                   "heads": [2], "mlp_ratio": [2], "seeds": [0]}}},
-                     {"local": {"kind": "imagefolder", "path": str(tmp_path), "num_classes": 3, "img_size": 32}})
+                     {"local": {"kind": "imagefolder", "path": str(image_folder(tmp_path / "imgs")), "num_classes": 3,
+                                "img_size": 32}})
     plan = build_plan(cfg)
     spec = next(iter(plan.studies["imgs"].variants.values())).spec()
     assert training_rows(plan, spec, tmp_path) is None

@@ -4,6 +4,8 @@ runs (`prepare`)."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from .config import DATASET_DEFAULTS, DATASET_REQUIRED, REQUIRED_HINTS, TEXT_SOURCE_REQUIRED
@@ -13,6 +15,43 @@ def _folder(path: str, base_dir: Path) -> Path:
     """A dataset's folder: as given when absolute, else relative to the config's folder."""
     root = Path(path)
     return root if root.is_absolute() else base_dir / root
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def _has_image(folder: Path) -> bool:
+    return any(entry.is_file() and entry.name.lower().endswith(IMAGE_SUFFIXES) for entry in os.scandir(folder))
+
+
+def image_folder_problems(name: str, root: Path, spec: dict) -> list[str]:
+    """An ImageFolder's layout, read cheaply (folder names, and files until one image is found):
+    each split a folder of class folders, some holding images, and the same classes in both (the
+    labels follow the sorted class names, so a class missing from one split shifts every label)."""
+    problems, classes = [], {}
+    for key in ("train_split", "eval_split"):
+        folder = root / re.sub(r"\[.*\]$", "", spec[key])  # a slice (train[:6]) reads the whole folder's files
+        if not folder.is_dir():
+            present = sorted(d.name for d in os.scandir(root) if d.is_dir())
+            problems.append(f"config error: datasets.{name}.{key}: {str(folder)!r} does not exist (allowed: a "
+                            f"folder of {root} holding one folder per class: {', '.join(present) or 'there are none'})")
+            continue
+        classes[key] = sorted(d.name for d in os.scandir(folder) if d.is_dir())
+        if not any(_has_image(folder / c) for c in classes[key]):
+            problems.append(f"config error: datasets.{name}.{key}: no images in {str(folder)!r} (allowed: one folder "
+                            f"per class holding image files: {', '.join(IMAGE_SUFFIXES)})")
+    if len(classes) == 2 and classes["train_split"] != classes["eval_split"]:
+        train, evaluate = set(classes["train_split"]), set(classes["eval_split"])
+
+        def few(names):
+            names = sorted(names)
+            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") or "none"
+
+        problems.append(f"config error: datasets.{name}.eval_split: its class folders differ from train_split's "
+                        f"(only in {spec['train_split']}: {few(train - evaluate)}; only in {spec['eval_split']}: "
+                        f"{few(evaluate - train)}) (allowed: the same class folders in both; labels follow "
+                        f"their sorted names)")
+    return problems
 
 
 def from_hub(spec: dict) -> bool:
@@ -80,6 +119,7 @@ def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) ->
                             f"(allowed: an existing ImageFolder directory with one sub-folder per split)")
         else:
             out["path"] = str(root)
+            problems += image_folder_problems(name, root, out)
     if "revision" in spec and not from_hub(out):
         source = f" from {out['source']}" if "source" in out else ""
         problems.append(f"config error: datasets.{name}.revision: only for data from the hub, this is a {kind} "
