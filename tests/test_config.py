@@ -169,6 +169,8 @@ BAD = [
     ("image folder whose splits have other classes", _imagefolder("differ"),
      "datasets.imgs.eval_split: its class folders differ from train_split's (only in train: owl, yak; only in "
      "validation: emu)"),
+    ("loader workers neither a count nor auto", _set(["studies", "tiny", "recipe", "num_workers"], "many"),
+     'studies.tiny.recipe.num_workers: "many" is not allowed (allowed: an integer >= 0 or auto)'),
     ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
      "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits, nearest_point)"),
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),

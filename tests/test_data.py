@@ -71,6 +71,37 @@ def test_repeated_augmentation_shows_each_image_three_times_and_deals_its_copies
     assert not np.array_equal(np.concatenate(batch_indices(n, batch, 5, 3, repeats=3)), one)  # another epoch
 
 
+class _Pids:
+    """A toy dataset: each sample is its index and the pid of the process that loaded it."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        import os
+
+        return torch.tensor([i, os.getpid()]), torch.tensor(i)
+
+
+def test_the_training_loader_keeps_its_workers_across_epochs_and_follows_each_epochs_order():
+    from leaner.data.splits import LoaderSplit, worker_count
+
+    split = LoaderSplit(_Pids(), num_workers=2, persistent=True)
+    pids = []
+    for epoch in (0, 1):
+        batches = list(split.train_batches(4, seed=0, epoch=epoch))
+        order = np.concatenate(batch_indices(12, 4, 0, epoch))
+        assert np.array_equal(torch.cat([x[:, 0] for x, _ in batches]).numpy(), order)
+        pids.append({int(p) for x, _ in batches for p in x[:, 1]})
+    assert len(pids[0]) == 2 and pids[0] == pids[1]  # the same two worker processes
+    fresh = LoaderSplit(_Pids(), num_workers=2)  # the evaluation split's: workers for each pass
+    first, second = ({int(p) for x, _ in fresh.eval_batches(4) for p in x[:, 1]} for _ in range(2))
+    assert first.isdisjoint(second)
+
+    assert worker_count(3) == 3 and worker_count("auto", cores=64, local_world=8) == 7
+    assert worker_count("auto", cores=16, local_world=8) == 1 and worker_count("auto", cores=1) == 0
+
+
 def test_the_image_task_draws_its_batches_with_the_recipes_repeats(digits_manifest):
     from leaner.config import RECIPE_DEFAULTS
     from leaner.tasks import make_task

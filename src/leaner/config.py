@@ -104,6 +104,8 @@ def _allowed(schema: dict, root: dict) -> str:
         return _allowed(node, root)
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
+    if "const" in schema:
+        return str(schema["const"])
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
     bits = []

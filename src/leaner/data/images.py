@@ -198,15 +198,15 @@ def build_transforms(meta: dict, recipe: dict):
 
 
 def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
-    from .splits import LoaderSplit, Splits
+    from .splits import LoaderSplit, Splits, worker_count
 
-    workers = recipe.get("num_workers", 0)
+    workers = worker_count(recipe.get("num_workers", 0))
     if meta.get("decode", "pil") == "device":
         from .tensor_augment import DeviceTransforms
 
         train, evaluate = (EncodedImageDataset(_load_split(meta, meta[role]), meta["image_key"], meta["label_key"],
                                                meta["in_chans"]) for role in ("train_split", "eval_split"))
-        return Splits(train=LoaderSplit(train, workers, collate=collate_encoded),
+        return Splits(train=LoaderSplit(train, workers, collate=collate_encoded, persistent=True),
                       eval=LoaderSplit(evaluate, workers, collate=collate_encoded), meta=meta,
                       finish=DeviceTransforms(meta, recipe))
     train_tf, eval_tf = build_transforms(meta, recipe)
@@ -214,5 +214,6 @@ def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
                            train_tf, meta["in_chans"], meta["img_size"])
     evaluate = HFImageDataset(_load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
                               eval_tf, meta["in_chans"], meta["img_size"])
-    return Splits(train=LoaderSplit(train, workers, pin_memory), eval=LoaderSplit(evaluate, workers, pin_memory),
+    return Splits(train=LoaderSplit(train, workers, pin_memory, persistent=True),
+                  eval=LoaderSplit(evaluate, workers, pin_memory),
                   meta=meta)

@@ -7,6 +7,7 @@ uninterrupted run would have drawn, without storing a sampler in the checkpoint.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,17 @@ from typing import Any
 import numpy as np
 
 from ..distributed import shard, shard_bounds
+
+
+def worker_count(value: int | str, cores: int | None = None, local_world: int | None = None) -> int:
+    """recipe.num_workers as a number: as given, or for "auto" the cores this process may use (its
+    CPU affinity: what Slurm or taskset gave the job) shared by the job's processes on this node
+    (torchrun's LOCAL_WORLD_SIZE), less one each for the training process itself."""
+    if value != "auto":
+        return int(value)
+    cores = cores or len(os.sched_getaffinity(0))
+    local_world = local_world or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(0, cores // local_world - 1)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -80,12 +92,30 @@ class InMemorySplit:
             yield self.x[i:min(i + batch_size, n)], self.y[i:min(i + batch_size, n)]
 
 
-class LoaderSplit:
-    """A split read through a torch DataLoader (decoding and augmentation in worker processes)."""
+class _EpochBatches:
+    """The batch sampler of a DataLoader kept across epochs: the batches of the pass about to start."""
 
-    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None):
+    def __init__(self):
+        self.batches: list[list[int]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class LoaderSplit:
+    """A split read through a torch DataLoader (decoding and augmentation in worker processes).
+    `persistent`: one DataLoader whose workers live across epochs (the training split; the
+    evaluation split's, used every few epochs, start when needed and leave their memory)."""
+
+    def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None,
+                 persistent: bool = False):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
         self.collate = collate  # None: torch's default (stack tensors)
+        self.persistent = persistent and num_workers > 0
+        self.sampler, self.loader = _EpochBatches(), None
         self.skipped: list[str] = []  # files left out of their batches since take_events
 
     def __len__(self) -> int:
@@ -104,9 +134,13 @@ class LoaderSplit:
         import torch
         from torch.utils.data import DataLoader
 
-        loader = DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers,
-                            pin_memory=self.pin_memory, persistent_workers=False, collate_fn=self.collate)
-        for indices, (x, y) in zip(batches, loader):
+        if self.loader is None or not self.persistent:
+            self.sampler = _EpochBatches()
+            self.loader = DataLoader(self.dataset, batch_sampler=self.sampler, num_workers=self.num_workers,
+                                     pin_memory=self.pin_memory, persistent_workers=self.persistent,
+                                     collate_fn=self.collate)
+        self.sampler.batches = batches
+        for indices, (x, y) in zip(batches, self.loader):
             if torch.is_tensor(x) and (y < 0).any():
                 bad = y < 0
                 self.skipped += [self.dataset.name_of(indices[j]) for j in bad.nonzero().flatten().tolist()]
