@@ -171,6 +171,11 @@ BAD = [
      "validation: emu)"),
     ("loader workers neither a count nor auto", _set(["studies", "tiny", "recipe", "num_workers"], "many"),
      'studies.tiny.recipe.num_workers: "many" is not allowed (allowed: an integer >= 0 or auto)'),
+    ("an image recipe key on P2's task", _set(["studies", "tiny_nearest", "recipe", "repeat_aug"], 3),
+     "studies.tiny_nearest.recipe.repeat_aug: not used by task nearest_point (allowed: leave it out; it is for "
+     "task image_classification)"),
+    ("device decoding of in-memory digits", _set(["datasets", "digits", "decode"], "device"),
+     "datasets.digits.decode: not used by kind digits (allowed: leave it out; it is for kind hub, imagefolder)"),
     ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
      "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits, nearest_point)"),
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),

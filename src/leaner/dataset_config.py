@@ -17,6 +17,7 @@ def _folder(path: str, base_dir: Path) -> Path:
     return root if root.is_absolute() else base_dir / root
 
 
+IMAGE_KEYS = ("decode", "image_key", "label_key", "mean", "std")  # read only by the image loaders
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
@@ -120,6 +121,11 @@ def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) ->
         else:
             out["path"] = str(root)
             problems += image_folder_problems(name, root, out)
+    for key in IMAGE_KEYS:
+        if key in spec and key not in DATASET_DEFAULTS[kind]:
+            takers = ", ".join(k for k, defaults in DATASET_DEFAULTS.items() if key in defaults)
+            problems.append(f"config error: datasets.{name}.{key}: not used by kind {kind} (allowed: leave it out; "
+                            f"it is for kind {takers})")
     if "revision" in spec and not from_hub(out):
         source = f" from {out['source']}" if "source" in out else ""
         problems.append(f"config error: datasets.{name}.revision: only for data from the hub, this is a {kind} "

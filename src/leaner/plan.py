@@ -332,10 +332,29 @@ def _grid_points(name: str, st: dict, info, model_base: dict, problems: list[str
     return points
 
 
+def _recipe_problems(name: str, st: dict, info, problems: list[str]) -> None:
+    """A recipe key that only other tasks read (TaskInfo.recipe_keys: images' augmentation),
+    set in the study's recipe or an override's, is one line: it would do nothing here."""
+    from .tasks import CATALOG
+
+    owners: dict[str, list[str]] = {}
+    for task in CATALOG.values():
+        for key in task.recipe_keys:
+            owners.setdefault(key, []).append(task.name)
+    recipes = [("recipe", st.get("recipe") or {})]
+    recipes += [(f"overrides[{i}].recipe", ov.get("recipe") or {}) for i, ov in enumerate(st.get("overrides") or [])]
+    for where, recipe in recipes:
+        for key in recipe:
+            if key in owners and key not in info.recipe_keys:
+                problems.append(f"config error: studies.{name}.{where}.{key}: not used by task {st['task']} "
+                                f"(allowed: leave it out; it is for task {', '.join(owners[key])})")
+
+
 def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
               problems: list[str]) -> dict[str, Variant]:
     """One variant per distinct model of the points (its protocols merged), each with its recipe
     (the task's defaults, the study's recipe, then the overrides whose `where` matches)."""
+    _recipe_problems(name, st, info, problems)
     recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
     conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
     make_variant = nearest_variant if info.grid == "nearest" else image_variant

@@ -46,6 +46,7 @@ class TaskInfo:
     tables: tuple[str, ...]
     trainer: str  # "module:Class" of its training side, e.g. "leaner.tasks.image:ImageClassification"
     recipe: dict = field(default_factory=dict)  # defaults over config.RECIPE_DEFAULTS
+    recipe_keys: tuple[str, ...] = ()  # recipe keys only this task reads (a study of another task may not set them)
     finetune_trainer: str | None = None  # a second stage trained per pretrained variant (GLUE)
     finetune_recipe: dict = field(default_factory=dict)  # its defaults over config.RECIPE_DEFAULTS
 
@@ -107,7 +108,8 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
-        trainer="leaner.tasks.image:ImageClassification"),
+        trainer="leaner.tasks.image:ImageClassification",
+        recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
     # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed;
     # fp32 without TF32, as its authors trained (their MSE floors, 1e-4 to 2e-3, sit where the
