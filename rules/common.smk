@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
-from leaner.plan import build_plan
+from leaner.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.dataset_config import data_spec
@@ -304,7 +304,7 @@ def limit_resource(name, value):
 
 
 # Names a target under results/ may start with (rules/unknown.smk refuses any other).
-KNOWN_FOLDERS = "|".join(STUDIES + ["data", "figures", "tables", "theory", "overview"])
+KNOWN_FOLDERS = "|".join(STUDIES + list(RESERVED_STUDY_NAMES))
 KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
 
 
