@@ -137,6 +137,11 @@ def finetune_spec(wildcards):
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
+def pretrained_weights(wildcards):
+    """The weights a fine-tuning job starts from: its spec's (plan.Study.finetune_spec)."""
+    return study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)["init_from"]
+
+
 def glue_task_metrics(wildcards):
     tasks = study_of(wildcards).finetune["tasks"]
     return [f"results/{wildcards.study}/{wildcards.variant}/glue/{t}/metrics.json" for t in tasks]

@@ -5,7 +5,7 @@
 
 rule finetune:
     input:
-        pretrained="results/{study}/{variant}/model.safetensors",
+        pretrained=pretrained_weights,
         data=finetune_manifest,
     output:
         model="results/{study}/{variant}/glue/{glue_task}/model.safetensors",
