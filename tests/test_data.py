@@ -169,7 +169,7 @@ def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_fol
     splits = load_splits(str(path), {"augment": False, "num_workers": 0})
     assert calls == []
     assert [r["label"] for r in splits.eval.dataset.ds] == resolved["label"]
-    encoded, name = _encoded(splits.eval.dataset.ds, 3, "image")  # the workers decode it, with Pillow
+    encoded, name = _encoded(splits.eval.dataset.ds[3]["image"], 3)  # the workers decode it, with Pillow
     assert name == "3.png" and np.array_equal(np.asarray(open_image(encoded, 3)), np.asarray(resolved[3]["image"]))
 
     manifest["arrow_files"]["train"]["files"] = [str(tmp_path / "elsewhere.arrow")]  # another machine's cache

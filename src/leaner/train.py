@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from . import __version__, distributed
+from .data.splits import SKIPPED
 from .devices import claimed, pick_device
 from .io import remove_stale_temps, sha256_file, write_json
 from .models import build_model, param_counts
@@ -402,7 +403,7 @@ def _log_data_events(task, ctx, totals: dict, epoch: int, log) -> None:
         if not names:
             continue
         totals[what] = totals.get(what, 0) + len(names)
-        if what.startswith("unreadable"):
+        if what == SKIPPED:
             listed = totals.setdefault("unreadable files", [])
             listed += [n for n in dict.fromkeys(names) if n not in listed][:UNREADABLE_LISTED - len(listed)]
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

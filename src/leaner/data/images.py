@@ -67,14 +67,18 @@ def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
 UNREADABLE = -1  # the label of the stand-in for a file Pillow cannot read (splits.LoaderSplit drops it)
 
 
-def _encoded(ds, i: int, image_key: str) -> tuple[bytes, str]:
+def _file_name(image: dict, i: int) -> str:
+    """The file name of row i's image column (`datasets.Image(decode=False)`: bytes and path)."""
+    return os.path.basename(image.get("path") or f"row {int(i)}")
+
+
+def _encoded(image: dict, i: int) -> tuple[bytes, str]:
     """Row i's encoded image (its bytes, or the file they are in) and its file name."""
-    image = ds[int(i)][image_key]
     data = image["bytes"]
     if data is None:
         with open(image["path"], "rb") as fh:
             data = fh.read()
-    return data, os.path.basename(image.get("path") or f"row {int(i)}")
+    return data, _file_name(image, i)
 
 
 class HFImageDataset:
@@ -97,15 +101,16 @@ class HFImageDataset:
         return self.ds[self.label_key]
 
     def name_of(self, i: int) -> str:
-        return _encoded(self.ds, i, self.image_key)[1]
+        return _file_name(self.ds[int(i)][self.image_key], i)
 
     def __getitem__(self, i: int):
         from .tensor_augment import open_image
 
-        img = open_image(_encoded(self.ds, i, self.image_key)[0], self.in_chans)
+        row = self.ds[int(i)]
+        img = open_image(_encoded(row[self.image_key], i)[0], self.in_chans)
         if img is None:
             return self.blank, UNREADABLE
-        return self.transform(img), int(self.ds[int(i)][self.label_key])
+        return self.transform(img), int(row[self.label_key])
 
 
 class EncodedImageDataset:
@@ -131,12 +136,13 @@ class EncodedImageDataset:
 
         from .tensor_augment import JPEG_MAGIC, decode_on_cpu
 
-        data, name = _encoded(self.ds, i, self.image_key)
+        row = self.ds[int(i)]
+        data, name = _encoded(row[self.image_key], i)
         if data[:3] == JPEG_MAGIC:
             encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         else:  # no device decoder for it: decoded here
             encoded = decode_on_cpu(data, self.in_chans)
-        return (encoded, name), int(self.ds[int(i)][self.label_key])
+        return (encoded, name), int(row[self.label_key])
 
 
 @dataclass

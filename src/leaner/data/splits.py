@@ -16,6 +16,10 @@ import numpy as np
 
 from ..distributed import shard, shard_bounds
 
+# What a data path reports it worked around (Task.take_data_events), by file name.
+CPU_DECODED = "decoded on the CPU"  # a JPEG the device decoder rejected
+SKIPPED = "unreadable, skipped"  # a file nothing reads, left out of its batch
+
 
 def worker_count(value: int | str, cores: int | None = None, local_world: int | None = None) -> int:
     """recipe.num_workers as a number: as given, or for "auto" the cores this process may use (its
@@ -151,7 +155,7 @@ class LoaderSplit:
 
     def take_events(self) -> dict[str, list[str]]:
         skipped, self.skipped = self.skipped, []
-        return {"unreadable, skipped": skipped}
+        return {SKIPPED: skipped}
 
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
                       world: int = 1, repeats: int = 1) -> Iterator[tuple]:

@@ -27,7 +27,10 @@ import random
 
 import torch
 
+from .splits import CPU_DECODED, SKIPPED
+
 CROP_PCT = 0.875  # timm's default eval crop
+RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 
@@ -54,7 +57,6 @@ def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
         return None
     pixels = np.asarray(img)
     return torch.from_numpy(pixels.copy()).reshape(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
-RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 
 
 def _affine(img, fill, **kw):
@@ -148,7 +150,7 @@ class DeviceTransforms:
         self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
         self.augment = recipe.get("augment", False)
         self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
-        self.events: dict[str, list[str]] = {"decoded on the CPU": [], "unreadable, skipped": []}
+        self.events: dict[str, list[str]] = {CPU_DECODED: [], SKIPPED: []}
 
     def _decode_jpegs(self, data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         from torchvision.io import ImageReadMode
@@ -171,7 +173,7 @@ class DeviceTransforms:
             for i, img in zip(encoded, decoded):
                 out[i] = img
         kept = [i for i, img in enumerate(out) if img is not None]
-        self.events["unreadable, skipped"] += [names[i] for i in range(len(out)) if out[i] is None]
+        self.events[SKIPPED] += [names[i] for i in range(len(out)) if out[i] is None]
         if not kept:
             raise RuntimeError(f"no image of this batch can be read: {', '.join(names)}")
         return [out[i] for i in kept], kept
@@ -182,7 +184,7 @@ class DeviceTransforms:
         except RuntimeError:
             img = decode_on_cpu(data.numpy().tobytes(), self.channels)
             if img is not None:
-                self.events["decoded on the CPU"].append(name)
+                self.events[CPU_DECODED].append(name)
                 return img.to(device, non_blocking=True)
             return None
 
