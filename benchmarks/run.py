@@ -11,12 +11,15 @@ number is the median of --repeats runs with its spread (min-max). Rows:
    model, data tensors, batch order and fused AdamW, alternating in one process (target >= 0.98).
    1b: data loading against the step it feeds; the image loader's rate per worker process, with
    Pillow in workers (`decode: pil`) and decoded/augmented in the training process (`decode: device`).
+   1c: `decode: device`'s batched augmentation against the per-image one it replaced (commit
+   PER_IMAGE_REV), the same images: images/s and image-sized tensor ops (GPU kernels) per image.
 2. conditioning: the conditioning stage of one trained variant as a fraction of its training
    time (target <= 5%); batched float64 SVD against a per-sample loop; cost vs tokens and width.
 3. DAG resolution: `snakemake -n` for generated grids of 100-2000 variants, and the paper config.
 4. end to end (--e2e): the default study from a clean folder, wall time and CPU use.
 5. GPU: ViT-B/16 through `leaner train` against a bare loop on the same GPU, eager and compiled:
-   steady images/s and MFU, the start (compile) apart; the loader processes that would feed it.
+   steady images/s and MFU, the start (compile) apart; the loader processes that would feed it, and
+   the whole `decode: device` input pipeline (read, nvJPEG, batched augmentation) against the step.
 6. GPU machines: (a, --e2e) the default study with the GPU visible against the same machine's CPU
    alone; (b) P2's fig1 variant through `leaner train` (eager, CUDA graph, compile reduce-overhead)
    against a bare loop, alone and 4 and 8 processes sharing one GPU.
@@ -42,7 +45,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, os.environ.get("LEANER_BENCH_SRC", str(REPO / "src")))  # 1c times another tree
 
 from leaner.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS  # noqa: E402
 
@@ -161,18 +164,40 @@ def _write_images(root: Path, n: int, size: int, fmt: str) -> None:
             Image.fromarray(pixels).save(folder / f"{i}.{fmt}", quality=90)
 
 
+def _image_manifest(root: Path, n: int, stored: int, img_size: int, fmt: str, decodes=("pil", "device")) -> dict:
+    """A local ImageFolder of n images per split, stored at `stored` px, prepared for each decode
+    path: {decode: manifest path}."""
+    from leaner.data import prepare
+
+    _write_images(root / "imgs", n, stored, fmt)
+    meta = {"kind": "imagefolder", "path": str(root / "imgs"), "train_split": "train", "eval_split": "validation",
+            "image_key": "image", "label_key": "label", "num_classes": 4, "img_size": img_size, "in_chans": 3,
+            "mean": [0.5] * 3, "std": [0.25] * 3}
+    manifests = {}
+    for decode in decodes:
+        manifests[decode] = str(root / decode / "manifest.json")
+        prepare(root.name, {**meta, "decode": decode}, manifests[decode])
+    return manifests
+
+
 def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -> float:
-    """Images per second out of the training loader (decode + DeiT augmentation + collate), as
-    model input on `device` (for `decode: device`, decoded and augmented there)."""
+    """Images per second out of the training loader (read, decode, DeiT augmentation, collate), as
+    model input on `device` (for `decode: device`, decoded and augmented there); from the second
+    batch on, so that the workers' start is not in it."""
     from leaner.data import load_splits
 
     splits = load_splits(manifest, {"augment": True, "num_workers": workers})
     dev = torch.device(device)
-    t0, n = time.perf_counter(), 0
+    t0, n = None, 0
     for x, y in splits.train.train_batches(batch, seed=0, epoch=0):
         if splits.finish is not None:
             x, y = splits.finish.train(x, y, dev)
-        n += len(x)
+        if t0 is None:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        else:
+            n += len(x)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return n / (time.perf_counter() - t0)
@@ -181,7 +206,7 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -
 def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick: bool) -> tuple[str, float]:
     """In-memory batches against the step they feed; the image loader's throughput per worker at
     CIFAR (32 px, PNG) and ImageNet (224 px from 256 px JPEG) sizes with the DeiT augmentation."""
-    from leaner.data import load_splits, prepare
+    from leaner.data import load_splits
 
     spec = trained["spec"]
     split = load_splits(manifest, spec["recipe"]).train
@@ -199,17 +224,11 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
     worker_counts = [0] if quick else sorted({0, 1, os.cpu_count() or 1})
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for label, size, fmt in (("CIFAR-like 32 px PNG", 32, "png"), ("ImageNet-like 224 px (256 px JPEG)", 224, "jpg")):
-        root = work / f"images{size}"
-        _write_images(root / "imgs", n, 256 if size == 224 else size, fmt)
-        meta = {"kind": "imagefolder", "path": str(root / "imgs"), "train_split": "train", "eval_split": "validation",
-                "image_key": "image", "label_key": "label", "num_classes": 4, "img_size": size, "in_chans": 3,
-                "mean": [0.5] * 3, "std": [0.25] * 3}
-        for decode in ("pil", "device"):
-            prepare(f"images{size}", {**meta, "decode": decode}, str(root / decode / "manifest.json"))
+        manifests = _image_manifest(work / f"images{size}", n, 256 if size == 224 else size, size, fmt)
+        for decode, manifest_path in manifests.items():
             # decode: device does its work in the training process: its rate is that process's
             for workers in (worker_counts if decode == "pil" else [0]):
-                rates = [_loader_rate(str(root / decode / "manifest.json"), workers, 32, device)
-                         for _ in range(repeats)]
+                rates = [_loader_rate(manifest_path, workers, 32, device) for _ in range(repeats)]
                 per_proc = statistics.median(rates) / max(1, workers)
                 if size == 224:
                     rates_224[decode] = max(rates_224.get(decode, 0.0), per_proc)
@@ -225,6 +244,101 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
              f"training process decodes each batch (nvJPEG on a GPU) and runs the same recipe on tensors. Row 5 "
              f"divides a GPU's images/s by the per-process rate at 224 px to give the processes it needs.\n")
     return text, rates_224
+
+
+# ----------------------------------------------------------------------------- 1c. device augmentation
+
+PER_IMAGE_REV = "cf78aec"  # the last commit whose `decode: device` augmented image by image
+
+
+def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, device: str) -> dict:
+    """Images/s of `decode: device`'s work in the training process (decode, crop, flip, RandAugment,
+    normalise, erase) on batches read beforehand, so that the workers' reading is not in it; and the
+    operations on image-sized tensors (>= 1024 elements, views aside) it dispatches per image:
+    each is a kernel launch on a GPU, what launch overhead scales with."""
+    import itertools
+    import random
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from leaner.data import load_splits
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            view = any(r.alias_info is not None for r in func._schema.returns)
+            Count.ops += isinstance(first, torch.Tensor) and first.numel() >= 1024 and not view
+            return out
+
+    splits = load_splits(manifest, {"augment": True, "num_workers": 0})
+    batches = list(itertools.islice(splits.train.train_batches(batch, seed=0, epoch=0), n_batches))
+    dev, rates = torch.device(device), []
+    splits.finish.train(*batches[0], dev)  # warm: lazy imports, first allocations
+    for _ in range(repeats):
+        torch.manual_seed(0)
+        random.seed(0)
+        t0, n = time.perf_counter(), 0
+        for x, y in batches:
+            n += len(splits.finish.train(x, y, dev)[0])
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        rates.append(n / (time.perf_counter() - t0))
+    torch.manual_seed(0)
+    random.seed(0)
+    with Count():
+        for x, y in batches:
+            splits.finish.train(x, y, dev)
+    return {"rates": rates, "ops_per_image": Count.ops / n}
+
+
+def _augment_rates_of(src: Path, manifest: str, batch: int, n_batches: int, repeats: int, device: str) -> dict:
+    """_augment_rate with the package of another source tree, in a process of its own."""
+    env = {**os.environ, "LEANER_BENCH_SRC": str(src)}
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--augment-rate", manifest, str(batch),
+                          str(n_batches), str(repeats), device], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"row 1c with {src} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_augment(repeats: int, work: Path, quick: bool, baseline_rev: str | None) -> str:
+    """The batched device augmentation against the per-image one it replaced (baseline_rev's
+    source, unpacked from git), the same encoded images, one thread each, in alternating processes."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    batch, n_batches = (64, 1) if quick else (128, 4)  # 128: a GPU's share of the paper's 1024
+    root = work / "augment"
+    manifest = _image_manifest(root, batch * n_batches, 256, 224, "jpg", ("device",))["device"]
+    trees = {"batched (this tree)": REPO / "src"}
+    note = ""
+    if baseline_rev:
+        base = root / "baseline"
+        base.mkdir()
+        archive = subprocess.run(f"git -C {REPO} archive {baseline_rev} src schemas | tar -x -C {base}", shell=True,
+                                 capture_output=True, text=True)
+        if archive.returncode == 0:
+            trees[f"per image ({baseline_rev})"] = base / "src"
+        else:
+            note = f" The baseline {baseline_rev} could not be unpacked: {archive.stderr.strip()[:200]}"
+    rates: dict[str, list[float]] = {label: [] for label in trees}
+    ops: dict[str, float] = {}
+    for _ in range(repeats):  # alternate, so that a slow spell of the machine hits both
+        for label, src in trees.items():
+            measured = _augment_rates_of(src, manifest, batch, n_batches, 1, device)
+            rates[label] += measured["rates"]
+            ops[label] = measured["ops_per_image"]
+    rows = [[label, median_spread(r) + " images/s", f"{ops[label]:.1f}"] for label, r in rates.items()]
+    if len(rates) == 2:
+        (batched, per_image), (ops_b, ops_p) = rates.values(), ops.values()
+        rows.append(["ratio, batched / per image", median_spread([a / b for a, b in zip(batched, per_image)]),
+                     f"{ops_b / ops_p:.3f}"])
+    text = table(f"1c. `decode: device` augmentation on {device}: batched against per image",
+                 ["path", "rate", "image-sized tensor ops per image (kernels on a GPU)"], rows)
+    return text + (f"\n{batch * n_batches} JPEGs of 256 px, batch {batch}, 224 px crops, the DeiT training recipe "
+                   f"(RandAugment m9, erasing 0.25); read beforehand, timed from decode to the normalised, erased "
+                   f"batch; one thread.{note}\n")
 
 
 # ----------------------------------------------------------------------------- 2. conditioning
@@ -448,6 +562,14 @@ def bench_gpu(steps: int, loader_rates: dict, work: Path, quick: bool = False) -
     for decode, rate in loader_rates.items():
         rows.append([f"loader, decode: {decode} (row 1b), per process", f"{rate:.0f}", "-", "-",
                      f"{math.ceil(max(rates.values()) / rate)} processes to feed the fastest run"])
+    from leaner.data.splits import worker_count
+
+    workers = worker_count("auto")  # what `recipe.num_workers: auto` gives one training process here
+    manifest = _image_manifest(work / "jpeg", 2 * batch if quick else 12 * batch, 256, 224, "jpg", ("device",))
+    pipeline = _loader_rate(manifest["device"], workers, batch, "cuda")
+    rows.append([f"input pipeline, decode: device ({workers} workers read the JPEGs; nvJPEG and the batched "
+                 f"DeiT augmentation on the GPU)", f"{pipeline:.0f}", "-", "-",
+                 f"{pipeline / max(rates.values()):.2f} x the fastest run (target >= 1.2)"])
     text = table(title, ["run", "images/s", "MFU (target >= 45% through leaner, stretch 50%)",
                          "start (compile)", "leaner / bare"], rows)
     text += (f"\n{torch.cuda.get_device_name(0)}, batch {batch}, AdamW fused, data on the GPU (leaner: an in-memory "
@@ -630,9 +752,18 @@ def main(argv=None) -> int:
     p.add_argument("--e2e", action="store_true", help="also run the default study end to end")
     p.add_argument("--gpu-only", action="store_true", help="only the GPU rows (5, 6b) and the projection (7)")
     p.add_argument("--repeats", type=int, default=None, help="runs per measurement (default 7, quick 1)")
+    p.add_argument("--augment-baseline", default=PER_IMAGE_REV,
+                   help=f"commit whose per-image augmentation row 1c compares against (default {PER_IMAGE_REV}; "
+                        "'' for none)")
+    p.add_argument("--augment-rate", nargs=5, help=argparse.SUPPRESS)  # a row 1c process
     p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results.md"))
     a = p.parse_args(argv)
+    if a.augment_rate:
+        torch.set_num_threads(1)
+        manifest, batch, n_batches, repeats, device = a.augment_rate
+        print(json.dumps(_augment_rate(manifest, int(batch), int(n_batches), int(repeats), device)))
+        return 0
     if a.p2_bare:
         _p2_bare(a.p2_bare[0], int(a.p2_bare[1]))
         return 0
@@ -655,7 +786,8 @@ def main(argv=None) -> int:
             text, loader_rates = bench_loading(manifest, repeats, trained, work, a.quick)
             parts.append(text)
             print(text, flush=True)
-            for text in (bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
+            for text in (bench_augment(repeats, work, a.quick, None if a.quick else a.augment_baseline or None),
+                         bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
                          *([bench_e2e(work / "e2e")] if a.e2e else [])):
                 parts.append(text)
                 print(text, flush=True)

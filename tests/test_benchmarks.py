@@ -16,6 +16,7 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nMachine: ")
     for title in ("1. Training loop against a bare PyTorch loop", "1b. Data loading against the step",
+                  "1c. `decode: device` augmentation on",
                   "2a. Conditioning stage", "2b. kappa: leaner's batched float64 SVD", "3. `snakemake -n`",
                   "5. ViT-B/16 on the GPU", "6b. P2 fig1 variant on one GPU", "7. Paper-scale studies"):
         assert f"### {title}" in text, title
@@ -32,19 +33,42 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     assert "| nearest_fig1 | 315 | 315 | " in text
 
 
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "run.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_batched_augmentation_launches_fewer_image_kernels_than_the_per_image_one(tmp_path):
+    """Row 1c against the commit whose augmentation went image by image, unpacked from git: both
+    rates measured, and the batched path dispatches fewer operations on image-sized tensors per
+    image (what a GPU launches kernels for), on the same images and seeds."""
+    import pytest
+
+    bench = _bench_module()
+    known = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{bench.PER_IMAGE_REV}^{{commit}}"])
+    if known.returncode != 0:
+        pytest.skip(f"no git history with {bench.PER_IMAGE_REV} in this checkout")
+    text = bench.bench_augment(1, tmp_path, True, bench.PER_IMAGE_REV)
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in text.splitlines() if line.startswith("| ")}
+    batched, per_image = rows["batched (this tree)"], rows[f"per image ({bench.PER_IMAGE_REV})"]
+    assert float(batched[0].split()[0]) > 0 and float(per_image[0].split()[0]) > 0
+    assert float(batched[1]) < float(per_image[1]), text
+    assert float(rows["ratio, batched / per image"][1]) < 1
+
+
 def test_the_mfu_flop_count_matches_torch_flop_counter():
     """The GPU row's FLOPs per image (what MFU divides by), checked on the CPU against
     torch's own FLOP counter on one ViT-B/16 layer, forward and backward."""
-    import importlib.util
-
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from leaner.models import build_model
 
-    spec = importlib.util.spec_from_file_location("bench", REPO / "benchmarks" / "run.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module()
     model = build_model({"arch": "vit", "depth": 1, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
                          "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000})
     x = torch.randn(1, 3, 224, 224)

@@ -7,15 +7,18 @@ process decodes a whole batch at once with torchvision (nvJPEG on a GPU, libjpeg
 other formats are decoded in the workers) and augments it here, on the device.
 
 The recipe keeps its meaning, op for op (timm's `create_transform(is_training=True,
-auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, interpolation="bicubic")`):
-  - RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3), bicubic with antialiasing; horizontal flip 0.5;
+auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, interpolation="bicubic")`), and all but the
+crop runs on the whole batch at once, each sample with its own random parameters:
+  - RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3), bicubic with antialiasing, one call per image
+    (decoded images differ in size), then the batch is stacked; horizontal flip 0.5;
   - RandAugment: 2 of timm's 15 "increasing" ops per image, each applied with probability 0.5, at
     magnitude N(9, 0.5) clipped to [0, 10], with timm's own level-to-argument functions (so the
-    same ranges and random signs). The pixel ops are torchvision's tensor versions of Pillow's
-    (autocontrast, equalize, invert, posterize, solarize, enhance = blend with grey/mean/blur);
-    the geometric ones (rotate, shear, translate) fill with the dataset mean as timm does, but
-    resample bilinearly (torchvision has no bicubic affine for tensors) and shear about the
-    top-left corner, like Pillow;
+    same ranges and random signs). At each step every op runs once, on the samples that drew it,
+    with a factor or matrix per sample: Pillow's integer ops as tensor ops (torchvision's
+    autocontrast and equalize), its enhancements as blends with torchvision's batched degenerate
+    images (grey, mean, black or a 3x3 blur), its affine maps (rotate, shear, translate; bicubic,
+    filled with the dataset mean, in Pillow's coordinates) by kornia's per-sample warp. Each op
+    leaves uint8 as Pillow's do;
   - normalisation, then timm's RandomErasing (probability 0.25, per-pixel normal noise).
 Evaluation: resize the short side to img_size / 0.875 (bicubic, antialiased), centre crop.
 """
@@ -23,7 +26,6 @@ Evaluation: resize the short side to img_size / 0.875 (bicubic, antialiased), ce
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 
@@ -32,6 +34,8 @@ from .splits import CPU_DECODED, SKIPPED
 CROP_PCT = 0.875  # timm's default eval crop
 RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 JPEG_MAGIC = b"\xff\xd8\xff"
+ENHANCE_OPS = ("ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing")
+AFFINE_OPS = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 
 
 def open_image(data: bytes, channels: int):
@@ -59,51 +63,90 @@ def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
     return torch.from_numpy(pixels.copy()).reshape(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
 
 
-def _affine(img, fill, **kw):
-    from torchvision.transforms import InterpolationMode
+def _affine_rows(name: str, args: list[tuple], h: int, w: int) -> torch.Tensor:
+    """Pillow's affine maps for op `name`, one per sample, as (n, 3, 3) matrices from an output
+    pixel's position to the input position it samples, in pixel-index coordinates (Pillow works
+    with pixel corners: x_in + 0.5 = A (x_out + 0.5))."""
+    rows = []
+    for (v,) in args:
+        if name == "Rotate":  # Image.rotate(v): counter-clockwise about the centre (w/2, h/2)
+            a = -math.radians(v)
+            cos, sin, cx, cy = math.cos(a), math.sin(a), w / 2, h / 2
+            m = [cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy]
+        elif name == "ShearX":
+            m = [1, v, 0, 0, 1, 0]
+        elif name == "ShearY":
+            m = [1, 0, 0, v, 1, 0]
+        elif name == "TranslateXRel":
+            m = [1, 0, v * w, 0, 1, 0]
+        else:  # TranslateYRel
+            m = [1, 0, 0, 0, 1, v * h]
+        rows.append(m + [0, 0, 1])
+    corner = torch.tensor([[1.0, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], dtype=torch.float64)
+    back = torch.tensor([[1.0, 0, -0.5], [0, 1, -0.5], [0, 0, 1]], dtype=torch.float64)
+    return back @ torch.tensor(rows, dtype=torch.float64).view(-1, 3, 3) @ corner
+
+
+def _to_uint8_(x: torch.Tensor) -> torch.Tensor:
+    """A float batch of grey levels back to uint8 (rounded, clipped), in place where it can."""
+    return x.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _degenerate(name: str, x: torch.Tensor) -> torch.Tensor:
+    """What Pillow's enhancer `name` blends a uint8 batch with (factor 0): its grey version (Color),
+    its mean grey level (Contrast), its 3x3 smoothing with the border kept (Sharpness);
+    torchvision's batched ops at factor 0. (Brightness blends with black.)"""
     from torchvision.transforms.v2 import functional as F
 
-    base = {"angle": 0.0, "translate": [0.0, 0.0], "scale": 1.0, "shear": [0.0, 0.0]}
-    return F.affine(img, **{**base, **kw}, interpolation=InterpolationMode.BILINEAR, fill=fill)
-
-
-def _solarize_add(img, add, thresh=128):
-    return torch.where(img < thresh, (img.to(torch.int16) + add).clamp(max=255).to(torch.uint8), img)
-
-
-def _op(name: str, img: torch.Tensor, args: tuple, fill: list[float]) -> torch.Tensor:
-    """timm's op `name` with timm's arguments `args`, on a uint8 CHW tensor."""
-    from torchvision.transforms.v2 import functional as F
-
-    h, w = img.shape[-2:]
-    if name == "AutoContrast":
-        return F.autocontrast(img)
-    if name == "Equalize":
-        return F.equalize(img)
-    if name == "Invert":
-        return F.invert(img)
-    if name == "Rotate":  # Pillow turns counter-clockwise, torchvision's affine clockwise
-        return _affine(img, fill, angle=-float(args[0]))
-    if name == "PosterizeIncreasing":  # 0 bits kept is a black image (see images._posterize)
-        return F.posterize(img, int(args[0])) if args[0] > 0 else torch.zeros_like(img)
-    if name == "SolarizeIncreasing":
-        return F.solarize(img, float(args[0]))
-    if name == "SolarizeAdd":
-        return _solarize_add(img, int(args[0]))
     if name == "ColorIncreasing":
-        return F.adjust_saturation(img, args[0]) if img.shape[0] == 3 else img
+        return F.adjust_saturation(x, 0.0) if x.shape[1] == 3 else x
     if name == "ContrastIncreasing":
-        return F.adjust_contrast(img, args[0])
-    if name == "BrightnessIncreasing":
-        return F.adjust_brightness(img, args[0])
-    if name == "SharpnessIncreasing":
-        return F.adjust_sharpness(img, args[0])
-    if name in ("ShearX", "ShearY"):  # Pillow's shear matrix, about the top-left corner
-        angle = math.degrees(math.atan(args[0]))
-        return _affine(img, fill, shear=[angle, 0.0] if name == "ShearX" else [0.0, angle], center=[0.0, 0.0])
-    if name in ("TranslateXRel", "TranslateYRel"):  # Pillow samples at x + shift: the image moves back
-        shift = [-args[0] * w, 0.0] if name == "TranslateXRel" else [0.0, -args[0] * h]
-        return _affine(img, fill, translate=shift)
+        return F.adjust_contrast(x, 0.0)
+    return F.adjust_sharpness(x, 0.0)
+
+
+def apply_op(name: str, x: torch.Tensor, args: list[tuple], fill: list[int]) -> torch.Tensor:
+    """timm's RandAugment op `name` on a uint8 (n, C, H, W) batch, sample i with timm's arguments
+    args[i], in one batched call: Pillow's integer ops as tensor ops (torchvision's autocontrast and
+    equalize), its enhancements as blends with torchvision's batched degenerate images by a factor
+    per sample, its affine maps by kornia's warp with a matrix per sample. The result is uint8
+    again, as each of Pillow's ops leaves it."""
+    from kornia.geometry.transform import warp_affine
+    from torchvision.transforms.v2 import functional as F
+
+    def per_sample(values, dtype=torch.float32) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
+
+    first = [a[0] for a in args] if args and args[0] else []
+    if name == "AutoContrast":
+        return F.autocontrast(x)
+    if name == "Equalize":
+        return F.equalize(x)
+    if name == "Invert":
+        return F.invert(x)
+    if name == "PosterizeIncreasing":  # keep the top `bits`: 0 bits is a black image (see images._posterize)
+        masks = [(0xFF << (8 - b)) & 0xFF if b > 0 else 0 for b in map(int, first)]
+        return x & per_sample(masks, torch.uint8)
+    if name == "SolarizeIncreasing":  # Pillow: every level >= threshold inverted
+        return torch.where(x.to(torch.int16) >= per_sample(first, torch.int16), 255 - x, x)
+    if name == "SolarizeAdd":  # timm's solarize_add: levels below 128 raised by `add`
+        raised = (x.to(torch.int16) + per_sample(first, torch.int16)).clamp_(max=255).to(torch.uint8)
+        return torch.where(x < 128, raised, x)
+    if name in ENHANCE_OPS:  # Pillow's ImageEnhance: a blend of the image with its degenerate version
+        factor = per_sample(first)
+        if name == "BrightnessIncreasing":  # a blend with black
+            out = x.float().mul_(factor)
+        else:
+            out = torch.lerp(_degenerate(name, x).float(), x.float(), factor)
+        return _to_uint8_(out)
+    if name in AFFINE_OPS:
+        # kornia warps every sample by its own matrix; the fill is exact for any interpolation
+        # kernel: warping (image - fill) with zeros outside, then adding fill back
+        h, w = x.shape[-2:]
+        forward = torch.linalg.inv(_affine_rows(name, args, h, w))[:, :2].float().to(x.device, non_blocking=True)
+        fill_value = torch.tensor(fill[: x.shape[1]], dtype=torch.float32).to(x.device, non_blocking=True)
+        fill_value = fill_value.view(1, -1, 1, 1)
+        return _to_uint8_(warp_affine(x.float().sub_(fill_value), forward, (h, w), mode="bicubic").add_(fill_value))
     raise ValueError(f"unknown RandAugment op {name!r}")
 
 
@@ -113,19 +156,37 @@ def rand_augment_ops() -> list[str]:
     return list(_RAND_INCREASING_TRANSFORMS)
 
 
-def rand_augment(img: torch.Tensor, fill: list[float], hparams: dict | None = None) -> torch.Tensor:
-    """timm's rand-m9-mstd0.5-inc1 on one uint8 CHW tensor (timm's op list and level functions,
-    drawn from Python's `random` as timm draws them)."""
+def draw_rand_augment(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """timm's rand-m9-mstd0.5-inc1 draws for a batch of n, on the host, for each of its steps:
+    the op of each sample (one of the 15, with replacement across steps), whether it is applied
+    (probability 0.5), and its magnitude (N(9, 0.5) clipped to [0, 10]); each (steps, n)."""
+    cfg = RAND_AUGMENT
+    ops = torch.randint(len(rand_augment_ops()), (cfg["ops"], n))
+    applied = torch.rand(cfg["ops"], n) < cfg["prob"]
+    magnitude = torch.normal(cfg["magnitude"], cfg["magnitude_std"], (cfg["ops"], n)).clamp_(0.0, cfg["max"])
+    return ops, applied, magnitude
+
+
+def rand_augment(x: torch.Tensor, fill: list[int], hparams: dict | None = None) -> torch.Tensor:
+    """timm's rand-m9-mstd0.5-inc1 on a uint8 (n, C, H, W) batch, every sample drawing its own ops
+    and magnitudes: at each step, each op runs once, on the samples that drew it (about 15 batched
+    calls a step, whatever the batch size). The arguments come from timm's own level functions
+    (its ranges and random signs); nothing waits on the device."""
     from timm.data.auto_augment import LEVEL_TO_ARG
 
-    cfg, hparams = RAND_AUGMENT, hparams or {}
-    for name in random.choices(rand_augment_ops(), k=cfg["ops"]):
-        if random.random() > cfg["prob"]:
-            continue
-        magnitude = max(0.0, min(random.gauss(cfg["magnitude"], cfg["magnitude_std"]), cfg["max"]))
-        level_fn = LEVEL_TO_ARG[name]
-        img = _op(name, img, level_fn(magnitude, hparams) if level_fn else (), fill)
-    return img
+    names, hparams = rand_augment_ops(), hparams or {}
+    ops, applied, magnitude = draw_rand_augment(len(x))
+    x = x.clone()
+    for step in range(len(ops)):
+        for k, name in enumerate(names):
+            rows = ((ops[step] == k) & applied[step]).nonzero().flatten()
+            if len(rows) == 0:
+                continue
+            level_fn = LEVEL_TO_ARG[name]
+            args = [level_fn(m, hparams) if level_fn else () for m in magnitude[step, rows].tolist()]
+            index = rows.to(x.device, non_blocking=True)
+            x[index] = apply_op(name, x[index], args, fill)
+    return x
 
 
 def jpeg_decoder():
@@ -147,6 +208,7 @@ class DeviceTransforms:
         self.size, self.channels = meta["img_size"], meta["in_chans"]
         self.mean, self.std = list(meta["mean"]), list(meta["std"])
         self.fill = [round(255 * m) for m in self.mean]
+        self.hparams = {"img_mean": tuple(self.fill), "translate_const": int(self.size * 0.45)}  # as timm's factory
         self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
         self.augment = recipe.get("augment", False)
         self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
@@ -194,28 +256,32 @@ class DeviceTransforms:
         return events
 
     def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
+        """(batch / 255 - mean) / std, as one scale and shift of one new float tensor."""
         if self._scale is None or self._scale[0].device != batch.device:  # once: a copy to a GPU waits on it
-            self._scale = tuple(torch.tensor(v, device=batch.device).view(1, -1, 1, 1) for v in (self.mean, self.std))
-        mean, std = self._scale
-        return (batch.float() / 255 - mean) / std
+            mean, std = (torch.tensor(v, dtype=torch.float64) for v in (self.mean, self.std))
+            self._scale = tuple(v.float().view(1, -1, 1, 1).to(batch.device) for v in (1 / (255 * std), mean / std))
+        scale, shift = self._scale
+        return batch.float().mul_(scale).sub_(shift)
 
     def train(self, batch, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The augmented, normalised batch on `device` and its labels (an unreadable file's dropped)."""
-        from torchvision.transforms import InterpolationMode, RandomResizedCrop
+        from timm.data.transforms import RandomResizedCropAndInterpolation
+        from torchvision.transforms import InterpolationMode
         from torchvision.transforms.v2 import functional as F
 
-        out = []
         images, kept = self.decode(batch, device)
-        for img in images:
-            top, left, h, w = RandomResizedCrop.get_params(img, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3))
-            img = F.resized_crop(img, top, left, h, w, [self.size, self.size],
-                                 interpolation=InterpolationMode.BICUBIC, antialias=True)
-            if random.random() < 0.5:
-                img = F.horizontal_flip(img)
-            if self.augment:
-                img = rand_augment(img, self.fill)
-            out.append(img)
-        x = self._normalize(torch.stack(out))
+        crops = []
+        for img in images:  # each image its own size: one crop-and-resize each (timm's crop draws)
+            top, left, h, w = RandomResizedCropAndInterpolation.get_params(img, scale=(0.08, 1.0),
+                                                                           ratio=(3 / 4, 4 / 3))
+            crops.append(F.resized_crop(img, top, left, h, w, [self.size, self.size],
+                                        interpolation=InterpolationMode.BICUBIC, antialias=True))
+        x = torch.stack(crops)
+        flipped = (torch.rand(len(x)) < 0.5).nonzero().flatten().to(x.device, non_blocking=True)
+        x[flipped] = x[flipped].flip(-1)
+        if self.augment:
+            x = rand_augment(x, self.fill, self.hparams)
+        x = self._normalize(x)
         if self.erasing is not None:
             self.erasing.device = x.device  # noise drawn where the batch is
             x = self.erasing(x)
