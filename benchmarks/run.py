@@ -341,6 +341,49 @@ def bench_augment(repeats: int, work: Path, quick: bool, baseline_rev: str | Non
                    f"batch; one thread.{note}\n")
 
 
+# ----------------------------------------------------------------------------- 1d. read path
+
+def bench_read(repeats: int, work: Path, quick: bool) -> str:
+    """Reading the prepared split as the loader's workers do (`decode: device`'s dataset: a row's
+    encoded bytes out of the memory-mapped Arrow file, in the epoch's random order, and in file
+    order) against decoding those bytes (libjpeg-turbo, one thread): per core, the same images."""
+    import datasets
+    import numpy as np
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from leaner.data.images import EncodedImageDataset
+
+    n, size = (64, 384) if quick else (1024, 384)
+    root = work / "read"
+    _write_images(root / "imgs", n, size, "jpg")
+    files = sorted((root / "imgs" / "train").rglob("*.jpg"))
+    table_rows = {"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+                  "label": [int(f.parent.name[1:]) for f in files]}
+    ds = datasets.Dataset.from_dict(table_rows, features=datasets.Features(
+        {"image": datasets.Image(), "label": datasets.Value("int64")}))
+    ds.save_to_disk(str(root / "arrow"))  # the bytes inside the Arrow file, as a hub dataset's are
+    ds = datasets.load_from_disk(str(root / "arrow"))
+    reader = EncodedImageDataset(ds, "image", "label", 3)
+    mean_kb = statistics.mean(len(r["bytes"]) for r in table_rows["image"]) / 1024
+    order = np.random.default_rng(0).permutation(n)
+    rates: dict[str, list[float]] = {"random order": [], "file order": [], "decode": []}
+    for _ in range(repeats):
+        for label, idx in (("random order", order), ("file order", range(n))):
+            t0 = time.perf_counter()
+            encoded = [reader[int(i)][0][0] for i in idx]
+            rates[label].append(n / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for data in encoded:
+            decode_jpeg(data, mode=ImageReadMode.RGB)
+        rates["decode"].append(n / (time.perf_counter() - t0))
+    rows = [[f"read, {label}" if label != "decode" else "decode (libjpeg-turbo)", median_spread(r) + " images/s",
+             f"{statistics.median(r) / statistics.median(rates['decode']):.2f}"] for label, r in rates.items()]
+    return table("1d. Reading the prepared split against decoding it, per core", ["step", "rate", "/ decode"], rows) + \
+        (f"\n{n} JPEGs of {size} px ({mean_kb:.0f} KiB each on average; ImageNet's average about 110 KiB), "
+         f"their bytes inside an Arrow file as a hub dataset's are, read through the loader's dataset "
+         f"(`decode: device`), from the page cache; one process, one thread.\n")
+
+
 # ----------------------------------------------------------------------------- 2. conditioning
 
 def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) -> str:
@@ -787,6 +830,7 @@ def main(argv=None) -> int:
             parts.append(text)
             print(text, flush=True)
             for text in (bench_augment(repeats, work, a.quick, None if a.quick else a.augment_baseline or None),
+                         bench_read(repeats, work, a.quick),
                          bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
                          *([bench_e2e(work / "e2e")] if a.e2e else [])):
                 parts.append(text)

@@ -131,6 +131,9 @@ def _image_folders(tmp_path_factory):
     FOLDERS["empty"] = str(image_folder(root / "empty"))
     for png in (root / "empty" / "train").rglob("*.png"):
         png.rename(png.with_suffix(".txt"))
+    (root / "shards").mkdir()
+    (root / "shards" / "imagenet1k-train-0000.tar").write_bytes(b"")
+    FOLDERS["train_shards"] = str(root / "shards")
 
 
 def _imagefolder(folder: str, **keys):
@@ -162,6 +165,12 @@ BAD = [
     ("missing dataset path", _set(["datasets", "imgs"], {"kind": "imagefolder", "path": "/nonexistent/imgs",
                                                          "num_classes": 3}),
      "datasets.imgs.path: '/nonexistent/imgs' does not exist"),
+    ("missing webdataset folder", _set(["datasets", "imgs"], {"kind": "webdataset", "path": "/nonexistent/wds",
+                                                             "num_classes": 3}),
+     "datasets.imgs.path: '/nonexistent/wds' does not exist (allowed: a folder of webdataset tar shards)"),
+    ("webdataset folder without a split's shards",
+     _set(["datasets", "imgs"], lambda: {"kind": "webdataset", "path": FOLDERS["train_shards"], "num_classes": 3}),
+     "datasets.imgs.eval_split: no shards '"),
     ("image folder without the split's folder", _imagefolder("good", eval_split="val"),
      "datasets.imgs.eval_split: '"),
     ("image folder without images", _imagefolder("empty"),
@@ -175,7 +184,8 @@ BAD = [
      "studies.tiny_nearest.recipe.repeat_aug: not used by task nearest_point (allowed: leave it out; it is for "
      "task image_classification)"),
     ("device decoding of in-memory digits", _set(["datasets", "digits", "decode"], "device"),
-     "datasets.digits.decode: not used by kind digits (allowed: leave it out; it is for kind hub, imagefolder)"),
+     "datasets.digits.decode: not used by kind digits (allowed: leave it out; it is for kind hub, imagefolder, "
+     "webdataset)"),
     ("unknown dataset", _set(["studies", "tiny", "dataset"], "mnist"),
      "studies.tiny.dataset: unknown dataset 'mnist' (allowed: digits, nearest_point)"),
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),

@@ -439,3 +439,99 @@ def test_decoding_with_pillow_in_the_workers_survives_the_same_files(tmp_path, c
     assert "decoded on the CPU" not in events  # Pillow is the CPU decoder
     assert re.search(r"epoch 2: 2 images unreadable, skipped: (cut|noise)\.JPEG, (noise|cut)\.JPEG",
                      capsys.readouterr().err)
+
+
+def _write_shards(root, split, n_shards, per_shard, size=20, odd=()):
+    """Webdataset tar shards as timm/imagenet-1k-wds's: imagenet1k-{split}-NNNN.tar, each sample a
+    .jpg and a .cls member sharing a key; `odd`: (file name, bytes) samples added to the first shard.
+    Returns {key: label}."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    rng = np.random.default_rng(len(split))
+    root.mkdir(parents=True, exist_ok=True)
+    keys = {}
+    for s in range(n_shards):
+        with tarfile.open(root / f"imagenet1k-{split}-{s:04d}.tar", "w") as tar:
+            def add(name, data):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+            for i in range(per_shard):
+                label = (s * per_shard + i) % 3
+                buf = io.BytesIO()
+                pixels = rng.integers(0, 80, (size, size + i % 3, 3), dtype=np.uint8) + np.uint8(60 * label)
+                Image.fromarray(pixels).save(buf, format="JPEG")
+                key = f"s{s}_{i:03d}"
+                add(f"{key}.jpg", buf.getvalue())
+                add(f"{key}.cls", str(label).encode())
+                keys[key] = label
+            for name, data in odd if s == 0 else ():
+                add(f"{name}.jpg", data)
+                add(f"{name}.cls", b"0")
+    return keys
+
+
+@pytest.mark.parametrize("decode", ["pil", "device"])
+def test_webdataset_shards_are_read_in_sequence_each_sample_once_an_epoch_in_a_seeded_order(tmp_path, decode):
+    """kind webdataset: the shards' samples counted at preparation; an epoch of 2 processes x 2
+    workers reads each sample once (equal shards, dealt evenly), in an order set by (seed, epoch)
+    alone, the processes' shares disjoint; a resumed epoch gives the rest of the same batches;
+    evaluation reads every sample once, in order, up to a limit."""
+    from leaner.data.shards import SHUFFLE_BUFFER
+
+    keys = _write_shards(tmp_path / "wds", "train", 8, 6)
+    _write_shards(tmp_path / "wds", "validation", 2, 5)
+    spec = {"kind": "webdataset", "path": str(tmp_path / "wds"), **IMAGE_SPEC, "image_key": "jpg",
+            "label_key": "cls", "decode": decode}
+    manifest = prepare("wds", spec, str(tmp_path / "data" / "manifest.json"))
+    assert (manifest["n_train"], manifest["n_eval"]) == (48, 10) and len(manifest["shards"]["train_split"]) == 8
+    splits = load_splits(str(tmp_path / "data" / "manifest.json"), {"augment": True, "num_workers": 2})
+    assert splits.eval.labels() == [i % 3 for i in range(10)]
+    assert SHUFFLE_BUFFER > 48  # here each worker shuffles all it reads
+
+    def epoch(e, rank, world, skip=0):
+        labels, names = [], []
+        for x, y in splits.train.train_batches(8, seed=1, epoch=e, skip=skip, rank=rank, world=world):
+            if decode == "device":
+                names += x.names
+                x, y = splits.finish.train(x, y, torch.device("cpu"))
+            assert x.shape == (len(y), 3, 16, 16)
+            labels.append(y.tolist())
+        return labels, names
+
+    assert splits.train.steps_per_epoch(8) == 6
+    ranks = [epoch(0, r, 2) for r in range(2)]
+    assert [len(b) for labels, _ in ranks for b in labels] == [4] * 12  # each process: 6 steps of half the batch
+    assert sorted(y for labels, _ in ranks for b in labels for y in b) == sorted(keys.values())
+    if decode == "device":  # each sample once, the two processes' shares disjoint
+        assert sorted(ranks[0][1] + ranks[1][1]) == sorted(f"{k}.jpg" for k in keys)
+    assert epoch(0, 0, 2) == ranks[0] and epoch(1, 0, 2) != ranks[0]
+    assert epoch(0, 0, 2, skip=4)[0] == ranks[0][0][4:]
+
+    got = list(splits.eval.eval_batches(4, limit=7))
+    assert sum(len(y) for _, y in got) == 7
+    evaluated = sorted(sum((list(x.names) for x, _ in got), [])) if decode == "device" else None
+    assert evaluated is None or len(set(evaluated)) == 7
+
+
+@pytest.mark.parametrize("decode", ["pil", "device"])
+def test_a_run_on_webdataset_shards_trains_and_names_the_files_it_cannot_read(tmp_path, decode):
+    """Two epochs from shards through the training loop, with repeated augmentation and 2 workers,
+    one shard holding a file that is no image: it is left out of its batch and named in
+    metrics.json."""
+    _write_shards(tmp_path / "wds", "train", 4, 6, odd=[("noise", bytes(range(256)) * 4)])
+    _write_shards(tmp_path / "wds", "validation", 1, 6)
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("wds", {"kind": "webdataset", "path": str(tmp_path / "wds"), **IMAGE_SPEC, "image_key": "jpg",
+                    "label_key": "cls", "decode": decode}, str(manifest))
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    run["recipe"].update(epochs=2, batch_size=5, augment=True, repeat_aug=2, num_workers=2)
+    run["conditioning"]["samples"] = 4
+    metrics = train(run, str(manifest), tmp_path / "run", progress=False)
+    assert metrics["status"] == "ok" and metrics["steps"] == 2 * (25 // 5)
+    events = metrics["data"]["events"]
+    assert events["unreadable files"] == ["noise.jpg"] and events["unreadable, skipped"] >= 1

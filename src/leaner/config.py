@@ -30,7 +30,8 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
-DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes")}
+DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes"),
+                    "webdataset": ("path", "num_classes")}
 
 
 REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",

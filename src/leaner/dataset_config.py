@@ -121,6 +121,17 @@ def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) ->
         else:
             out["path"] = str(root)
             problems += image_folder_problems(name, root, out)
+    if kind == "webdataset" and "path" in spec:
+        root = _folder(spec["path"], base_dir)
+        out["path"] = str(root)
+        if not root.is_dir():
+            problems.append(f"config error: datasets.{name}.path: {spec['path']!r} does not exist "
+                            f"(allowed: a folder of webdataset tar shards)")
+        for key in ("train_split", "eval_split") if root.is_dir() else ():
+            if not any(root.glob(f"*{out[key]}-*.tar")):
+                problems.append(f"config error: datasets.{name}.{key}: no shards {str(root / f'*{out[key]}-*.tar')!r} "
+                                f"(allowed: a folder of webdataset tar shards, named as timm/imagenet-1k-wds's: "
+                                f"imagenet1k-{out[key]}-0000.tar, ...)")
     for key in IMAGE_KEYS:
         if key in spec and key not in DATASET_DEFAULTS[kind]:
             takers = ", ".join(k for k, defaults in DATASET_DEFAULTS.items() if key in defaults)

@@ -93,7 +93,7 @@ def synthetic_dataset(name: str, spec: dict, root: Path) -> Path:
     if manifest.exists():
         return manifest
     kind = spec["kind"]
-    if kind in ("hub", "imagefolder"):
+    if kind in ("hub", "imagefolder", "webdataset"):
         folder = root / name / "images"
         _write_jpegs(folder, spec["num_classes"], spec["in_chans"])
         spec = {**spec, "kind": "imagefolder", "path": str(folder), "train_split": "train",

@@ -19,6 +19,10 @@ def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
         from .images import prepare_images
 
         return prepare_images(dataset_name, spec, out_manifest)
+    if kind == "webdataset":
+        from .shards import prepare_shards
+
+        return prepare_shards(dataset_name, spec, out_manifest)
     if kind == "nearest_point":
         from .nearest_point import prepare_nearest_point
 
@@ -35,8 +39,8 @@ def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
         from .glue import prepare_glue
 
         return prepare_glue(dataset_name, spec, out_manifest)
-    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, nearest_point, listops, text, "
-                     "glue)")
+    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, webdataset, nearest_point, "
+                     "listops, text, glue)")
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:
@@ -49,7 +53,7 @@ def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> S
         from .digits import load_digits_splits
 
         return load_digits_splits(manifest_path, manifest)
-    if kind in ("hub", "imagefolder"):
+    if kind in ("hub", "imagefolder", "webdataset"):
         from .images import load_image_splits
 
         return load_image_splits(manifest, recipe, pin_memory=device_type == "cuda")

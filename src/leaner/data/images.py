@@ -81,6 +81,29 @@ def _encoded(image: dict, i: int) -> tuple[bytes, str]:
     return data, _file_name(image, i)
 
 
+def pil_sample(data: bytes, name: str, label: int, transform, in_chans: int, blank):
+    """One sample for `decode: pil`: the image decoded by Pillow and transformed, with its label; a
+    file Pillow cannot read is `blank` labelled UNREADABLE (its name is the caller's to keep)."""
+    from .tensor_augment import open_image
+
+    img = open_image(data, in_chans)
+    return (blank, UNREADABLE) if img is None else (transform(img), label)
+
+
+def encoded_sample(data: bytes, name: str, label: int, in_chans: int):
+    """One sample for `decode: device`: ((the JPEG's bytes as a 1-D uint8 tensor, or another
+    format decoded here to uint8 CHW, or None when unreadable), file name), label."""
+    import torch
+
+    from .tensor_augment import JPEG_MAGIC, decode_on_cpu
+
+    if data[:3] == JPEG_MAGIC:
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    else:  # no device decoder for it: decoded here
+        encoded = decode_on_cpu(data, in_chans)
+    return (encoded, name), label
+
+
 class HFImageDataset:
     """Map-style dataset for `decode: pil`: (transformed image tensor, integer label), decoded by
     Pillow in the worker; a file Pillow cannot read gives a blank image labelled UNREADABLE, which
@@ -104,13 +127,9 @@ class HFImageDataset:
         return _file_name(self.ds[int(i)][self.image_key], i)
 
     def __getitem__(self, i: int):
-        from .tensor_augment import open_image
-
         row = self.ds[int(i)]
-        img = open_image(_encoded(row[self.image_key], i)[0], self.in_chans)
-        if img is None:
-            return self.blank, UNREADABLE
-        return self.transform(img), int(row[self.label_key])
+        data, name = _encoded(row[self.image_key], i)
+        return pil_sample(data, name, int(row[self.label_key]), self.transform, self.in_chans, self.blank)
 
 
 class EncodedImageDataset:
@@ -132,17 +151,9 @@ class EncodedImageDataset:
         return self.ds[self.label_key]
 
     def __getitem__(self, i: int):
-        import torch
-
-        from .tensor_augment import JPEG_MAGIC, decode_on_cpu
-
         row = self.ds[int(i)]
         data, name = _encoded(row[self.image_key], i)
-        if data[:3] == JPEG_MAGIC:
-            encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        else:  # no device decoder for it: decoded here
-            encoded = decode_on_cpu(data, self.in_chans)
-        return (encoded, name), int(row[self.label_key])
+        return encoded_sample(data, name, int(row[self.label_key]), self.in_chans)
 
 
 @dataclass
@@ -154,6 +165,9 @@ class EncodedBatch:
 
     def __len__(self) -> int:
         return len(self.images)
+
+    def __getitem__(self, part: slice) -> EncodedBatch:
+        return EncodedBatch(self.images[part], self.names[part])
 
 
 def collate_encoded(items: list) -> tuple[EncodedBatch, torch.Tensor]:  # noqa: F821
@@ -203,10 +217,39 @@ def build_transforms(meta: dict, recipe: dict):
     return train, evaluate
 
 
+def _load_shard_splits(meta: dict, recipe: dict, workers: int, pin_memory: bool):
+    """kind webdataset: tar shards read in sequence (shards.py), decoded as `decode` says."""
+    import functools
+
+    import torch
+
+    from .shards import ShardSplit
+    from .splits import Splits
+
+    keys, shards, chans = (meta["image_key"], meta["label_key"]), meta["shards"], meta["in_chans"]
+    if meta.get("decode", "pil") == "device":
+        from .tensor_augment import DeviceTransforms
+
+        sample = functools.partial(encoded_sample, in_chans=chans)
+        train, evaluate = (ShardSplit(shards[role], keys, sample, collate_encoded, workers,
+                                      labels=meta["eval_labels"] if role == "eval_split" else None)
+                           for role in ("train_split", "eval_split"))
+        return Splits(train=train, eval=evaluate, meta=meta, finish=DeviceTransforms(meta, recipe))
+    train_tf, eval_tf = build_transforms(meta, recipe)
+    blank, collate = torch.zeros(chans, meta["img_size"], meta["img_size"]), torch.utils.data.default_collate
+    train, evaluate = (ShardSplit(shards[role], keys, functools.partial(pil_sample, transform=tf, in_chans=chans,
+                                                                        blank=blank), collate, workers, pin_memory,
+                                  labels=meta["eval_labels"] if role == "eval_split" else None)
+                       for role, tf in (("train_split", train_tf), ("eval_split", eval_tf)))
+    return Splits(train=train, eval=evaluate, meta=meta)
+
+
 def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
     from .splits import LoaderSplit, Splits, worker_count
 
     workers = worker_count(recipe.get("num_workers", 0))
+    if meta["kind"] == "webdataset":
+        return _load_shard_splits(meta, recipe, workers, pin_memory)
     if meta.get("decode", "pil") == "device":
         from .tensor_augment import DeviceTransforms
 

@@ -105,7 +105,7 @@ SEQUENCE_MODEL_KEYS = ("qkv_bias", "drop_path_rate")
 
 CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
     TaskInfo(
-        "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder"),
+        "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
         trainer="leaner.tasks.image:ImageClassification",
