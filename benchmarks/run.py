@@ -344,44 +344,59 @@ def bench_augment(repeats: int, work: Path, quick: bool, baseline_rev: str | Non
 # ----------------------------------------------------------------------------- 1d. read path
 
 def bench_read(repeats: int, work: Path, quick: bool) -> str:
-    """Reading the prepared split as the loader's workers do (`decode: device`'s dataset: a row's
-    encoded bytes out of the memory-mapped Arrow file, in the epoch's random order, and in file
-    order) against decoding those bytes (libjpeg-turbo, one thread): per core, the same images."""
+    """Reading the prepared data as the loader's workers do, against decoding it (libjpeg-turbo,
+    one thread), per core, the same images: a hub dataset's Arrow file (a row's encoded bytes,
+    memory-mapped, `decode: device`'s dataset) in the epoch's random order and in file order, and
+    webdataset tar shards read in sequence (kind webdataset)."""
     import datasets
     import numpy as np
     from torchvision.io import ImageReadMode, decode_jpeg
 
     from leaner.data.images import EncodedImageDataset
+    from leaner.data.shards import _samples, write_shard
 
     n, size = (64, 384) if quick else (1024, 384)
     root = work / "read"
     _write_images(root / "imgs", n, size, "jpg")
     files = sorted((root / "imgs" / "train").rglob("*.jpg"))
-    table_rows = {"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
-                  "label": [int(f.parent.name[1:]) for f in files]}
-    ds = datasets.Dataset.from_dict(table_rows, features=datasets.Features(
-        {"image": datasets.Image(), "label": datasets.Value("int64")}))
+    images = [f.read_bytes() for f in files]
+    labels = [int(f.parent.name[1:]) for f in files]
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": f.name} for b, f in zip(images, files)],
+                                     "label": labels},
+                                    features=datasets.Features({"image": datasets.Image(),
+                                                                "label": datasets.Value("int64")}))
     ds.save_to_disk(str(root / "arrow"))  # the bytes inside the Arrow file, as a hub dataset's are
-    ds = datasets.load_from_disk(str(root / "arrow"))
-    reader = EncodedImageDataset(ds, "image", "label", 3)
-    mean_kb = statistics.mean(len(r["bytes"]) for r in table_rows["image"]) / 1024
+    reader = EncodedImageDataset(datasets.load_from_disk(str(root / "arrow")), "image", "label", 3)
+    per_shard = max(1, n // 8)
+    shards = []
+    for k in range(0, n, per_shard):
+        shards.append(root / f"read-train-{k // per_shard:04d}.tar")
+        write_shard(shards[-1], ((f"{i:06d}", {"jpg": images[i], "cls": str(labels[i]).encode()})
+                                 for i in range(k, min(n, k + per_shard))))
     order = np.random.default_rng(0).permutation(n)
-    rates: dict[str, list[float]] = {"random order": [], "file order": [], "decode": []}
+    rates: dict[str, list[float]] = {"Arrow rows, random order": [], "Arrow rows, file order": [],
+                                     "tar shards, in sequence": [], "decode (libjpeg-turbo)": []}
     for _ in range(repeats):
-        for label, idx in (("random order", order), ("file order", range(n))):
+        for label, idx in (("Arrow rows, random order", order), ("Arrow rows, file order", range(n))):
             t0 = time.perf_counter()
             encoded = [reader[int(i)][0][0] for i in idx]
             rates[label].append(n / (time.perf_counter() - t0))
         t0 = time.perf_counter()
+        read = sum(1 for f in shards for _ in _samples(f, "jpg", "cls"))
+        rates["tar shards, in sequence"].append(read / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
         for data in encoded:
             decode_jpeg(data, mode=ImageReadMode.RGB)
-        rates["decode"].append(n / (time.perf_counter() - t0))
-    rows = [[f"read, {label}" if label != "decode" else "decode (libjpeg-turbo)", median_spread(r) + " images/s",
-             f"{statistics.median(r) / statistics.median(rates['decode']):.2f}"] for label, r in rates.items()]
-    return table("1d. Reading the prepared split against decoding it, per core", ["step", "rate", "/ decode"], rows) + \
-        (f"\n{n} JPEGs of {size} px ({mean_kb:.0f} KiB each on average; ImageNet's average about 110 KiB), "
-         f"their bytes inside an Arrow file as a hub dataset's are, read through the loader's dataset "
-         f"(`decode: device`), from the page cache; one process, one thread.\n")
+        rates["decode (libjpeg-turbo)"].append(n / (time.perf_counter() - t0))
+    decode = statistics.median(rates["decode (libjpeg-turbo)"])
+    rows = [[label, median_spread(r) + " images/s", f"{statistics.median(r) / decode:.2f}"]
+            for label, r in rates.items()]
+    mean_kb = statistics.mean(len(b) for b in images) / 1024
+    return table("1d. Reading the prepared data against decoding it, per core", ["step", "rate", "/ decode"], rows) + \
+        (f"\n{n} JPEGs of {size} px ({mean_kb:.0f} KiB each on average; ImageNet's are about 110 KiB), from the page "
+         f"cache; one process, one thread. Arrow rows through the loader's dataset for `decode: device` (the bytes "
+         f"inside the Arrow file, as a hub dataset's are); shards of {per_shard} samples read as kind webdataset's "
+         f"workers read them.\n")
 
 
 # ----------------------------------------------------------------------------- 2. conditioning

@@ -16,7 +16,7 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nMachine: ")
     for title in ("1. Training loop against a bare PyTorch loop", "1b. Data loading against the step",
-                  "1c. `decode: device` augmentation on",
+                  "1c. `decode: device` augmentation on", "1d. Reading the prepared data against decoding it",
                   "2a. Conditioning stage", "2b. kappa: leaner's batched float64 SVD", "3. `snakemake -n`",
                   "5. ViT-B/16 on the GPU", "6b. P2 fig1 variant on one GPU", "7. Paper-scale studies"):
         assert f"### {title}" in text, title

@@ -443,35 +443,27 @@ def test_decoding_with_pillow_in_the_workers_survives_the_same_files(tmp_path, c
 
 def _write_shards(root, split, n_shards, per_shard, size=20, odd=()):
     """Webdataset tar shards as timm/imagenet-1k-wds's: imagenet1k-{split}-NNNN.tar, each sample a
-    .jpg and a .cls member sharing a key; `odd`: (file name, bytes) samples added to the first shard.
+    .jpg and a .cls member sharing a key; `odd`: (key, bytes) samples added to the first shard.
     Returns {key: label}."""
     import io
-    import tarfile
 
     from PIL import Image
+
+    from leaner.data.shards import write_shard
 
     rng = np.random.default_rng(len(split))
     root.mkdir(parents=True, exist_ok=True)
     keys = {}
     for s in range(n_shards):
-        with tarfile.open(root / f"imagenet1k-{split}-{s:04d}.tar", "w") as tar:
-            def add(name, data):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-            for i in range(per_shard):
-                label = (s * per_shard + i) % 3
-                buf = io.BytesIO()
-                pixels = rng.integers(0, 80, (size, size + i % 3, 3), dtype=np.uint8) + np.uint8(60 * label)
-                Image.fromarray(pixels).save(buf, format="JPEG")
-                key = f"s{s}_{i:03d}"
-                add(f"{key}.jpg", buf.getvalue())
-                add(f"{key}.cls", str(label).encode())
-                keys[key] = label
-            for name, data in odd if s == 0 else ():
-                add(f"{name}.jpg", data)
-                add(f"{name}.cls", b"0")
+        samples = []
+        for i in range(per_shard):
+            label, buf = (s * per_shard + i) % 3, io.BytesIO()
+            pixels = rng.integers(0, 80, (size, size + i % 3, 3), dtype=np.uint8) + np.uint8(60 * label)
+            Image.fromarray(pixels).save(buf, format="JPEG")
+            keys[f"s{s}_{i:03d}"] = label
+            samples.append((f"s{s}_{i:03d}", {"jpg": buf.getvalue(), "cls": str(label).encode()}))
+        samples += [(key, {"jpg": data, "cls": b"0"}) for key, data in (odd if s == 0 else ())]
+        write_shard(root / f"imagenet1k-{split}-{s:04d}.tar", samples)
     return keys
 
 
@@ -535,3 +527,25 @@ def test_a_run_on_webdataset_shards_trains_and_names_the_files_it_cannot_read(tm
     assert metrics["status"] == "ok" and metrics["steps"] == 2 * (25 // 5)
     events = metrics["data"]["events"]
     assert events["unreadable files"] == ["noise.jpg"] and events["unreadable, skipped"] >= 1
+
+
+def test_the_paper_config_takes_the_hubs_webdataset_shards_as_its_comment_says(tmp_path):
+    """configs/paper.yaml's commented imagenet_wds entry, uncommented and given to vit_imagenet (its
+    DeiT recipe, repeat_aug 3 and all), plans without a problem: shards named as the hub's."""
+    import yaml
+
+    from conftest import REPO
+
+    from leaner.plan import build_plan
+
+    _write_shards(tmp_path / "wds", "train", 1, 2)
+    _write_shards(tmp_path / "wds", "validation", 1, 2)
+    text = (REPO / "configs" / "paper.yaml").read_text()
+    entry = re.search(r"# (imagenet_wds: \{kind: webdataset.*\})", text).group(1)
+    cfg = yaml.safe_load(text)
+    cfg["datasets"].update(yaml.safe_load(entry.replace("/data/imagenet-1k-wds", str(tmp_path / "wds"))))
+    cfg["studies"]["vit_imagenet"]["dataset"] = "imagenet_wds"
+    plan = build_plan(cfg)
+    spec = plan.datasets["imagenet_wds"]
+    assert (spec["image_key"], spec["label_key"], spec["img_size"]) == ("jpg", "cls", 224)
+    assert plan.studies["vit_imagenet"].variants

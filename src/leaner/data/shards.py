@@ -40,6 +40,22 @@ def shard_files(root: str | Path, split: str) -> list[Path]:
     return sorted(Path(root).glob(f"*{split}-*.tar"))
 
 
+def write_shard(path: str | Path, samples) -> None:
+    """A webdataset shard at `path` (written to a temporary name, then renamed): `samples` is an
+    iterable of (key, {extension: bytes}), each sample's members stored one after the other."""
+    import io
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tarfile.open(tmp, "w") as tar:
+        for key, members in samples:
+            for ext, data in members.items():
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    tmp.replace(path)
+
+
 def _samples(path: Path, image_key: str, label_key: str):
     """(key, image bytes, label) of each sample of a shard, read in sequence; a sample missing its
     image or label is passed over."""
