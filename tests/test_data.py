@@ -534,9 +534,9 @@ def test_the_paper_config_takes_the_hubs_webdataset_shards_as_its_comment_says(t
     DeiT recipe, repeat_aug 3 and all), plans without a problem: shards named as the hub's."""
     import yaml
 
-    from conftest import REPO
-
     from leaner.plan import build_plan
+
+    from conftest import REPO
 
     _write_shards(tmp_path / "wds", "train", 1, 2)
     _write_shards(tmp_path / "wds", "validation", 1, 2)
