@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from leaner.analysis.labels import column_label
-from leaner.analysis.tables import number_format, write_table
+from leaner.analysis.table_render import number_format, write_table
 
 CAPTION = "vit_digits: eval_acc per configuration over seeds (mean, 95% interval, min, max, n) & #1 ~ ^{x}"
 VERDICT = ("more heads help: the 95% interval of the difference clears zero by more than a quarter of its "

@@ -34,7 +34,8 @@ from .findings import findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, resolve, spearman_ci, welch
 from .summary import explode_protocols, not_learned
-from .tables import CLAIMS_COLUMNS, write_table
+from .table_render import write_table
+from .tables import CLAIMS_COLUMNS
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 

@@ -10,7 +10,8 @@ import pandas as pd
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import task_info
 from .papers import paper_comparison, theorem_comparison
-from .tables import acceptance_checks, by_config, claims_table, glue_tasks_table, lean_vs_baseline, write_table
+from .table_render import write_table
+from .tables import acceptance_checks, by_config, claims_table, glue_tasks_table, lean_vs_baseline
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
