@@ -17,7 +17,7 @@ include: "rules/finetune.smk"
 include: "rules/conditioning.smk"
 include: "rules/theory.smk"
 include: "rules/aggregate.smk"
-include: "rules/unknown.smk"
+include: "rules/refuse_unknown_studies.smk"
 
 
 rule all:

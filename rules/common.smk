@@ -308,7 +308,7 @@ def limit_resource(name, value):
     workflow.scheduler.global_resources[name] = value
 
 
-# Names a target under results/ may start with (rules/unknown.smk refuses any other).
+# Names a target under results/ may start with (rules/refuse_unknown_studies.smk refuses any other).
 KNOWN_FOLDERS = "|".join(STUDIES + list(RESERVED_STUDY_NAMES))
 KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
 
