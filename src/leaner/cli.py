@@ -271,19 +271,19 @@ def cmd_run(a):
     return run_snakemake(a.snakemake_args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .provenance import describe
+CONFIG_FILES = dict(nargs="*", default=["config.yaml"], help="config files, merged in order as --configfile merges "
+                    "them; an overlay (no studies of its own) is laid over ./config.yaml")
 
-    p = argparse.ArgumentParser(prog="leaner", description=__doc__)
-    p.add_argument("--version", action="version", version=describe())
-    sub = p.add_subparsers(dest="command", required=True)
 
+def _prepare_data_parser(sub) -> None:
     s = sub.add_parser("prepare-data", help="prepare one dataset and write its manifest")
     s.add_argument("--dataset", required=True)
     s.add_argument("--spec", required=True, type=_json_arg, help="the dataset's config (JSON)")
     s.add_argument("--out", required=True, help="manifest.json to write")
     s.set_defaults(func=cmd_prepare_data)
 
+
+def _train_parser(sub) -> None:
     s = sub.add_parser("train", help="train one variant")
     s.add_argument("--spec", required=True, type=_json_arg, help="the variant spec (JSON)")
     s.add_argument("--data", required=True, help="the prepared dataset's manifest.json")
@@ -296,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_train)
 
+
+def _conditioning_parser(sub) -> None:
     s = sub.add_parser("conditioning", help="condition numbers of one trained variant")
     s.add_argument("--metrics", required=True)
     s.add_argument("--init", required=True)
@@ -307,11 +309,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None)
     s.set_defaults(func=cmd_conditioning)
 
+
+def _theory_parser(sub) -> None:
     s = sub.add_parser("theory", help="Monte Carlo check of Theorem 3.2")
     s.add_argument("--settings", required=True, type=_json_arg)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_theory)
 
+
+def _summary_parser(sub) -> None:
     s = sub.add_parser("summary", help="one row per variant of a study")
     s.add_argument("--study", required=True)
     s.add_argument("--protocols", required=True, type=_json_arg, help="{variant: [protocols]}")
@@ -322,11 +328,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kappa-out", default=None, help="also write kappa at every kept checkpoint (CSV)")
     s.set_defaults(func=cmd_summary)
 
+
+def _glue_scores_parser(sub) -> None:
     s = sub.add_parser("glue-scores", help="one pretrained variant's GLUE task scores and their average")
     s.add_argument("--metrics", nargs="+", required=True, help="metrics.json of each fine-tuning run")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_glue_scores)
 
+
+def _tables_parser(sub) -> None:
     s = sub.add_parser("tables", help="per-configuration and lean-vs-baseline tables of a study")
     s.add_argument("--summary", required=True)
     s.add_argument("--study", required=True)
@@ -339,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_tables)
 
+
+def _match_parser(sub) -> None:
     s = sub.add_parser("match", help="lean variants of a baseline within a parameter budget (exact counts)")
     s.add_argument("config", nargs="?", default="config.yaml", help="the config whose study gives task and data")
     s.add_argument("--study", required=True, help="the study (its task, dataset and model settings)")
@@ -355,16 +367,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="also write the table as CSV")
     s.set_defaults(func=cmd_match)
 
+
+def _job_costs_parser(sub) -> None:
     s = sub.add_parser("job-costs", help="per-job benchmark files -> a table of what each stage cost")
     s.add_argument("--benchmarks", nargs="+", required=True)
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_job_costs)
 
+
+def _run_config_parser(sub) -> None:
     s = sub.add_parser("run-config", help="write the configuration a run resolved, as YAML")
     s.add_argument("--config", required=True, type=_json_arg)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_run_config)
 
+
+def _overview_parser(sub) -> None:
     s = sub.add_parser("overview", help="both papers in one view: every study's heads, rank, depth, error and kappa")
     s.add_argument("--summaries", nargs="+", required=True)
     s.add_argument("--figdir", required=True)
@@ -373,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--claims", nargs="*", default=[], help="the claims tables of the studies that declare claims")
     s.set_defaults(func=cmd_overview)
 
+
+def _figures_parser(sub) -> None:
     s = sub.add_parser("figures", help="the papers' figures for a study")
     s.add_argument("--summary", required=True)
     s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
@@ -385,32 +405,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_figures)
 
+
+def _theory_report_parser(sub) -> None:
     s = sub.add_parser("theory-report", help="figure and table of the theory check")
     s.add_argument("--theory", required=True)
     s.add_argument("--figdir", required=True)
     s.add_argument("--tabledir", required=True)
     s.set_defaults(func=cmd_theory_report)
 
-    configs = dict(nargs="*", default=["config.yaml"], help="config files, merged in order as --configfile "
-                   "merges them; an overlay (no studies of its own) is laid over ./config.yaml")
+
+def _variants_parser(sub) -> None:
     s = sub.add_parser("variants", help="list the variants a config expands to")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.add_argument("--study", default=None)
     s.set_defaults(func=cmd_variants)
 
+
+def _check_config_parser(sub) -> None:
     s = sub.add_parser("check-config", help="validate a config file")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.set_defaults(func=cmd_check_config)
 
+
+def _check_data_parser(sub) -> None:
     s = sub.add_parser("check-data", help="ask the hub whether each dataset the studies take from it loads with the "
                                           "pinned datasets (before any job), and say what to do when not")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.add_argument("--root", default=".", help="the folder holding results/ (a prepared dataset is not asked again)")
     s.set_defaults(func=cmd_check_data)
 
+
+def _rehearse_parser(sub) -> None:
     s = sub.add_parser("rehearse", help="every distinct architecture of a config at its real shape, on the CPU: a "
                                         "few training steps, a checkpoint and resume, its conditioning")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.add_argument("--studies", type=lambda t: t.split(","), default=None, help="only these studies (a,b)")
     s.add_argument("--ends", action="store_true", help="only the smallest and the largest architecture of each study")
     s.add_argument("--max-params", type=float, default=None, help="leave out architectures of more parameters "
@@ -424,17 +452,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_rehearse)
 
+
+def _status_parser(sub) -> None:
     s = sub.add_parser("status", help="every variant of every study: pending, running (step, loss), done (metric), "
                                       "diverged or failed (why)")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.add_argument("--root", default=".", help="the folder holding results/ and logs/ (default: here)")
     s.add_argument("--watch", type=float, nargs="?", const=10.0, default=None, metavar="SECONDS",
                    help="refresh every SECONDS (default 10) until Ctrl-C")
     s.add_argument("--state", type=lambda t: t.split(","), default=[], help="only these states, e.g. running,failed")
     s.set_defaults(func=cmd_status)
 
+
+def _cost_parser(sub) -> None:
     s = sub.add_parser("cost", help="GPU-hours of every study on a card, and each job's GPU memory against it")
-    s.add_argument("config", **configs)
+    s.add_argument("config", **CONFIG_FILES)
     s.add_argument("--gpu", default="h100", help="the card: h100, h200 or a100 (default h100)")
     s.add_argument("--mfu", default=None, help="model FLOPs utilisation for every FLOPs-priced job, in (0, 1] "
                                                "(default: measured where it was, else 0.3)")
@@ -445,9 +477,29 @@ def build_parser() -> argparse.ArgumentParser:
                         "that cannot fit, exit status 2")
     s.set_defaults(func=cmd_cost)
 
+
+def _run_parser(sub) -> None:
     s = sub.add_parser("run", help="snakemake in this folder, resuming a run that died (stale lock, incomplete files)")
     s.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake, e.g. --cores all")
     s.set_defaults(func=cmd_run)
+
+
+SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order
+    _prepare_data_parser, _train_parser, _conditioning_parser, _theory_parser, _summary_parser, _glue_scores_parser,
+    _tables_parser, _match_parser, _job_costs_parser, _run_config_parser, _overview_parser, _figures_parser,
+    _theory_report_parser, _variants_parser, _check_config_parser, _check_data_parser, _rehearse_parser,
+    _status_parser, _cost_parser, _run_parser,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .provenance import describe
+
+    p = argparse.ArgumentParser(prog="leaner", description=__doc__)
+    p.add_argument("--version", action="version", version=describe())
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
     return p
 
 
