@@ -29,4 +29,4 @@ gpu-check: $(if $(NO_VENV),,$(STAMP))
 	$(if $(NO_VENV),$(PYTHON),$(BIN)/python) benchmarks/gpu_check.py $(ARGS)
 
 clean-results:
-	rm -rf results logs benchmarks/*/ .snakemake
+	rm -rf results logs .snakemake

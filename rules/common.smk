@@ -195,12 +195,14 @@ def final_outputs():
 
 def benchmark_files():
     """Every per-job benchmark file of the run (the job_costs table reads them)."""
-    out = [f"benchmarks/prepare_data/{d}.tsv" for d in PLAN.used_datasets()] + ["benchmarks/theory/theory.tsv"]
+    out = [f"logs/benchmarks/prepare_data/{d}.tsv" for d in PLAN.used_datasets()] + [
+        "logs/benchmarks/theory/theory.tsv"
+    ]
     for study, st in PLAN.studies.items():
         for vid in st.variants:
-            out += [f"benchmarks/train/{study}/{vid}.tsv", f"benchmarks/conditioning/{study}/{vid}.tsv"]
+            out += [f"logs/benchmarks/train/{study}/{vid}.tsv", f"logs/benchmarks/conditioning/{study}/{vid}.tsv"]
             if st.finetune:
-                out += [f"benchmarks/finetune/{study}/{vid}/{task}.tsv" for task in st.finetune["tasks"]]
+                out += [f"logs/benchmarks/finetune/{study}/{vid}/{task}.tsv" for task in st.finetune["tasks"]]
     return out
 
 

@@ -14,7 +14,7 @@ rule conditioning:
     log:
         "logs/conditioning/{study}/{variant}.log",
     benchmark:
-        "benchmarks/conditioning/{study}/{variant}.tsv"
+        "logs/benchmarks/conditioning/{study}/{variant}.tsv"
     group:
         share_group
     conda:

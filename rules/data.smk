@@ -11,7 +11,7 @@ rule prepare_data:
     log:
         "logs/prepare_data/{dataset}.log",
     benchmark:
-        "benchmarks/prepare_data/{dataset}.tsv"
+        "logs/benchmarks/prepare_data/{dataset}.tsv"
     wildcard_constraints:
         dataset=prepared_datasets(local=False),
     conda:

@@ -15,7 +15,7 @@ rule finetune:
     log:
         "logs/finetune/{study}/{variant}/{glue_task}.log",
     benchmark:
-        "benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
+        "logs/benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
     group:
         share_group
     conda:

@@ -7,7 +7,7 @@ rule theory:
     log:
         "logs/theory/theory.log",
     benchmark:
-        "benchmarks/theory/theory.tsv"
+        "logs/benchmarks/theory/theory.tsv"
     conda:
         "../envs/leaner.yaml"
     params:

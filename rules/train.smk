@@ -18,7 +18,7 @@ rule train:
     log:
         "logs/train/{study}/{variant}.log",
     benchmark:
-        "benchmarks/train/{study}/{variant}.tsv"
+        "logs/benchmarks/train/{study}/{variant}.tsv"
     group:
         share_group
     conda:

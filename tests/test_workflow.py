@@ -40,7 +40,7 @@ def test_tiny_study_end_to_end(tiny_run):
         assert not (d / ".resume").exists() and not (d / "progress.json").exists()
         assert list(d.glob("events.out.tfevents.*")), d  # TensorBoard's, beside history.csv
         assert (work / "logs" / "train" / "tiny" / f"{v}.log").exists()
-        assert (work / "benchmarks" / "train" / "tiny" / f"{v}.tsv").exists()
+        assert (work / "logs" / "benchmarks" / "train" / "tiny" / f"{v}.tsv").exists()
 
     summary = pd.read_csv(work / "results" / "tiny" / "summary.csv")
     assert len(summary) == 6 and set(summary["variant"]) == set(variants)

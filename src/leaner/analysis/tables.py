@@ -169,7 +169,7 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
-    """Snakemake's per-job benchmark files (benchmarks/{rule}/{study}/...tsv) -> per rule and study:
+    """Snakemake's per-job benchmark files (logs/benchmarks/{rule}/{study}/...tsv) -> per rule and study:
     jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last."""
     rows = []
     for path in benchmark_paths:
