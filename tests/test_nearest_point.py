@@ -227,6 +227,7 @@ def _summary(rows):
 
 def test_acceptance_checks_pass_and_fail_on_the_numbers():
     from leaner.analysis.tables import acceptance_checks
+    from leaner.outputs import ACCEPTANCE_CHECKS
 
     rows = []
     for seed, (full, half) in enumerate([(0.04, 0.57), (0.05, 0.58)]):
@@ -239,7 +240,7 @@ def test_acceptance_checks_pass_and_fail_on_the_numbers():
               "qk_angle_deg_min": 90.0} for n, mse in ((4, 0.02), (64, 0.81))]
     rows += [{"depth": 2, "heads": 1, "head_dim": 16, "tokens": n, "seed": 0, "best_train_loss": 0.01,
               "qk_angle_deg_min": 90.0} for n in (4, 64)]
-    checks = acceptance_checks(_summary(rows)).set_index("check")
+    checks = acceptance_checks(_summary(rows), ACCEPTANCE_CHECKS).set_index("check")
     gap = checks.loc["1 layer, W=1, d=16, N=8, posn=none: MSE(rank d/2) / MSE(rank d)"]
     assert gap["observed"] == pytest.approx(0.57 / 0.04) and gap["pass"]  # min over seeds
     assert checks.loc["2 layers, W=1, d=16, posn=none, rank 1: MSE at N=4", "pass"]

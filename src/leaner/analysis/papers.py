@@ -216,13 +216,10 @@ def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
     return rows
 
 
-def paper_comparison(summary: pd.DataFrame, baseline: dict, checks=None) -> pd.DataFrame:
-    """The study's comparison table (COLUMNS)."""
-    from ..outputs import ACCEPTANCE_CHECKS
-
+def paper_comparison(summary: pd.DataFrame, baseline: dict, checks) -> pd.DataFrame:
+    """The study's comparison table (COLUMNS); P2's with the acceptance checks named in `checks`."""
     task = summary["task"].iloc[0]
-    rows = (p2_comparison(summary, ACCEPTANCE_CHECKS if checks is None else checks) if task_info(task).family == "P2"
-            else p1_comparison(summary, baseline))
+    rows = (p2_comparison(summary, checks) if task_info(task).family == "P2" else p1_comparison(summary, baseline))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -15,10 +15,12 @@ from .tables import acceptance_checks, by_config, claims_table, glue_tasks_table
 
 
 def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: str,
-                       checks=ACCEPTANCE_CHECKS, names: list[str] | None = None,
+                       checks=None, names: list[str] | None = None,
                        claims: list[dict] | None = None) -> list[Path]:
     """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names`; by default the task's
-    tables (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs)."""
+    tables (the task catalogue's) that the study's grid gives something to show (outputs.study_outputs).
+    `checks`: P2's acceptance checks to run, as the plan resolved them (None: every one, as a study
+    that names none)."""
     summary = pd.read_csv(summary_csv)
     task = summary["task"].iloc[0]
     if names is None:

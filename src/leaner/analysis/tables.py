@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..outputs import ACCEPTANCE_CHECKS
 from ..tasks import task_info
 from .stats import ci95, claim_verdict, gmean, resolve, welch
 from .summary import ARCH, axes, config_values, is_arch, not_learned
@@ -38,7 +37,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def acceptance_checks(summary: pd.DataFrame, checks=ACCEPTANCE_CHECKS) -> pd.DataFrame:
+def acceptance_checks(summary: pd.DataFrame, checks) -> pd.DataFrame:
     """P2's acceptance checks (papers.md 2.7) named in `checks`, wherever the study's grid holds
     the points a check needs; per configuration the min over seeds, as in P2's plots."""
     configs = by_config(summary)
