@@ -122,8 +122,7 @@ def cmd_match(a):
     import pandas as pd
 
     from .config import load_yaml
-    from .grid import PROTOCOLS
-    from .match import match
+    from .match import LEAN_SEARCH_KEYS, match_lean
     from .plan import study_model_base
     from .tasks import CATALOG, task_info
 
@@ -131,16 +130,14 @@ def cmd_match(a):
     if task_info(st["task"]).grid != "arch":
         arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
         raise ValueError(f"study {a.study} is a {st['task']} study (allowed: {', '.join(arch_tasks)} studies)")
-    lean = st.get("lean") or {}
-    baseline = a.baseline or lean.get("baseline") or st.get("baseline")
-    if not baseline:
+    lean = dict(st.get("lean") or {})  # the study's block, with what the command line gives over it
+    lean["baseline"] = a.baseline or lean.get("baseline") or st.get("baseline")
+    if not lean["baseline"]:
         raise ValueError("no baseline: give --baseline depth=..,heads=..,width=..,mlp_ratio=.. or a study with one")
-    budget, reduction = a.budget, a.reduction
-    if budget is None and reduction is None:
-        budget, reduction = lean.get("budget"), lean.get("reduction")
-    base, rows = match(model_base, baseline, budget, reduction, a.depths or lean.get("depths"),
-                       a.heads or lean.get("heads"), a.protocols or lean.get("protocols") or PROTOCOLS,
-                       a.mlp_ratios or lean.get("mlp_ratios"))
+    if a.budget is not None or a.reduction is not None:
+        lean["budget"], lean["reduction"] = a.budget, a.reduction
+    lean.update({key: getattr(a, key) for key in LEAN_SEARCH_KEYS if getattr(a, key)})
+    base, rows = match_lean(model_base, lean)
     frame = pd.DataFrame(rows)
     print(f"baseline L{base['depth']}-H{base['heads']}-D{base['width']}-mlp{base['mlp_hidden']}: "
           f"{base['params']:,} parameters; budget {base['budget']:,}")

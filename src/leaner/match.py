@@ -93,14 +93,23 @@ def match(model_base: dict, baseline: dict, budget: int | None = None, reduction
     return {**base, "params": base_params, "budget": limit}, rows
 
 
+LEAN_SEARCH_KEYS = ("depths", "heads", "protocols", "mlp_ratios")  # a lean block's search space (match's)
+
+
+def match_lean(model_base: dict, lean: dict) -> tuple[dict, list[dict]]:
+    """match() as a `lean` block asks (its baseline; its budget or reduction; its depths, heads,
+    protocols and MLP ratios, each absent one at match's default): the one reading of the block,
+    for the plan (lean_grids) and for `leaner match`."""
+    return match(model_base, lean["baseline"], lean.get("budget"), lean.get("reduction"),
+                 lean.get("depths"), lean.get("heads"), lean.get("protocols") or PROTOCOLS, lean.get("mlp_ratios"))
+
+
 def lean_grids(model_base: dict, lean: dict) -> list[dict]:
     """A study's `lean` block -> grid entries: the baseline (under the protocol its shape has)
     and every configuration that fits the budget."""
-    base, rows = match(model_base, lean["baseline"], lean.get("budget"), lean.get("reduction"),
-                       lean.get("depths"), lean.get("heads"), lean.get("protocols", PROTOCOLS),
-                       lean.get("mlp_ratios"))
+    base, rows = match_lean(model_base, lean)
     seeds = lean.get("seeds", [0])
-    protocols = list(lean.get("protocols", PROTOCOLS))  # the baseline is a point of each protocol's curve
+    protocols = list(lean.get("protocols") or PROTOCOLS)  # the baseline is a point of each protocol's curve
     grids = [{"protocol": protocols, "width": [base["width"]], "head_dim": [base["head_dim"]],
               "depth": [base["depth"]], "heads": [base["heads"]], "mlp_hidden": [base["mlp_hidden"]], "seeds": seeds}]
     for r in rows:
