@@ -230,8 +230,8 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
     """`decode: device` on CUDA: nvJPEG and the batched DeiT recipe (kornia's warps, torchvision's
     ops) give the CPU's images to within 2 grey levels on average for the same draws (all drawn on
     the host; erasing, which draws its noise on the device, left out); and on ImageNet's odd files
-    the real nvJPEG decodes or hands over what it can, while the two unreadable files are dropped
-    with their labels."""
+    the real nvJPEG decodes or hands over what it can, and what nothing reads is dropped with its
+    label."""
     import random
 
     from test_data import IMAGE_SPEC, _write_image_folder, _write_odd_images
@@ -260,7 +260,9 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
     splits = load_splits(str(tmp_path / "odd" / "manifest.json"), {"augment": True, "num_workers": 0})
     (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     images, labels = splits.finish.train(x, y, torch.device("cuda"))
-    kept = [i for i, name in enumerate(x.names) if name not in ("cut.JPEG", "noise.JPEG")]
+    skipped = splits.finish.take_events()["unreadable, skipped"]
+    # the noise no decoder reads; the JPEG cut after its header nvJPEG may reject or decode in part
+    assert "noise.JPEG" in skipped and set(skipped) <= {"cut.JPEG", "noise.JPEG"}, skipped
+    kept = [i for i, name in enumerate(x.names) if name not in skipped]
     assert images.shape == (len(kept), 3, 32, 32) and torch.isfinite(images).all()
     assert torch.equal(labels.cpu(), y[kept])
-    assert sorted(splits.finish.take_events()["unreadable, skipped"]) == ["cut.JPEG", "noise.JPEG"]
