@@ -103,3 +103,93 @@ def test_an_unknown_task_is_refused_with_the_catalogue_names(toy_task):
 
     with pytest.raises(ValueError, match="unknown task 'nope' .*digit_parity"):
         make_task({"task": "nope"}, "", None)
+
+
+# A dataset kind is added in one place too: one record in the kind catalogue, with its preparation
+# and its opening (here the test's own functions: bright or dark 4x4 noise images).
+
+def _prepare_bright(name: str, spec: dict, out_manifest: str) -> dict:
+    import numpy as np
+
+    from leaner.io import write_json
+
+    rng = np.random.default_rng(spec["seed"])
+    labels = rng.integers(0, 2, spec["n_train"])
+    images = rng.normal(size=(spec["n_train"], spec["in_chans"], spec["img_size"], spec["img_size"]))
+    images += np.where(labels, 1.0, -1.0)[:, None, None, None]
+    path = out_manifest.replace("manifest.json", "bright.npz")
+    np.savez(path, x=images.astype(np.float32), y=labels)
+    manifest = {"dataset": name, "kind": "bright", "num_classes": 2, "arrays": "bright.npz"}
+    write_json(out_manifest, manifest)
+    return manifest
+
+
+def _open_bright(manifest_path: str, spec: dict, device):
+    import numpy as np
+    import torch
+
+    from leaner.data import InMemorySplit, Splits
+    from leaner.io import read_json
+
+    with np.load(manifest_path.replace("manifest.json", "bright.npz")) as z:
+        x, y = torch.from_numpy(z["x"]), torch.from_numpy(z["y"])
+    half = len(y) // 2
+    return Splits(InMemorySplit(x[:half], y[:half]), InMemorySplit(x[half:], y[half:]), read_json(manifest_path))
+
+
+def _even(name: str, given: dict, out: dict, base_dir) -> list[str]:
+    return [] if out["n_train"] % 2 == 0 else [f"config error: datasets.{name}.n_train: {out['n_train']} is odd "
+                                                f"(allowed: an even number, halved into train and eval)"]
+
+
+@pytest.fixture
+def toy_kind(monkeypatch):
+    from leaner.data.kinds import KINDS, DatasetKind
+    from leaner.tasks import CATALOG, TaskInfo
+
+    kind = DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
+                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, _prepare_bright, _open_bright,
+                       required=("n_train",), check=_even)
+    monkeypatch.setitem(KINDS, "bright", kind)
+    # a task that reads it: the image task's record, for this kind (the catalogue's own is left alone)
+    image = CATALOG["image_classification"]
+    monkeypatch.setitem(CATALOG, "bright_images", TaskInfo(
+        "bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base, metric=image.metric,
+        train_metric=image.train_metric, figures=("accuracy_vs_heads",), tables=("by_config",),
+        trainer=image.trainer))
+    return kind
+
+
+def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_on(tmp_path, toy_kind):
+    import yaml
+
+    from leaner.config import ConfigError
+    from leaner.data import prepare
+    from leaner.plan import build_plan
+    from leaner.train import train
+
+    config = yaml.safe_load(TINY.read_text())
+    study = {"task": "bright_images", "dataset": "noise", "model": {"patch_size": 2},
+             "recipe": {"epochs": 3, "batch_size": 32, "lr": 5.0e-3},
+             "grid": {"protocol": ["fixed_width"], "width": [8], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                      "seeds": [0]}}
+    config["studies"] = {"toy": study}
+    for entry, error in (({"kind": "bright"}, "datasets.noise.n_train: required for kind bright"),
+                         ({"kind": "bright", "n_train": 7}, "datasets.noise.n_train: 7 is odd"),
+                         ({"kind": "bright", "n_train": 8, "decode": "pil"},
+                          "datasets.noise.decode: not used by kind bright"),
+                         ({"kind": "brite", "n_train": 8}, "datasets.noise.kind: .*one of .*bright")):
+        config["datasets"] = {"noise": entry}
+        with pytest.raises(ConfigError, match=error):
+            build_plan(config)
+    config["datasets"] = {"noise": {"kind": "bright", "n_train": 512, "img_size": 8}}
+    plan = build_plan(config)
+    assert plan.datasets["noise"] == {"kind": "bright", "img_size": 8, "in_chans": 1, "num_classes": 2, "seed": 0,
+                                      "n_train": 512, "prepare": {"runtime": 5, "mem_mb": 1000, "threads": 1,
+                                                                  "local": False}}
+    manifest = tmp_path / "data" / "noise" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    assert prepare("noise", plan.datasets["noise"], str(manifest))["kind"] == "bright"
+    (variant,) = plan.studies["toy"].variants.values()
+    metrics = train(variant.spec(), str(manifest), tmp_path / "run", progress=False)
+    assert metrics["status"] == "ok" and metrics["final"]["eval_acc"] > 0.9  # brightness is easy to read

@@ -326,15 +326,17 @@ def test_cli_reports_bad_config_without_traceback(tmp_path):
 
 def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_the_schema():
     """Each key is declared once, in the schema, with its type, description and default (a
-    dataset key per kind); the defaults themselves pass the schema."""
+    dataset key's per kind, in the kind's record); every kind's defaults pass the schema."""
     import jsonschema
 
-    from leaner.config import DATASET_DEFAULTS, _defaults, _schema, _schema_file, validate_schema
+    from leaner.config import _defaults, _schema, _schema_file, validate_schema
+    from leaner.data.kinds import KINDS, kind_defaults
 
-    dataset_schema = {**_schema_file()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
-    for kind, defaults in DATASET_DEFAULTS.items():
-        jsonschema.Draft202012Validator(dataset_schema).validate({"kind": kind, **defaults})
-    assert DATASET_DEFAULTS["digits"]["img_size"] == 8 and DATASET_DEFAULTS["hub"]["img_size"] == 224
+    dataset_schema = {**_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
+    for kind in KINDS:
+        jsonschema.Draft202012Validator(dataset_schema).validate({"kind": kind, **kind_defaults(kind)})
+    assert kind_defaults("digits")["img_size"] == 8 and kind_defaults("hub")["img_size"] == 224
+    assert _schema()["$defs"]["dataset"]["properties"]["kind"]["enum"] == list(KINDS)
 
     for section in ("recipe", "conditioning", "resources", "theory"):
         props = _schema_file()["$defs"][section]["properties"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from .data.kinds import KINDS
 from .tasks import CATALOG
 
 
@@ -28,17 +29,6 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
 
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
-
-
-DATASET_REQUIRED = {"hub": ("name", "num_classes"), "imagefolder": ("path", "num_classes"),
-                    "webdataset": ("path", "num_classes")}
-
-
-REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",
-                  "num_classes": "the number of classes, an integer >= 1"}
-
-
-TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
 
 
 @functools.cache
@@ -54,18 +44,6 @@ def _defaults(section: str) -> dict[str, Any]:
             for key, spec in _schema_file()["$defs"][section]["properties"].items() if "default" in spec}
 
 
-def _dataset_defaults() -> dict[str, dict[str, Any]]:
-    """Each dataset kind's defaults, declared in the schema beside each key (`kind_defaults`: a key
-    such as img_size defaults to 224 for a hub dataset and 8 for digits)."""
-    dataset = _schema_file()["$defs"]["dataset"]
-    out: dict[str, dict[str, Any]] = {kind: {} for kind in dataset["properties"]["kind"]["enum"]}
-    for key, spec in dataset["properties"].items():
-        for kind, value in (spec.get("kind_defaults") or {}).items():
-            out[kind][key] = copy.deepcopy(value)
-    return out
-
-
-DATASET_DEFAULTS = _dataset_defaults()
 RECIPE_DEFAULTS = _defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
 # conditioning: jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact
 # up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)
@@ -83,9 +61,10 @@ class ConfigError(ValueError):
 
 
 def _schema() -> dict:
-    """The config's JSON Schema, with the task names filled in from the task catalogue."""
+    """The config's JSON Schema, with the task names and dataset kinds filled in from their catalogues."""
     schema = copy.deepcopy(_schema_file())
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
+    schema["$defs"]["dataset"]["properties"]["kind"]["enum"] = list(KINDS)
     return schema
 
 

@@ -17,8 +17,6 @@ from pathlib import Path
 
 from .config import (
     CONDITIONING_DEFAULTS,
-    DATASET_DEFAULTS,
-    DATASET_REQUIRED,
     RECIPE_DEFAULTS,
     RESOURCE_DEFAULTS,
     THEORY_DEFAULTS,
@@ -29,6 +27,7 @@ from .config import (
     validate_schema,
 )
 from .data.glue import GLUE_TASKS
+from .data.kinds import KINDS, implicit_kinds, kind_defaults
 from .dataset_config import check_dataset
 from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
@@ -130,8 +129,8 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     base_dir = Path(base_dir)
 
     datasets = {n: check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
-    for implicit in ("digits", "nearest_point"):  # need no settings: always available by kind name
-        datasets.setdefault(implicit, {"kind": implicit, **DATASET_DEFAULTS[implicit]})
+    for implicit in implicit_kinds():  # need no settings: always available by kind name
+        datasets.setdefault(implicit, {"kind": implicit, **kind_defaults(implicit)})
 
     studies: dict[str, Study] = {}
     for name, st in config["studies"].items():
@@ -166,7 +165,7 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
     st, problems = config["studies"][study], []
     ds_name = st["dataset"]
     spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
-    if spec["kind"] not in DATASET_DEFAULTS:
+    if spec["kind"] not in KINDS:
         raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
     ds = check_dataset(ds_name, spec, problems, Path(base_dir))
     if problems:  # a dataset without a key its kind requires builds no model
@@ -282,7 +281,7 @@ def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> 
                         f"task {st['task']} needs one of kind {', '.join(info.dataset_kinds)} "
                         f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
-    if any(req not in ds for req in DATASET_REQUIRED.get(ds["kind"], ())):
+    if any(req not in ds for req in KINDS[ds["kind"]].required):
         return None  # check_dataset said which key is missing; no model is built without it
     return ds
 

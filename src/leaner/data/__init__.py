@@ -1,60 +1,36 @@
-"""Data for every task: preparation (once, by the data rule) and the splits a task reads
-(splits.py). One module per data family; this package only dispatches on the dataset's kind."""
+"""Data for every task: preparation (once, by the data rule) and what a run reads (splits.py).
+One module per data family; the kinds of dataset and what each does are in kinds.py, and this
+package's two doors, `prepare` and `open_data`, go through it for every kind."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from .kinds import dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
-__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "prepare"]
+__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
+           "prepare"]
 
 
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
-    kind = spec["kind"]
-    if kind == "digits":
-        from .digits import prepare_digits
+    return dataset_kind(spec["kind"]).prepare(dataset_name, spec, out_manifest)
 
-        return prepare_digits(dataset_name, spec, out_manifest)
-    if kind in ("hub", "imagefolder"):
-        from .images import prepare_images
 
-        return prepare_images(dataset_name, spec, out_manifest)
-    if kind == "webdataset":
-        from .shards import prepare_shards
+def open_data(manifest_path: str, spec: dict, device: Any = "cpu") -> Any:
+    """What a run of `spec` reads from a prepared dataset (its kind's `open`: kinds.py says what)."""
+    from ..io import read_json
 
-        return prepare_shards(dataset_name, spec, out_manifest)
-    if kind == "nearest_point":
-        from .nearest_point import prepare_nearest_point
-
-        return prepare_nearest_point(dataset_name, spec, out_manifest)
-    if kind == "listops":
-        from .listops import prepare_listops
-
-        return prepare_listops(dataset_name, spec, out_manifest)
-    if kind == "text":
-        from .text import prepare_text
-
-        return prepare_text(dataset_name, spec, out_manifest)
-    if kind == "glue":
-        from .glue import prepare_glue
-
-        return prepare_glue(dataset_name, spec, out_manifest)
-    raise ValueError(f"unknown dataset kind {kind!r} (allowed: digits, hub, imagefolder, webdataset, nearest_point, "
-                     "listops, text, glue)")
+    kind = read_json(manifest_path)["kind"]
+    try:
+        opener = dataset_kind(kind).open
+    except ValueError as err:
+        raise ValueError(f"{manifest_path}: {err}") from None
+    return opener(manifest_path, spec, device)
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:
-    """Open a prepared dataset for training and evaluation."""
-    from ..io import read_json
-
-    manifest = read_json(manifest_path)
-    kind = manifest["kind"]
-    if kind == "digits":
-        from .digits import load_digits_splits
-
-        return load_digits_splits(manifest_path, manifest)
-    if kind in ("hub", "imagefolder", "webdataset"):
-        from .images import load_image_splits
-
-        return load_image_splits(manifest, recipe, pin_memory=device_type == "cuda")
-    raise ValueError(f"{manifest_path}: unknown dataset kind {kind!r}")
+    """The splits of a prepared image dataset (digits, hub, imagefolder, webdataset): `open_data`
+    for a run with this recipe."""
+    return open_data(manifest_path, {"recipe": recipe}, device_type)

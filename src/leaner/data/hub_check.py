@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ..dataset_config import from_hub
 from .hub import hub_subsets
+from .kinds import from_hub
 
 PROBLEM = "data error:"
 PARQUET_REVISION = "refs/convert/parquet"

@@ -17,10 +17,10 @@ class ImageClassification(Task):
     name = "image_classification"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data import InMemorySplit, load_splits
+        from ..data import InMemorySplit, open_data
 
         recipe = spec["recipe"]
-        self.splits = load_splits(data_path, recipe, device.type)
+        self.splits = open_data(data_path, spec, device.type)
         for split in (self.splits.train, self.splits.eval):
             if device.type == "cuda" and isinstance(split, InMemorySplit):
                 split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step

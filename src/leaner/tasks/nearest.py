@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from ..io import read_json
 from .base import Task, evaluation_sums
 
 
@@ -26,16 +25,11 @@ class NearestPoint(Task):
     name = "nearest_point"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data.nearest_point import PointStream
+        from ..data import open_data
 
-        meta, recipe, model = read_json(data_path), spec["recipe"], spec["model"]
         self.device = device
-        self.steps_per_epoch = recipe["steps_per_epoch"]
-        # training points are drawn where the model trains (no copy, no host work per step)
-        self.stream = PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"],
-                                  streams=meta["streams"], eval_samples=meta["eval_samples"],
-                                  eval_seed=meta["eval_seed"], device=device,
-                                  replay=self.steps_per_epoch if meta["stream"] == "replay" else None)
+        self.steps_per_epoch = spec["recipe"]["steps_per_epoch"]
+        self.stream = open_data(data_path, spec, device)
         self._eval = None
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:

@@ -23,10 +23,9 @@ class SequenceClassification(Task):
     name = "listops"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data import InMemorySplit
-        from ..data.listops import load_listops
+        from ..data import InMemorySplit, open_data
 
-        splits = load_listops(data_path)
+        splits = open_data(data_path, spec, device)
         recipe = spec["recipe"]
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.eval_batch_size = recipe.get("eval_batch_size", 256)
@@ -76,14 +75,14 @@ class LanguageModeling(Task):
     name = "language_model"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data.text import TokenStream
+        from ..data import open_data
 
         recipe = spec["recipe"]
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.context = spec["model"]["max_len"]
         self.eval_batch_size = recipe.get("eval_batch_size", 64)
         self.eval_tokens = read_json(data_path).get("eval_tokens", 1 << 18)
-        self.train, self.eval = TokenStream(data_path, "train"), TokenStream(data_path, "eval")
+        self.train, self.eval = open_data(data_path, spec, device)
         self.steps_per_epoch = recipe["steps_per_epoch"]
         self.eval_windows = self.eval.eval_starts(self.context, self.eval_tokens)
 
@@ -141,13 +140,13 @@ class MaskedLanguageModeling(Task):
     MASK_P = 0.15
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data.text import TokenStream
+        from ..data import open_data
 
         recipe = spec["recipe"]
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.span = spec["model"]["max_len"] - 2
         self.eval_batch_size = recipe.get("eval_batch_size", 64)
-        self.train, self.eval = TokenStream(data_path, "train"), TokenStream(data_path, "eval")
+        self.train, self.eval = open_data(data_path, spec, device)
         self.steps_per_epoch = recipe["steps_per_epoch"]
         self.eval_windows = self.eval.eval_starts(self.span, read_json(data_path).get("eval_tokens", 1 << 18))
 
@@ -211,11 +210,10 @@ class GlueFinetune(Task):
     name = "glue_finetune"
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
-        from ..data import InMemorySplit
-        from ..data.glue import load_glue_task
+        from ..data import InMemorySplit, open_data
 
         recipe, self.glue_task = spec["recipe"], spec["glue_task"]
-        data = load_glue_task(data_path, self.glue_task)
+        data = open_data(data_path, spec, device)
         self.regression = spec["model"]["num_classes"] == 1
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
         self.eval_batch_size = recipe.get("eval_batch_size", 256)
