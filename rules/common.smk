@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.config import ConfigError, load_yaml, merge_cli_config
-from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
+from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES, caption
 from leaner.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
@@ -46,12 +46,12 @@ TABLE_EXT = ["csv", "md", "tex", "html"]
 
 def figure_files(prefix, names, category, subcategory="figures"):
     """results/figures/{prefix}-{name}.{png,pdf}; the PNG goes into the report with the caption
-    report/figures/{name}.rst (paths there are relative to rules/)."""
+    of the figure's record (outputs.caption)."""
     out = []
     for name in names:
         png, pdf = (f"results/figures/{prefix}-{name}.{ext}" for ext in FIG_EXT)
-        caption = f"../report/figures/{name}.rst"
-        out += [report(png, caption=caption, category=category, subcategory=subcategory), pdf]
+        text = caption("figures", name)
+        out += [report(png, caption=text, category=category, subcategory=subcategory), pdf]
     return out
 
 
@@ -60,8 +60,8 @@ def table_files(prefix, names, category, subcategory="tables"):
     out = []
     for name in names:
         csv, md, tex, html = (f"results/tables/{prefix}-{name}.{ext}" for ext in TABLE_EXT)
-        caption = f"../report/tables/{name}.rst"
-        out += [csv, md, tex, report(html, caption=caption, category=category, subcategory=subcategory)]
+        text = caption("tables", name)
+        out += [csv, md, tex, report(html, caption=text, category=category, subcategory=subcategory)]
     return out
 
 

@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import TINY
+from conftest import REPO, TINY
 
 TOY_MODULE = '''
 from leaner.tasks.base import Task, classification_measure, evaluation_sums
@@ -88,10 +88,11 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     summary_csv = tmp_path / "results" / "parity" / "summary.csv"
     frame = write_summary("parity", metrics_paths, cond_paths, study.protocol_map(), str(summary_csv))
     assert set(frame["task"]) == {"digit_parity"} and frame["error"].between(0, 0.4).all()
-    tables = write_study_tables(str(summary_csv), "parity", {}, str(tmp_path / "tables"))
+    figure_names, table_names = study.outputs()
+    tables = write_study_tables(str(summary_csv), "parity", {}, str(tmp_path / "tables"), table_names)
     assert {p.name for p in tables} >= {"parity-by_config.csv", "parity-lean_vs_baseline.csv"}
     assert len(pd.read_csv(tmp_path / "tables" / "parity-by_config.csv")) == 4
-    figures = write_study_figures(str(summary_csv), "parity", str(tmp_path / "figures"))
+    figures = write_study_figures(str(summary_csv), "parity", str(tmp_path / "figures"), figure_names)
     assert {p.name for p in figures} == {"parity-accuracy_vs_heads.png", "parity-accuracy_vs_heads.pdf",
                                          "parity-kappa_vs_heads.png", "parity-kappa_vs_heads.pdf"}
     with open(metrics_paths[0]) as fh:
@@ -193,3 +194,67 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_o
     (variant,) = plan.studies["toy"].variants.values()
     metrics = train(variant.spec(), str(manifest), tmp_path / "run", progress=False)
     assert metrics["status"] == "ok" and metrics["final"]["eval_acc"] > 0.9  # brightness is easy to read
+
+
+# A figure is added in one place too: one record in the output catalogue, naming the function
+# that draws it, what it needs from the grid, and its caption.
+
+def _depth_histogram(data, prefix):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.hist(data.summary["depth"])
+    ax.set_xlabel("depth")
+    ax.set_title(data.study)
+    paths = [prefix.with_suffix(".png"), prefix.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path)
+    plt.close(fig)
+    return paths
+
+
+def test_a_figure_added_in_the_catalogue_is_listed_where_the_grid_shows_it_and_drawn(tmp_path, toy_task,
+                                                                                     monkeypatch):
+    import dataclasses
+    import sys
+
+    from leaner.analysis.study_figures import write_study_figures
+    from leaner.outputs import FIGURES, Has, Shown, caption, study_outputs
+    from leaner.tasks import CATALOG
+
+    module = type(sys)("toy_figure")
+    module.depth_histogram = _depth_histogram
+    monkeypatch.setitem(sys.modules, "toy_figure", module)
+    (tmp_path / "depth_histogram.rst").write_text("How deep the variants are.\n")
+    record = Shown("depth_histogram", "toy_figure:depth_histogram", (Has((("depth", 3),)),),
+                   str(tmp_path / "depth_histogram.rst"))
+    monkeypatch.setitem(FIGURES, "depth_histogram", record)
+    monkeypatch.setitem(CATALOG, "digit_parity", dataclasses.replace(toy_task, figures=("depth_histogram",)))
+    shallow, deep = [{"depth": 1, "heads": 1}, {"depth": 2, "heads": 1}], [{"depth": 3, "heads": 1}]
+    assert study_outputs("digit_parity", shallow)[0] == ()  # its requirement unmet: neither made nor listed
+    assert study_outputs("digit_parity", shallow + deep)[0] == ("depth_histogram",)
+    assert caption("figures", "depth_histogram") == str(tmp_path / "depth_histogram.rst")
+    summary = tmp_path / "summary.csv"
+    summary.write_text("task,depth\ndigit_parity,1\ndigit_parity,3\n")
+    paths = write_study_figures(str(summary), "parity", str(tmp_path), ["depth_histogram"])
+    assert [p.name for p in paths] == ["parity-depth_histogram.png", "parity-depth_histogram.pdf"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_every_figure_and_table_a_task_names_is_registered_with_its_function_and_caption():
+    from leaner.entry import resolve
+    from leaner.outputs import CLAIMS_OUTPUTS, FIGURES, TABLES
+    from leaner.tasks import CATALOG
+
+    rules = REPO / "rules"
+    for (kind, registry), claims in zip((("figures", FIGURES), ("tables", TABLES)), CLAIMS_OUTPUTS):
+        named = {n for info in CATALOG.values() for n in getattr(info, kind)} | {claims}
+        assert named & set(registry) == named, (kind, named - set(registry))
+        for name, record in registry.items():
+            assert record.name == name and callable(resolve(record.make)), name
+            assert (rules / record.caption).resolve().is_file(), record.caption
+    for info in CATALOG.values():
+        assert info.paper_rows is None or callable(resolve(info.paper_rows)), info.name

@@ -13,7 +13,6 @@ import yaml
 
 from leaner.analysis import curves, figures, figures_p2, plots, stats
 from leaner.cli import main
-from leaner.outputs import grid_points, study_outputs
 from leaner.plan import build_plan
 
 from conftest import TINY, snakemake
@@ -93,16 +92,6 @@ def test_rank_and_single_head_figures_follow_the_grid():
     assert figs == ("kappa_through_training", "training_curves")
     figs, _ = outputs("tiny_nearest", heads=[1, 2], depth=[2])
     assert "perfect_angle" not in figs and "mse_vs_rank" in figs
-
-
-def test_a_summary_gives_the_names_its_grid_gives():
-    """The figures and tables commands, without --names, decide from summary.csv as the workflow
-    decides from the config (protocols joined by ';'; P2's empty protocols read back as NaN)."""
-    plan = build_plan(copy.deepcopy(CONFIG))
-    for name, study in plan.studies.items():
-        rows = [{**v.model, "protocols": ";".join(v.protocols) or np.nan, "seed": v.seed}
-                for v in study.variants.values()]
-        assert study_outputs(study.task, grid_points(rows), study.baseline, bool(study.claims)) == study.outputs(), name
 
 
 # ----------------------------------------------------------------------------- the figures themselves
@@ -319,25 +308,22 @@ def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
             assert len(labels) >= 2 and not any(re.search(r"\de[+-]", label) for label in labels), (which, labels)
 
 
-def test_the_cli_writes_only_the_figures_and_tables_the_grid_shows(tmp_path):
+def test_the_cli_writes_the_figures_and_tables_it_is_named_and_refuses_others(tmp_path, capsys):
     summary = p1_summary()  # one MLP width, heads and depth vary
     summary.to_csv(tmp_path / "summary.csv", index=False)
     p1_kappa(summary).to_csv(tmp_path / "kappa.csv", index=False)
-    out = tmp_path / "out"
-    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
-                 "--study", "s", "--outdir", str(out)]) == 0
-    assert sorted(p.name for p in out.glob("*.png")) == ["s-accuracy_vs_heads.png", "s-kappa_through_training.png",
-                                                         "s-kappa_vs_heads.png", "s-training_curves.png"]
-    # the workflow names them
+    args = ["--summary", str(tmp_path / "summary.csv"), "--study", "s"]
+    with pytest.raises(SystemExit):  # the names are the plan's: the command does not decide them again
+        main(["figures", *args, "--kappa", str(tmp_path / "kappa.csv"), "--outdir", str(tmp_path / "x")])
+    assert "--names" in capsys.readouterr().err
     named = tmp_path / "named"
-    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--kappa", str(tmp_path / "kappa.csv"),
-                 "--study", "s", "--names", "kappa_through_training", "--outdir", str(named)]) == 0
-    assert [p.name for p in named.glob("*.png")] == ["s-kappa_through_training.png"]
-    assert main(["figures", "--summary", str(tmp_path / "summary.csv"), "--study", "s", "--names", "mse_vs_rank",
-                 "--outdir", str(named)]) == 1
+    assert main(["figures", *args, "--kappa", str(tmp_path / "kappa.csv"), "--names", "kappa_through_training",
+                 "accuracy_vs_heads", "--outdir", str(named)]) == 0
+    assert sorted(p.name for p in named.glob("*.png")) == ["s-accuracy_vs_heads.png", "s-kappa_through_training.png"]
+    assert main(["figures", *args, "--names", "mse_vs_rank", "--outdir", str(named)]) == 1
     tables = tmp_path / "tables"
-    assert main(["tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s", "--baseline",
-                 '{"depth": 1}', "--outdir", str(tables)]) == 0
+    assert main(["tables", *args, "--baseline", '{"depth": 1}', "--names", "by_config", "paper_comparison",
+                 "--outdir", str(tables)]) == 0
     assert sorted(p.name for p in tables.glob("*.csv")) == ["s-by_config.csv", "s-paper_comparison.csv"]
 
 

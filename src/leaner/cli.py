@@ -84,7 +84,7 @@ def cmd_glue_scores(a):
 def cmd_tables(a):
     from .analysis.study_tables import write_study_tables
 
-    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.checks, a.names, a.claims)
+    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.names, a.checks, a.claims)
 
 
 def cmd_job_costs(a):
@@ -163,7 +163,7 @@ def cmd_overview(a):
 def cmd_figures(a):
     from .analysis.study_figures import write_study_figures
 
-    write_study_figures(a.summary, a.study, a.outdir, a.kappa, a.names, a.histories, a.claims)
+    write_study_figures(a.summary, a.study, a.outdir, a.names, a.kappa, a.histories, a.claims)
 
 
 def cmd_theory_report(a):
@@ -341,8 +341,8 @@ def _tables_parser(sub) -> None:
     s.add_argument("--checks", type=_json_arg, default=None, help="acceptance checks to run (JSON list)")
     s.add_argument("--claims", type=_json_arg, default=None, help="the study's declared claims, as the plan "
                                                                    "resolved them (JSON list)")
-    s.add_argument("--names", nargs="+", default=None,
-                   help="the tables to write (default: those the study's grid gives something to show)")
+    s.add_argument("--names", nargs="+", required=True,
+                   help="the tables to write: the study's, as its plan decides them (the workflow passes them)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_tables)
 
@@ -395,8 +395,8 @@ def _figures_parser(sub) -> None:
     s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
     s.add_argument("--histories", nargs="*", default=None, help="every variant's history.csv (training curves)")
     s.add_argument("--study", required=True)
-    s.add_argument("--names", nargs="+", default=None,
-                   help="the figures to make (default: those the study's grid gives something to show)")
+    s.add_argument("--names", nargs="+", required=True,
+                   help="the figures to make: the study's, as its plan decides them (the workflow passes them)")
     s.add_argument("--claims", type=_json_arg, default=None, help="the study's declared claims, as the plan "
                    "resolves them (JSON; the Pareto view)")
     s.add_argument("--outdir", required=True)

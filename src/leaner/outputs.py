@@ -52,7 +52,7 @@ class BelowBaseline:
 
 
 # What a figure or table needs from its study's grid to show something: every requirement met,
-# else it is neither made nor listed as an output. Names not here need nothing.
+# else it is neither made nor listed as an output.
 P1_CURVE = ("protocol", "mlp_ratio", "depth")  # a vs-heads line: one depth in one panel
 
 
@@ -66,27 +66,76 @@ def _p2_lines_by(axis: str) -> tuple:
     return RANK_VARIES, Varies(axis, tuple(a for a in P2_LINE if a != axis))
 
 
-REQUIRES: dict[str, tuple] = {
-    **{name: (Varies("heads", P1_CURVE),)
-       for name in ("kappa_vs_heads", "accuracy_vs_heads", "loss_vs_heads", "glue_vs_heads")},
-    **{name: (Varies("mlp_hidden", ("protocol", "depth", "heads")),)
-       for name in ("accuracy_vs_mlp", "loss_vs_mlp", "glue_vs_mlp")},
-    "mse_vs_rank": (RANK_VARIES,),
-    "kappa_vs_rank": (RANK_VARIES,),
-    "mse_vs_rank_by_tokens": _p2_lines_by("tokens"),
-    "mse_vs_rank_by_dim": _p2_lines_by("dim"),
-    "mse_vs_rank_by_posn": _p2_lines_by("posn"),
-    "perfect_angle": (Has((("depth", 1), ("heads", 1))),),
-    "lean_vs_baseline": (BelowBaseline("depth"),),
-}
+HEADS_VARY = (Varies("heads", P1_CURVE),)
+MLP_VARIES = (Varies("mlp_hidden", ("protocol", "depth", "heads")),)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A figure or table a study may show, registered once: its name, the analysis function that
+    makes it ("module:function"; a figure's is called with (StudyData, path prefix) and returns
+    the files it wrote, a table's with (StudyData) and returns (data frame, caption line): see
+    analysis/study_data.py), what it needs from the grid, and the caption of the report's entry."""
+
+    name: str
+    make: str
+    requires: tuple = ()
+    caption: str = ""  # the report's caption file, relative to rules/ (default: ../report/<figures|tables>/<name>.rst)
+
+    def shown(self, points: list[dict], baseline: dict) -> bool:
+        return all(r.met(points, baseline) for r in self.requires)
+
+
+def _figure(name: str, make: str, requires: tuple = ()) -> Shown:
+    return Shown(name, f"leaner.analysis.study_figures:{make}", requires, f"../report/figures/{name}.rst")
+
+
+def _table(name: str, make: str, requires: tuple = ()) -> Shown:
+    return Shown(name, f"leaner.analysis.study_tables:{make}", requires, f"../report/tables/{name}.rst")
+
+
+FIGURES: dict[str, Shown] = {f.name: f for f in (
+    _figure("kappa_vs_heads", "kappa_vs_heads", HEADS_VARY),
+    _figure("accuracy_vs_heads", "accuracy_vs_heads", HEADS_VARY),
+    _figure("loss_vs_heads", "loss_vs_heads", HEADS_VARY),
+    _figure("glue_vs_heads", "glue_vs_heads", HEADS_VARY),
+    _figure("accuracy_vs_mlp", "accuracy_vs_mlp", MLP_VARIES),
+    _figure("loss_vs_mlp", "loss_vs_mlp", MLP_VARIES),
+    _figure("glue_vs_mlp", "glue_vs_mlp", MLP_VARIES),
+    _figure("kappa_through_training", "kappa_through_training"),
+    _figure("training_curves", "training_curves"),
+    _figure("mse_vs_rank", "mse_vs_rank", (RANK_VARIES,)),
+    _figure("kappa_vs_rank", "kappa_vs_rank", (RANK_VARIES,)),
+    _figure("mse_vs_rank_by_tokens", "mse_vs_rank_by_tokens", _p2_lines_by("tokens")),
+    _figure("mse_vs_rank_by_dim", "mse_vs_rank_by_dim", _p2_lines_by("dim")),
+    _figure("mse_vs_rank_by_posn", "mse_vs_rank_by_posn", _p2_lines_by("posn")),
+    _figure("perfect_angle", "perfect_angle", (Has((("depth", 1), ("heads", 1))),)),
+    _figure("pareto", "pareto"),  # a study's with claims
+)}
+TABLES: dict[str, Shown] = {t.name: t for t in (
+    _table("by_config", "by_config"),
+    _table("lean_vs_baseline", "lean_vs_baseline", (BelowBaseline("depth"),)),
+    _table("glue_tasks", "glue_tasks"),
+    _table("acceptance", "acceptance"),
+    _table("paper_comparison", "paper_comparison"),
+    _table("claims", "claims"),  # a study's with claims
+)}
+CLAIMS_OUTPUTS = ("pareto", "claims")  # (figure, table) of a study that declares claims
+
+
+def caption(kind: str, name: str) -> str:
+    """The report's caption file of figure or table `name` (`kind` "figures" or "tables"), relative
+    to rules/: the catalogue's, else report/<kind>/<name>.rst (the run's own: overview, theory)."""
+    registered = {"figures": FIGURES, "tables": TABLES}[kind].get(name)
+    return registered.caption if registered else f"../report/{kind}/{name}.rst"
 
 
 POINT_AXES = ("protocol", "depth", "heads", "width", "head_dim", "mlp_hidden", "modules", "dim", "tokens", "posn")
 
 
 def grid_points(rows: Iterable[dict]) -> list[dict]:
-    """A study's points from its variants' models or its summary rows: one per (architecture,
-    protocol), seeds merged; `protocols` a list or a ';'-joined string."""
+    """A study's points from its variants' models: one per (architecture, protocol), seeds merged;
+    `protocols` a list or a ';'-joined string."""
     points = {}
     for row in rows:
         for protocol in split_protocols(row.get("protocols")) or [None]:
@@ -100,15 +149,15 @@ def grid_points(rows: Iterable[dict]) -> list[dict]:
 
 def study_outputs(task: str, points: list[dict], baseline: dict | None = None,
                   claims: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(figure names, table names) of a study: its task's candidates (the catalogue's figures, tables)
-    whose REQUIRES the grid's points meet, and the claims' figure and table where the study declares claims.
-    The Snakefile's outputs, its targets and the figures and tables commands all take their names
-    from here."""
-    def shown(names):
-        return tuple(n for n in names if all(r.met(points, baseline or {}) for r in REQUIRES.get(n, ())))
-
+    """(figure names, table names) of a study: its task's (the catalogue's figures, tables) whose
+    requirements the grid's points meet, and the claims' figure and table where the study declares
+    claims. The plan decides a study's outputs here (plan.Study.outputs), once: the Snakefile's
+    outputs and targets, and the names the figures and tables commands are given, are those."""
     info = task_info(task)
-    return shown(info.figures) + (("pareto",) if claims else ()), shown(info.tables) + (("claims",) if claims else ())
+    figure, table = CLAIMS_OUTPUTS
+    extra = ((figure,), (table,)) if claims else ((), ())
+    return tuple(n for n in info.figures + extra[0] if FIGURES[n].shown(points, baseline or {})), \
+        tuple(n for n in info.tables + extra[1] if TABLES[n].shown(points, baseline or {}))
 
 
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).

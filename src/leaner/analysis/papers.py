@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from ..entry import resolve
 from ..tasks import task_info
 from .stats import fmt_ci, spearman_ci, welch
 from .summary import config_values, explode_protocols
@@ -102,71 +103,87 @@ def _kappa_trend(summary: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def p1_comparison(summary: pd.DataFrame, baseline: dict) -> list[dict]:
-    task = summary["task"].iloc[0]
-    metric, mode = task_info(task).metric
-    setting = our_setting(summary)
+def _p1_start(summary: pd.DataFrame, baseline: dict):
+    metric, mode = task_info(summary["task"].iloc[0]).metric
+    return metric, our_setting(summary), _best_lean(summary, baseline, metric, mode)
+
+
+def image_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
+    """P1's ImageNet rows (the image task's comparison)."""
+    metric, setting, best = _p1_start(summary, baseline)
     rows = []
-    best = _best_lean(summary, baseline, metric, mode)
-    if task == "image_classification":
-        deltas = [lean - orig for orig, lean, _ in P1_IMAGENET_ROWS.values()]
-        cuts = [cut for *_, cut in P1_IMAGENET_ROWS.values()]
-        paper = f"{min(deltas):+.1f} to {max(deltas):+.1f} points"
-        setting_paper = "ImageNet-1k, 300 epochs, 1 seed; XCiT-M/L, TNT-B, DaViT-B/L"
-        if best is not None:
-            inside = min(deltas) <= 100 * best[f"delta_{metric}"] <= max(deltas)
-            rows.append(_row("top-1 change, the best shallower variant with more heads against the deepest baseline",
-                             paper, setting_paper,
-                             f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: "
-                             + _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 100, " points"),
-                             setting, f"paper's range {'contains' if inside else 'excludes'} ours",
-                             best["verdict"]))
-            rows.append(_row("parameter change of that variant", f"{min(cuts)}% to {max(cuts)}%", setting_paper,
-                             f"{-best['param_reduction_pct']:+.0f}%", setting))
-        rows += _kappa_trend(summary)
-    elif task == "listops":
-        configs = by_config(summary, metric)
-        deep = configs[configs["depth"] == configs["depth"].max()]
-        few, many = deep.loc[deep["heads"].idxmin()], deep.loc[deep["heads"].idxmax()]
-        diff, lo, hi = welch(config_values(summary, many, metric), config_values(summary, few, metric))
-        p_few, p_many = P1_LISTOPS["acc"]
-        rows.append(_row(f"accuracy, {few['heads']} -> {many['heads']} heads at {few['depth']} layers",
-                         f"{p_few} -> {p_many} (+{p_many - p_few:.1f} points), 2 -> 8 heads",
-                         "LRA ListOps, 2 layers, Nystromformer, 160k-470k params",
-                         f"{100 * few[f'{metric}_mean']:.1f} -> {100 * many[f'{metric}_mean']:.1f} "
-                         f"({_interval(diff, lo, hi, 100, ' points')})", setting,
-                         f"{100 * diff - (p_many - p_few):+.1f} points against the paper's gain",
-                         "same sign as the paper" if diff > 0 else "opposite sign"))
-        one = configs[(configs["depth"] == 1) & (configs["heads"] >= 4)]
-        if len(one) and few["depth"] > 1:
-            top = one.loc[one[f"{metric}_mean"].idxmax()]
-            beats = top[f"{metric}_mean"] > few[f"{metric}_mean"] and top["params"] < few["params"]
-            rows.append(_row("a 1-layer model with >= 4 heads beats the deeper few-heads original with fewer params",
-                             "yes", "LRA ListOps", f"L1-H{top['heads']} {100 * top[f'{metric}_mean']:.1f} "
-                             f"({top['params']:,}) vs L{few['depth']}-H{few['heads']} "
-                             f"{100 * few[f'{metric}_mean']:.1f} ({few['params']:,})", setting, "",
-                             "pass" if beats else "fail"))
-        rows += _kappa_trend(summary)
-    elif task == "language_model":
-        if best is not None:
-            rows.append(_row("validation loss change, best shallower variant against the deepest baseline",
-                             "lower (better); numbers not recovered", "TinyStories, 12 L / 12 H (89M) -> 4 L / 16 H",
-                             f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: "
-                             + _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 1, " nats/byte"),
-                             setting, "", best["verdict"]))
-        rows += _kappa_trend(summary)
-    elif task == "glue":
-        (b_name, b_params, b_score), (l_name, l_params, l_score) = P1_GLUE["baseline"], P1_GLUE["lean"]
-        if best is not None:
-            rows.append(_row("GLUE average, best shallower variant against the deepest baseline",
-                             f"{b_score} -> {l_score} ({100 * (l_params / b_params - 1):+.0f}% params)",
-                             f"crammed BERT {b_name} -> {l_name}, pretrained on the Pile",
-                             f"{100 * best['baseline_' + metric]:.1f} -> {100 * best[metric + '_mean']:.1f} "
-                             f"({-best['param_reduction_pct']:+.0f}% params)", setting,
-                             _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 100, " points"),
-                             best["verdict"]))
-        rows += _kappa_trend(summary)
-    return rows
+    deltas = [lean - orig for orig, lean, _ in P1_IMAGENET_ROWS.values()]
+    cuts = [cut for *_, cut in P1_IMAGENET_ROWS.values()]
+    paper = f"{min(deltas):+.1f} to {max(deltas):+.1f} points"
+    setting_paper = "ImageNet-1k, 300 epochs, 1 seed; XCiT-M/L, TNT-B, DaViT-B/L"
+    if best is not None:
+        inside = min(deltas) <= 100 * best[f"delta_{metric}"] <= max(deltas)
+        rows.append(_row("top-1 change, the best shallower variant with more heads against the deepest baseline",
+                         paper, setting_paper,
+                         f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: "
+                         + _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 100, " points"),
+                         setting, f"paper's range {'contains' if inside else 'excludes'} ours",
+                         best["verdict"]))
+        rows.append(_row("parameter change of that variant", f"{min(cuts)}% to {max(cuts)}%", setting_paper,
+                         f"{-best['param_reduction_pct']:+.0f}%", setting))
+    return rows + _kappa_trend(summary)
+
+
+def listops_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
+    """P1's LRA ListOps rows."""
+    metric, setting, _ = _p1_start(summary, baseline)
+    rows = []
+    configs = by_config(summary, metric)
+    deep = configs[configs["depth"] == configs["depth"].max()]
+    few, many = deep.loc[deep["heads"].idxmin()], deep.loc[deep["heads"].idxmax()]
+    diff, lo, hi = welch(config_values(summary, many, metric), config_values(summary, few, metric))
+    p_few, p_many = P1_LISTOPS["acc"]
+    rows.append(_row(f"accuracy, {few['heads']} -> {many['heads']} heads at {few['depth']} layers",
+                     f"{p_few} -> {p_many} (+{p_many - p_few:.1f} points), 2 -> 8 heads",
+                     "LRA ListOps, 2 layers, Nystromformer, 160k-470k params",
+                     f"{100 * few[f'{metric}_mean']:.1f} -> {100 * many[f'{metric}_mean']:.1f} "
+                     f"({_interval(diff, lo, hi, 100, ' points')})", setting,
+                     f"{100 * diff - (p_many - p_few):+.1f} points against the paper's gain",
+                     "same sign as the paper" if diff > 0 else "opposite sign"))
+    one = configs[(configs["depth"] == 1) & (configs["heads"] >= 4)]
+    if len(one) and few["depth"] > 1:
+        top = one.loc[one[f"{metric}_mean"].idxmax()]
+        beats = top[f"{metric}_mean"] > few[f"{metric}_mean"] and top["params"] < few["params"]
+        rows.append(_row("a 1-layer model with >= 4 heads beats the deeper few-heads original with fewer params",
+                         "yes", "LRA ListOps", f"L1-H{top['heads']} {100 * top[f'{metric}_mean']:.1f} "
+                         f"({top['params']:,}) vs L{few['depth']}-H{few['heads']} "
+                         f"{100 * few[f'{metric}_mean']:.1f} ({few['params']:,})", setting, "",
+                         "pass" if beats else "fail"))
+    return rows + _kappa_trend(summary)
+
+
+def language_model_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
+    """P1's TinyStories row."""
+    metric, setting, best = _p1_start(summary, baseline)
+    rows = []
+    if best is not None:
+        rows.append(_row("validation loss change, best shallower variant against the deepest baseline",
+                         "lower (better); numbers not recovered", "TinyStories, 12 L / 12 H (89M) -> 4 L / 16 H",
+                         f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: "
+                         + _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 1, " nats/byte"),
+                         setting, "", best["verdict"]))
+    return rows + _kappa_trend(summary)
+
+
+def glue_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
+    """P1's crammed-BERT GLUE row."""
+    metric, setting, best = _p1_start(summary, baseline)
+    rows = []
+    (b_name, b_params, b_score), (l_name, l_params, l_score) = P1_GLUE["baseline"], P1_GLUE["lean"]
+    if best is not None:
+        rows.append(_row("GLUE average, best shallower variant against the deepest baseline",
+                         f"{b_score} -> {l_score} ({100 * (l_params / b_params - 1):+.0f}% params)",
+                         f"crammed BERT {b_name} -> {l_name}, pretrained on the Pile",
+                         f"{100 * best['baseline_' + metric]:.1f} -> {100 * best[metric + '_mean']:.1f} "
+                         f"({-best['param_reduction_pct']:+.0f}% params)", setting,
+                         _interval(best[f"delta_{metric}"], best["delta_lo"], best["delta_hi"], 100, " points"),
+                         best["verdict"]))
+    return rows + _kappa_trend(summary)
 
 
 def p2_setting(summary: pd.DataFrame) -> str:
@@ -179,7 +196,9 @@ def p2_setting(summary: pd.DataFrame) -> str:
     return f"{our_setting(summary)} (data seeds; every run starts from init seed 613); {text}"
 
 
-def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
+def nearest_point_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
+    """P2's rows: fig1's MSE at full rank and the cost of halving it, the perfect angle, and the
+    acceptance checks named in `checks`."""
     setting = p2_setting(summary)
     configs = by_config(summary)
     metric = "best_train_loss_min"
@@ -217,10 +236,10 @@ def p2_comparison(summary: pd.DataFrame, checks) -> list[dict]:
 
 
 def paper_comparison(summary: pd.DataFrame, baseline: dict, checks) -> pd.DataFrame:
-    """The study's comparison table (COLUMNS); P2's with the acceptance checks named in `checks`."""
-    task = summary["task"].iloc[0]
-    rows = (p2_comparison(summary, checks) if task_info(task).family == "P2" else p1_comparison(summary, baseline))
-    return pd.DataFrame(rows, columns=COLUMNS)
+    """The study's comparison table (COLUMNS): the rows of its task's `paper_rows` (the task
+    catalogue's hook; none for a task without one)."""
+    hook = task_info(summary["task"].iloc[0]).paper_rows
+    return pd.DataFrame(resolve(hook)(summary, baseline, checks) if hook else [], columns=COLUMNS)
 
 
 def theorem_comparison(theory: pd.DataFrame) -> pd.DataFrame:

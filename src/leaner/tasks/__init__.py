@@ -13,7 +13,6 @@ everything else from the record.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from ..data.glue import PAD as BERT_PAD
 from ..data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
 from ..data.listops import VOCAB as LISTOPS_VOCAB
 from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from ..entry import resolve
 from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
 
 # A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP
@@ -49,6 +49,8 @@ class TaskInfo:
     recipe_keys: tuple[str, ...] = ()  # recipe keys only this task reads (a study of another task may not set them)
     finetune_trainer: str | None = None  # a second stage trained per pretrained variant (GLUE)
     finetune_recipe: dict = field(default_factory=dict)  # its defaults over config.RECIPE_DEFAULTS
+    # its paper_comparison table's rows: "module:function" (summary, baseline, acceptance checks) -> rows
+    paper_rows: str | None = None
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -108,7 +110,7 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
-        trainer="leaner.tasks.image:ImageClassification",
+        trainer="leaner.tasks.image:ImageClassification", paper_rows="leaner.analysis.papers:image_rows",
         recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
     # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed;
@@ -121,6 +123,7 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
                  "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         tables=("by_config", "acceptance", "paper_comparison"), trainer="leaner.tasks.nearest:NearestPoint",
+        paper_rows="leaner.analysis.papers:nearest_point_rows",
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                 "eval_batch_size": 1024, "precision": "fp32", "tf32": False}),
@@ -128,13 +131,13 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "listops", family="P1", grid="arch", dataset_kinds=("listops",),
         model_keys=SEQUENCE_MODEL_KEYS, model_base=_listops,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
-        trainer="leaner.tasks.sequence:SequenceClassification"),
+        trainer="leaner.tasks.sequence:SequenceClassification", paper_rows="leaner.analysis.papers:listops_rows"),
     # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
     TaskInfo(
         "language_model", family="P1", grid="arch", dataset_kinds=("text",),
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_causal_lm,
         metric=("eval_loss", "min"), train_metric=("eval_loss", "min"), figures=_p1("loss"), tables=P1_TABLES,
-        trainer="leaner.tasks.sequence:LanguageModeling",
+        trainer="leaner.tasks.sequence:LanguageModeling", paper_rows="leaner.analysis.papers:language_model_rows",
         recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0}),
     # cramming BERT: masked-LM pretraining on a text corpus (its training metric), then fine-tuning
     # of each variant on every GLUE task: the study's metric is the GLUE average of the fine-tuned
@@ -144,6 +147,7 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_masked_lm,
         metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), figures=_p1("glue"),
         tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), trainer="leaner.tasks.sequence:MaskedLanguageModeling",
+        paper_rows="leaner.analysis.papers:glue_rows",
         recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
         finetune_trainer="leaner.tasks.sequence:GlueFinetune",
         # fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF])
@@ -177,5 +181,4 @@ def make_task(spec: dict, data_path: str, device: Any):
     if not target:
         allowed = [*CATALOG, *(n + FINETUNE_SUFFIX for n, i in CATALOG.items() if i.finetune_trainer)]
         raise ValueError(f"unknown task {name!r} (allowed: {', '.join(allowed)})")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(spec, data_path, device)
+    return resolve(target)(spec, data_path, device)
