@@ -99,8 +99,8 @@ def section_p2(work: Path) -> dict:
 
 def section_precision(work: Path, steps: int = 3000) -> dict:
     from leaner.data import prepare
-    from leaner.plan import load_plan
     from leaner.train import train
+    from leaner.workflow.plan import load_plan
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     study = plan.studies["nearest_fig1"]

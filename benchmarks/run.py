@@ -13,6 +13,8 @@ number is the median of --repeats runs with its spread (min-max). Rows:
    Pillow in workers (`decode: pil`) and decoded/augmented in the training process (`decode: device`).
    1c: `decode: device`'s batched augmentation against the per-image one it replaced (commit
    PER_IMAGE_REV), the same images: images/s and image-sized tensor ops (GPU kernels) per image.
+   1d: the read path (Arrow rows, tar shards) against decoding. 1e: what each stage's job imports
+   before it works, against STARTUP_REV's tree.
 2. conditioning: the conditioning stage of one trained variant as a fraction of its training
    time (target <= 5%); batched float64 SVD against a per-sample loop; cost vs tokens and width.
 3. DAG resolution: `snakemake -n` for generated grids of 100-2000 variants, and the paper config.
@@ -47,7 +49,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, os.environ.get("LEANER_BENCH_SRC", str(REPO / "src")))  # 1c times another tree
 
-from leaner.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS  # noqa: E402
+from leaner.workflow.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS  # noqa: E402
 
 
 def median_spread(values: list[float]) -> str:
@@ -294,6 +296,19 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
     return {"rates": rates, "ops_per_image": Count.ops / n}
 
 
+def _unpack(rev: str | None, dest: Path) -> tuple[Path | None, str]:
+    """(the src/ of commit `rev`, unpacked from git into `dest` with its schemas, or None; a note
+    saying why not)."""
+    if not rev:
+        return None, ""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(f"git -C {REPO} archive {rev} src schemas | tar -x -C {dest}", shell=True,
+                             capture_output=True, text=True)
+    if archive.returncode:
+        return None, f" The baseline {rev} could not be unpacked: {archive.stderr.strip()[:200]}"
+    return dest / "src", ""
+
+
 def _augment_rates_of(src: Path, manifest: str, batch: int, n_batches: int, repeats: int, device: str) -> dict:
     """_augment_rate with the package of another source tree, in a process of its own."""
     env = {**os.environ, "LEANER_BENCH_SRC": str(src)}
@@ -312,16 +327,9 @@ def bench_augment(repeats: int, work: Path, quick: bool, baseline_rev: str | Non
     root = work / "augment"
     manifest = _image_manifest(root, batch * n_batches, 256, 224, "jpg", ("device",))["device"]
     trees = {"batched (this tree)": REPO / "src"}
-    note = ""
-    if baseline_rev:
-        base = root / "baseline"
-        base.mkdir()
-        archive = subprocess.run(f"git -C {REPO} archive {baseline_rev} src schemas | tar -x -C {base}", shell=True,
-                                 capture_output=True, text=True)
-        if archive.returncode == 0:
-            trees[f"per image ({baseline_rev})"] = base / "src"
-        else:
-            note = f" The baseline {baseline_rev} could not be unpacked: {archive.stderr.strip()[:200]}"
+    baseline, note = _unpack(baseline_rev, root / "baseline")
+    if baseline:
+        trees[f"per image ({baseline_rev})"] = baseline
     rates: dict[str, list[float]] = {label: [] for label in trees}
     ops: dict[str, float] = {}
     for _ in range(repeats):  # alternate, so that a slow spell of the machine hits both
@@ -399,6 +407,72 @@ def bench_read(repeats: int, work: Path, quick: bool) -> str:
          f"workers read them.\n")
 
 
+# ----------------------------------------------------------------------------- 1e. job start-up
+
+STARTUP_REV = "05f4347"  # the tree before the workflow layer and the catalogues (issue 26)
+# What a job of each stage of the default study imports before it works: the CLI, then the modules
+# its command and its task's classes load (the same modules in both trees).
+STARTUP_STAGES = {
+    "prepare-data (digits)": ("leaner.cli", "leaner.data", "leaner.data.digits", "sklearn.datasets"),
+    "train (P2, nearest_point)": ("leaner.cli", "leaner.train", "leaner.tasks.nearest", "leaner.models.nearest"),
+    "train (ViT, digits)": ("leaner.cli", "leaner.train", "leaner.tasks.image", "leaner.models.vit",
+                            "leaner.data.digits"),
+    "train (ListOps)": ("leaner.cli", "leaner.train", "leaner.tasks.sequence", "leaner.models.sequence"),
+    "conditioning (P2)": ("leaner.cli", "leaner.conditioning", "leaner.tasks.nearest", "leaner.models.nearest"),
+    "summary": ("leaner.cli", "leaner.analysis.summary"),
+    "figures": ("leaner.cli", "leaner.analysis.study_figures", "matplotlib.pyplot"),
+    "tables": ("leaner.cli", "leaner.analysis.study_tables"),
+    "overview": ("leaner.cli", "leaner.analysis.overview", "matplotlib.pyplot"),
+}
+
+
+def _startup_of(src: Path, modules: tuple[str, ...]) -> dict:
+    """Wall and CPU seconds a fresh interpreter takes to import `modules` from source tree `src`,
+    and the heavy packages that came with them."""
+    code = ("import importlib, json, sys, time\n"
+            "t, c = time.perf_counter(), time.process_time()\n"
+            f"for m in {list(modules)!r}: importlib.import_module(m)\n"
+            "heavy = sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod} & {'torch', 'timm', "
+            "'torchvision', 'pandas', 'scipy', 'matplotlib', 'sklearn', 'sympy', 'triton'})\n"
+            "print(json.dumps({'wall': time.perf_counter() - t, 'cpu': time.process_time() - c, 'heavy': heavy}))")
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=src.parent)
+    if out.returncode != 0:
+        raise RuntimeError(f"row 1e with {src} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_startup(repeats: int, work: Path, quick: bool, baseline_rev: str | None) -> str:
+    """Each stage's imports, the cost every job of it pays before it works, in this tree and in
+    baseline_rev's (unpacked from git), alternating fresh processes."""
+    stages = dict(list(STARTUP_STAGES.items())[:2]) if quick else STARTUP_STAGES
+    trees = {"this tree": REPO / "src"}
+    baseline, note = _unpack(baseline_rev, work / "startup-baseline")
+    if baseline:
+        trees[baseline_rev] = baseline
+    rows = []
+    for stage, modules in stages.items():
+        cpu: dict[str, list[float]] = {label: [] for label in trees}
+        wall: dict[str, list[float]] = {label: [] for label in trees}
+        heavy = []
+        for _ in range(repeats):  # alternate, so that a slow spell of the machine hits both
+            for label, src in trees.items():
+                measured = _startup_of(src, modules)
+                cpu[label].append(measured["cpu"])
+                wall[label].append(measured["wall"])
+                heavy = measured["heavy"] if label == "this tree" else heavy
+        row = [stage, ", ".join(heavy) or "-"] + [f"{median_spread(cpu[label])} s CPU, {median_spread(wall[label])} s"
+                                                  for label in trees]
+        if len(trees) == 2:
+            row.append(median_spread([a / b for a, b in zip(*cpu.values())]))
+        rows.append(row)
+    header = ["stage", "heavy packages imported", *(f"imports, {label}" for label in trees)]
+    header += ["CPU ratio, this tree / " + baseline_rev] if len(trees) == 2 else []
+    text = table("1e. job start-up: what each stage's job imports before it works", header, rows)
+    return text + ("\nA fresh interpreter importing the CLI and the modules the stage's command and task load; "
+                   f"median (min-max) of {repeats}.{note}\n")
+
+
 # ----------------------------------------------------------------------------- 2. conditioning
 
 def bench_conditioning(manifest: str, repeats: int, trained: dict, quick: bool) -> str:
@@ -469,7 +543,7 @@ def _dry_run(config: Path, work: Path) -> float:
 def bench_dag(repeats: int, work: Path, quick: bool) -> str:
     import yaml
 
-    from leaner.plan import build_plan
+    from leaner.workflow.plan import build_plan
 
     rows = []
     for n in ([50, 100] if quick else [100, 500, 1000, 2000]):
@@ -738,7 +812,7 @@ def bench_projection() -> str:
     equal; GPU-hours at the measured or stated MFU, P2 at its measured step rates; and the largest
     job's memory against the card."""
     from leaner.cost import CARDS, plan_cost
-    from leaner.plan import load_plan
+    from leaner.workflow.plan import load_plan
 
     gpu = CARDS["h100"]
     t0 = time.perf_counter()
@@ -790,7 +864,7 @@ def bench_gpu_e2e(work: Path) -> str:
 def _p2_variant(work: Path, steps: int) -> tuple[dict, str]:
     """P2's fig1 variant of configs/paper.yaml (L1, d 64, N 16, ff 2048, batch 256), cut to `steps`."""
     from leaner.data import prepare
-    from leaner.plan import load_plan
+    from leaner.workflow.plan import load_plan
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     study = plan.studies["nearest_fig1"]
@@ -846,6 +920,7 @@ def main(argv=None) -> int:
             print(text, flush=True)
             for text in (bench_augment(repeats, work, a.quick, None if a.quick else a.augment_baseline or None),
                          bench_read(repeats, work, a.quick),
+                         bench_startup(min(repeats, 5), work, a.quick, None if a.quick else STARTUP_REV),
                          bench_conditioning(manifest, repeats, trained, a.quick), bench_dag(repeats, work, a.quick),
                          *([bench_e2e(work / "e2e")] if a.e2e else [])):
                 parts.append(text)

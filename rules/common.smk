@@ -7,15 +7,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from leaner.config import ConfigError, load_yaml, merge_cli_config
+from leaner.workflow.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES, caption
-from leaner.plan import RESERVED_STUDY_NAMES, build_plan
+from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
-from leaner.dataset_config import data_spec
+from leaner.workflow.datasets import data_spec
 from leaner.memory import conditioning_mem_mb, training_mem_mb
-from leaner.preflight import resource_problems, unknown_study_message
-from leaner.scheduling import bf16_problems, gpu_problems, gpu_share_group, group_components, job_resources, share_pool
+from leaner.workflow.preflight import resource_problems, unknown_study_message
+from leaner.workflow.scheduling import gpu_share_group, job_resources, local_gpu_limits, wanted_group_components
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -109,7 +109,7 @@ def study_resource(key):
 
 
 def gpu_resource(key, max_gpus=None):
-    """gpu, gpu_share, gpu_model or gres of a GPU job of the study (leaner/scheduling.py)."""
+    """gpu, gpu_share, gpu_model or gres of a GPU job of the study (leaner/workflow/scheduling.py)."""
     return lambda wildcards: job_resources(study_of(wildcards).resources, max_gpus)[key]
 
 
@@ -119,10 +119,8 @@ def share_group(wildcards):
     (--group-components, unless the user gave them) are set here, when the DAG asks for its first
     group: Snakemake replaces its group settings after this file is parsed."""
     settings = workflow.group_settings
-    wanted = {
-        **group_components({name: st.resources for name, st in PLAN.studies.items()}),
-        **settings.group_components,
-    }
+    studies = {name: st.resources for name, st in PLAN.studies.items()}
+    wanted = wanted_group_components(studies, settings.group_components)
     if wanted != dict(settings.group_components):
         settings.group_components = wanted
     return gpu_share_group(wildcards.study, study_of(wildcards).resources)
@@ -223,38 +221,19 @@ def check_resource_settings():
 
 
 def count_gpus():
-    """At the start of a local run (onstart: not in dry runs, not on a cluster): the GPUs are those
-    of --resources gpu=N, else the CUDA devices found here. Snakemake then counts them (gpu) and
-    their shares (gpu_share, so k jobs of a jobs_per_gpu: k study run per GPU), and a study this
-    machine cannot run as asked stops the run before any job starts."""
+    """At the start of a local run (onstart: not in dry runs, not on a cluster): the GPUs and their
+    shares Snakemake counts, and a study this machine cannot run as asked stops the run before any
+    job starts (leaner/workflow/scheduling.py local_gpu_limits)."""
     if not workflow.local_exec:
         return
-    resources = {name: study.resources for name, study in PLAN.studies.items()}
-    gpus, source = workflow.global_resources.get("gpu").value, "--resources gpu"
-    if gpus is None and any(r["gpu"] for r in resources.values()):
-        import torch
-
-        gpus, source = torch.cuda.device_count() or None, "the CUDA devices here"
-        if gpus:
-            limit_resource("gpu", gpus)
-    if gpus is None:  # no GPUs: GPU jobs train on the CPU, as many at once as cores allow
-        return
-    problems = gpu_problems(resources, gpus, workflow.global_resources.get("_cores").value, source)
-    problems += bf16_problems(PLAN, device_name) if (device_name := gpu_without_bf16()) else []
+    limits, problems = local_gpu_limits(
+        PLAN, *(workflow.global_resources.get(name).value for name in ("gpu", "_cores", "gpu_share"))
+    )
     if problems:
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
-    if workflow.global_resources.get("gpu_share").value is None:
-        limit_resource("gpu_share", share_pool(gpus))
-
-
-def gpu_without_bf16():
-    """The name of this machine's first GPU where torch finds CUDA and it cannot do bf16, else None."""
-    import torch
-
-    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-        return torch.cuda.get_device_name(0)
-    return None
+    for name, value in limits.items():
+        limit_resource(name, value)
 
 
 def check_gpu_memory():

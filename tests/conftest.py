@@ -48,7 +48,7 @@ def small_spec(**model_overrides) -> dict:
              "patch_size": 2, "img_size": 8, "in_chans": 1, "num_classes": 10, "qkv_bias": True,
              "drop_path_rate": 0.0, "global_pool": "token"}
     model.update(model_overrides)
-    from leaner.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
+    from leaner.workflow.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
 
     recipe = {**RECIPE_DEFAULTS, "epochs": 1, "batch_size": 64, "lr": 2e-3, "checkpoint_every": 5}
     return {"study": "unit", "variant": "v", "task": "image_classification", "dataset": "digits", "seed": 0,
@@ -129,9 +129,9 @@ def kill_after_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout_s: float =
 def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = None, seed: int = 3,
                   stream: str = "fresh"):
     """P2's task at toy size: (spec, manifest) with the generator's manifest written under root."""
-    from leaner.config import RECIPE_DEFAULTS
     from leaner.data import prepare
     from leaner.tasks import task_info
+    from leaner.workflow.config import RECIPE_DEFAULTS
 
     manifest = root / "np" / "manifest.json"
     prepare("nearest_point", {"kind": "nearest_point", "stream": stream, "streams": 7, "eval_samples": 512,

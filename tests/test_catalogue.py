@@ -62,8 +62,8 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     from leaner.analysis.study_tables import write_study_tables
     from leaner.analysis.summary import write_summary
     from leaner.conditioning import write_conditioning
-    from leaner.plan import build_plan
     from leaner.train import train
+    from leaner.workflow.plan import build_plan
 
     config = yaml.safe_load(TINY.read_text())
     config["studies"] = {"parity": {
@@ -145,12 +145,17 @@ def _even(name: str, given: dict, out: dict, base_dir) -> list[str]:
 
 @pytest.fixture
 def toy_kind(monkeypatch):
+    import sys
+
     from leaner.data.kinds import KINDS, DatasetKind
     from leaner.tasks import CATALOG, TaskInfo
 
+    module = type(sys)("toy_kind")
+    module.prepare, module.open = _prepare_bright, _open_bright
+    monkeypatch.setitem(sys.modules, "toy_kind", module)
     kind = DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
-                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, _prepare_bright, _open_bright,
-                       required=("n_train",), check=_even)
+                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, "toy_kind:prepare",
+                       "toy_kind:open", required=("n_train",), check=_even)
     monkeypatch.setitem(KINDS, "bright", kind)
     # a task that reads it: the image task's record, for this kind (the catalogue's own is left alone)
     image = CATALOG["image_classification"]
@@ -164,10 +169,10 @@ def toy_kind(monkeypatch):
 def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_on(tmp_path, toy_kind):
     import yaml
 
-    from leaner.config import ConfigError
     from leaner.data import prepare
-    from leaner.plan import build_plan
     from leaner.train import train
+    from leaner.workflow.config import ConfigError
+    from leaner.workflow.plan import build_plan
 
     config = yaml.safe_load(TINY.read_text())
     study = {"task": "bright_images", "dataset": "noise", "model": {"patch_size": 2},
@@ -244,7 +249,8 @@ def test_a_figure_added_in_the_catalogue_is_listed_where_the_grid_shows_it_and_d
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_every_figure_and_table_a_task_names_is_registered_with_its_function_and_caption():
+def test_every_figure_table_and_dataset_kind_is_registered_with_functions_that_import():
+    from leaner.data.kinds import KINDS
     from leaner.entry import resolve
     from leaner.outputs import CLAIMS_OUTPUTS, FIGURES, TABLES
     from leaner.tasks import CATALOG
@@ -258,3 +264,5 @@ def test_every_figure_and_table_a_task_names_is_registered_with_its_function_and
             assert (rules / record.caption).resolve().is_file(), record.caption
     for info in CATALOG.values():
         assert info.paper_rows is None or callable(resolve(info.paper_rows)), info.name
+    for kind in KINDS.values():
+        assert callable(resolve(kind.prepare)) and callable(resolve(kind.open)), kind.name

@@ -16,8 +16,8 @@ from scipy import stats
 
 from leaner.analysis.stats import claim_verdict
 from leaner.analysis.tables import claims_table
-from leaner.config import ConfigError, load_yaml
-from leaner.plan import build_plan
+from leaner.workflow.config import ConfigError, load_yaml
+from leaner.workflow.plan import build_plan
 
 from conftest import BIN, TINY, run, snakemake
 

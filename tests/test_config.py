@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
-from leaner.config import ConfigError, load_yaml
 from leaner.grid import variant_id
-from leaner.plan import build_plan, load_plan
+from leaner.workflow.config import ConfigError, load_yaml
+from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import BIN, REPO, TINY, image_folder, run
 
@@ -84,7 +84,7 @@ def test_each_dataset_says_where_and_with_what_it_is_prepared(tmp_path):
     """`prepare`: the kind's defaults, each given key over them; on the submitting host by default
     for data downloaded from the hub only; and none of it in the data rule's params, so changing
     it prepares nothing again."""
-    from leaner.dataset_config import data_spec
+    from leaner.workflow.datasets import data_spec
 
     (tmp_path / "glue" / "cola").mkdir(parents=True)
     cfg = tiny()
@@ -329,8 +329,8 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     dataset key's per kind, in the kind's record); every kind's defaults pass the schema."""
     import jsonschema
 
-    from leaner.config import _defaults, _schema, _schema_file, validate_schema
     from leaner.data.kinds import KINDS, kind_defaults
+    from leaner.workflow.config import _defaults, _schema, _schema_file, validate_schema
 
     dataset_schema = {**_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
     for kind in KINDS:

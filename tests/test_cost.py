@@ -28,7 +28,7 @@ from leaner.cost import (
 )
 from leaner.footprint import footprint, sample, saved_tensors, training_flops
 from leaner.models import build_model, param_counts
-from leaner.plan import build_plan, load_plan
+from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import REPO, TINY, image_folder, snakemake
 

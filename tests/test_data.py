@@ -103,8 +103,8 @@ def test_the_training_loader_keeps_its_workers_across_epochs_and_follows_each_ep
 
 
 def test_the_image_task_draws_its_batches_with_the_recipes_repeats(digits_manifest):
-    from leaner.config import RECIPE_DEFAULTS
     from leaner.tasks import make_task
+    from leaner.workflow.config import RECIPE_DEFAULTS
 
     assert RECIPE_DEFAULTS["repeat_aug"] == 1
     spec = small_spec()
@@ -534,7 +534,7 @@ def test_the_paper_config_takes_the_hubs_webdataset_shards_as_its_comment_says(t
     DeiT recipe, repeat_aug 3 and all), plans without a problem: shards named as the hub's."""
     import yaml
 
-    from leaner.plan import build_plan
+    from leaner.workflow.plan import build_plan
 
     from conftest import REPO
 

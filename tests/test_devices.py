@@ -217,8 +217,8 @@ def test_leaner_device_cuda_without_cuda_is_one_line(tmp_path, digits_manifest):
 def test_a_bf16_study_on_a_gpu_without_bf16_is_one_line_per_study():
     """What onstart says (rules/common.smk count_gpus) on a GPU without bf16: each GPU study whose
     recipes ask for bf16, in one line; P2's fp32 studies and CPU studies pass."""
-    from leaner.plan import load_plan
-    from leaner.scheduling import bf16_problems
+    from leaner.workflow.plan import load_plan
+    from leaner.workflow.scheduling import bf16_problems
 
     problems = bf16_problems(load_plan(REPO / "configs" / "paper.yaml"), "Tesla V100-SXM2-32GB")
     assert [p.split(":")[0] for p in problems] == ["study vit_imagenet", "study lra_listops", "study lm_tinystories",

@@ -205,7 +205,7 @@ def post_deploy(prefix: Path) -> str:
 
 
 def workflow_copy(dst: Path) -> Path:
-    """The files of the checkout that installing and importing the package read (leaner.config reads
+    """The files of the checkout that installing and importing the package read (leaner.workflow.config reads
     schemas/ beside src/); a copy, so that the test never writes in the repository."""
     for name in ("src", "schemas"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

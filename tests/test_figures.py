@@ -13,7 +13,7 @@ import yaml
 
 from leaner.analysis import curves, figures, figures_p2, plots, stats
 from leaner.cli import main
-from leaner.plan import build_plan
+from leaner.workflow.plan import build_plan
 
 from conftest import TINY, snakemake
 

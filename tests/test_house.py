@@ -107,3 +107,19 @@ def test_snakefmt_passes():
     proc = subprocess.run([_tool("snakefmt"), "--check", "Snakefile", "rules"], cwd=REPO, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_layers_picture_is_drawn_from_the_imports_with_every_unit_above_what_it_imports(tmp_path):
+    """docs/draw_layers.py (the picture in docs/architecture.md): every sub-package and top-level
+    module is in it, one row above the highest one it imports."""
+    sys.path.insert(0, str(REPO / "docs"))
+    try:
+        import draw_layers
+    finally:
+        sys.path.remove(str(REPO / "docs"))
+    units = draw_layers.unit_graph()
+    assert {"workflow", "tasks", "data", "analysis", "models", "train", "cli"} <= set(units)
+    row = {u: i for i, layer in enumerate(draw_layers.rows(units)) for u in layer}
+    assert all(row[u] == 1 + max((row[t] for t in units[u]), default=-1) for u in units)
+    svg = draw_layers.draw(tmp_path / "layers.svg").read_text()
+    assert all(f">{u}" in svg for u in units)

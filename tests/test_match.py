@@ -7,9 +7,9 @@ import subprocess
 import pytest
 import yaml
 
-from leaner.config import ConfigError, load_yaml
 from leaner.match import count_params, match
-from leaner.plan import build_plan, study_model_base
+from leaner.workflow.config import ConfigError, load_yaml
+from leaner.workflow.plan import build_plan, study_model_base
 
 from conftest import BIN, REPO
 

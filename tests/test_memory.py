@@ -13,7 +13,7 @@ import pytest
 
 from leaner.match import count_params
 from leaner.memory import MIB, conditioning_mem_mb, model_params, training_mem_mb
-from leaner.plan import load_plan
+from leaner.workflow.plan import load_plan
 
 from conftest import REPO, small_spec
 

@@ -13,7 +13,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from leaner.models.nearest import FUSED_MIN_TOKENS, attend, attention, attention_kernel
-from leaner.plan import load_plan
+from leaner.workflow.plan import load_plan
 
 from conftest import REPO
 

@@ -8,7 +8,7 @@ import subprocess
 import pandas as pd
 
 from leaner.memory import model_params
-from leaner.plan import load_plan
+from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY
 

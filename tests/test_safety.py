@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from leaner.config import ConfigError, load_yaml
 from leaner.resume import RESUME_DIR, RESUME_FILE
 from leaner.train import train
+from leaner.workflow.config import ConfigError, load_yaml
 
 from conftest import BIN, REPO, run, small_spec, snakemake
 

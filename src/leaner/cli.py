@@ -121,10 +121,10 @@ def _ints(text: str) -> list[int]:
 def cmd_match(a):
     import pandas as pd
 
-    from .config import load_yaml
     from .match import LEAN_SEARCH_KEYS, match_lean
-    from .plan import study_model_base
     from .tasks import CATALOG, task_info
+    from .workflow.config import load_yaml
+    from .workflow.plan import study_model_base
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
     if task_info(st["task"]).grid != "arch":
@@ -177,13 +177,13 @@ def cmd_theory_report(a):
 def _plan(configs: list[str]):
     """The plan of config files given as `--configfile` takes them: an overlay is laid over
     ./config.yaml (config.merge_cli_config)."""
-    from .plan import load_plan
+    from .workflow.plan import load_plan
 
     return load_plan(*configs, default="config.yaml" if os.path.exists("config.yaml") else None)
 
 
 def cmd_variants(a):
-    from .config import did_you_mean
+    from .workflow.config import did_you_mean
 
     plan = _plan(a.config)
     if a.study and a.study not in plan.studies:
@@ -515,7 +515,7 @@ def _closing_line(args, seconds: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import ConfigError
+    from .workflow.config import ConfigError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"] and not {"-h", "--help"} & set(argv[1:2]):  # everything after `run` is snakemake's

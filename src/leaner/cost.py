@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .plan import Plan, Study
+from .workflow.plan import Plan, Study
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,12 @@
-"""What each study, and the run as a whole, produces besides summary.csv: its task's figures
-and tables that its grid gives something to show (REQUIRES), and the run's overview and theory
-tables. Light (no torch, no pandas): the Snakefile lists outputs from here."""
+"""The figure and table catalogue, and what each study and the run as a whole produce besides
+summary.csv: every figure and table a study may show is registered once (FIGURES, TABLES: the
+function that makes it, what it needs from the grid, its caption); a study shows its task's that
+its grid gives something to show. Also the run's overview and theory tables. Light (no torch,
+no pandas): the Snakefile lists outputs from here.
+
+To add a figure or table: one `Shown` below, its function (analysis/study_figures.py or
+study_tables.py for the built-in ones), its caption in report/, and its name in the tasks'
+`figures` or `tables` (tasks/__init__.py)."""
 
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ import sys
 import time
 from pathlib import Path
 
-from .config import did_you_mean
 from .io import read_json, write_json
 from .provenance import code_state
+from .workflow.config import did_you_mean
 
 REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
                     "checkpoint_minutes": None, "eval_every": 1, "num_workers": 0}

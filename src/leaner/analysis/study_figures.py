@@ -35,32 +35,24 @@ def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:
 
 # The catalogue's figures (outputs.FIGURES).
 
-def kappa_vs_heads(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.kappa_vs_heads(d.summary, prefix, d.study)
+def _of_summary(draw, **options):
+    """A figure drawn from the study's summary: draw(summary, prefix, study, **options)."""
+    return lambda d, prefix: draw(d.summary, prefix, d.study, **options)
 
 
-def accuracy_vs_heads(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_heads(d.summary, prefix, d.study)
-
-
-def loss_vs_heads(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_heads(d.summary, prefix, d.study, "eval_loss")
-
-
-def glue_vs_heads(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_heads(d.summary, prefix, d.study, "glue_avg")
-
-
-def accuracy_vs_mlp(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_mlp(d.summary, prefix, d.study)
-
-
-def loss_vs_mlp(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_mlp(d.summary, prefix, d.study, "eval_loss")
-
-
-def glue_vs_mlp(d: StudyData, prefix: Path) -> list[Path]:
-    return figures.metric_vs_mlp(d.summary, prefix, d.study, "glue_avg")
+kappa_vs_heads = _of_summary(figures.kappa_vs_heads)
+accuracy_vs_heads = _of_summary(figures.metric_vs_heads)
+loss_vs_heads = _of_summary(figures.metric_vs_heads, metric="eval_loss")
+glue_vs_heads = _of_summary(figures.metric_vs_heads, metric="glue_avg")
+accuracy_vs_mlp = _of_summary(figures.metric_vs_mlp)
+loss_vs_mlp = _of_summary(figures.metric_vs_mlp, metric="eval_loss")
+glue_vs_mlp = _of_summary(figures.metric_vs_mlp, metric="glue_avg")
+mse_vs_rank = _of_summary(figures_p2.mse_vs_rank, hue="modules")
+mse_vs_rank_by_tokens = _of_summary(figures_p2.mse_vs_rank, hue="tokens", log=False)
+mse_vs_rank_by_dim = _of_summary(figures_p2.mse_vs_rank, hue="dim")
+mse_vs_rank_by_posn = _of_summary(figures_p2.mse_vs_rank, hue="posn")
+perfect_angle = _of_summary(figures_p2.perfect_angle)
+kappa_vs_rank = _of_summary(figures_p2.kappa_vs_rank)
 
 
 def kappa_through_training(d: StudyData, prefix: Path) -> list[Path]:
@@ -69,30 +61,6 @@ def kappa_through_training(d: StudyData, prefix: Path) -> list[Path]:
 
 def training_curves(d: StudyData, prefix: Path) -> list[Path]:
     return curves.training_curves(curves.read_histories(d.histories), prefix, d.study, d.task)
-
-
-def mse_vs_rank(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.mse_vs_rank(d.summary, prefix, d.study, "modules")
-
-
-def mse_vs_rank_by_tokens(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.mse_vs_rank(d.summary, prefix, d.study, "tokens", log=False)
-
-
-def mse_vs_rank_by_dim(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.mse_vs_rank(d.summary, prefix, d.study, "dim")
-
-
-def mse_vs_rank_by_posn(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.mse_vs_rank(d.summary, prefix, d.study, "posn")
-
-
-def perfect_angle(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.perfect_angle(d.summary, prefix, d.study)
-
-
-def kappa_vs_rank(d: StudyData, prefix: Path) -> list[Path]:
-    return figures_p2.kappa_vs_rank(d.summary, prefix, d.study)
 
 
 def pareto(d: StudyData, prefix: Path) -> list[Path]:

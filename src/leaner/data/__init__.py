@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..entry import resolve
 from .kinds import dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
@@ -15,7 +16,7 @@ __all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_ord
 
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
-    return dataset_kind(spec["kind"]).prepare(dataset_name, spec, out_manifest)
+    return resolve(dataset_kind(spec["kind"]).prepare)(dataset_name, spec, out_manifest)
 
 
 def open_data(manifest_path: str, spec: dict, device: Any = "cpu") -> Any:
@@ -27,7 +28,7 @@ def open_data(manifest_path: str, spec: dict, device: Any = "cpu") -> Any:
         opener = dataset_kind(kind).open
     except ValueError as err:
         raise ValueError(f"{manifest_path}: {err}") from None
-    return opener(manifest_path, spec, device)
+    return resolve(opener)(manifest_path, spec, device)
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:

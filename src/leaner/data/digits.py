@@ -57,3 +57,8 @@ def load_digits_splits(manifest_path: str, manifest: dict | None = None):
         train = InMemorySplit(torch.from_numpy(z["x_train"]), torch.from_numpy(z["y_train"]))
         test = InMemorySplit(torch.from_numpy(z["x_test"]), torch.from_numpy(z["y_test"]))
     return Splits(train=train, eval=test, meta=manifest)
+
+
+def open_digits(manifest_path: str, spec: dict, device):
+    """What a run reads (the kind's `open`): both splits in memory."""
+    return load_digits_splits(manifest_path)

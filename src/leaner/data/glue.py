@@ -132,3 +132,8 @@ def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
             out["matthews"] = (tp * tn - fp * fn) / denom if denom else 0.0
     out["score"] = out[metric]
     return {k: (0.0 if v != v else v) for k, v in out.items()}  # constant predictions: correlation 0
+
+
+def open_glue_task(manifest_path: str, spec: dict, device) -> dict:
+    """What a run reads (the kind's `open`): the GLUE task of its spec (`glue_task`)."""
+    return load_glue_task(manifest_path, spec["glue_task"])

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io import write_json
+from ..io import read_json, write_json
 from .hub import load_hub_split
 
 
@@ -266,3 +266,9 @@ def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
     return Splits(train=LoaderSplit(train, workers, pin_memory, persistent=True),
                   eval=LoaderSplit(evaluate, workers, pin_memory),
                   meta=meta)
+
+
+def open_images(manifest_path: str, spec: dict, device):
+    """What a run reads (the kind's `open`, for hub, imagefolder and webdataset): both splits
+    through loaders, decoded as the recipe of `spec` says; pinned memory for a CUDA device."""
+    return load_image_splits(read_json(manifest_path), spec["recipe"], pin_memory=str(device).startswith("cuda"))

@@ -4,7 +4,8 @@ A kind says what a dataset is and how it is read: its keys' defaults (the keys t
 their types and descriptions, are the schema's `dataset`), the keys it requires, its checks of a
 config entry, where and with what its data job runs, how that job prepares it, and how a training
 run opens what was prepared. This module imports neither torch nor pandas (the Snakefile reads
-it); preparation and opening import what they need when called.
+it); preparation and opening are named as "module:function" (entry.resolve) and import what
+they need when called.
 
 To add a kind: write its preparation (writes the manifest) and its opening (what its tasks read)
 in a module of this package, add one `DatasetKind` below, and name the kind in the `dataset_kinds`
@@ -31,6 +32,10 @@ def _never(spec: dict) -> bool:
     return False
 
 
+def _always(spec: dict) -> bool:
+    return True
+
+
 def _source_hub(spec: dict) -> bool:
     return spec.get("source") == "hub"
 
@@ -40,8 +45,8 @@ class DatasetKind:
     name: str
     defaults: dict[str, Any]  # its keys' defaults, over which a config entry's keys go
     prepare_settings: dict[str, Any]  # where and with what its data job runs (the entry's `prepare` goes over it)
-    prepare: Callable[[str, dict, str], dict]  # (dataset name, entry, manifest path) -> the manifest it wrote
-    open: Callable[[str, dict, Any], Any]  # (manifest path, run spec, device) -> what its tasks read
+    prepare: str  # "module:function" (dataset name, entry, manifest path) -> the manifest it wrote
+    open: str  # "module:function" (manifest path, run spec, device) -> what its tasks read (tasks_read)
     required: tuple[str, ...] = ()  # keys a config entry must give
     check: Callable[[str, dict, dict, Path], list[str]] | None = None  # (name, given, completed, config folder)
     from_hub: Callable[[dict], bool] = _never  # whether an entry's data comes from the Hugging Face hub
@@ -49,133 +54,50 @@ class DatasetKind:
     tasks_read: str = ""  # what `open` returns, in words
 
 
-# Preparation and opening, one pair per module of this package (each imports its module when called).
-
-def _prepare_digits(name: str, spec: dict, out: str) -> dict:
-    from .digits import prepare_digits
-
-    return prepare_digits(name, spec, out)
-
-
-def _open_digits(path: str, spec: dict, device: Any):
-    from .digits import load_digits_splits
-
-    return load_digits_splits(path)
-
-
-def _prepare_images(name: str, spec: dict, out: str) -> dict:
-    from .images import prepare_images
-
-    return prepare_images(name, spec, out)
-
-
-def _prepare_shards(name: str, spec: dict, out: str) -> dict:
-    from .shards import prepare_shards
-
-    return prepare_shards(name, spec, out)
-
-
-def _open_images(path: str, spec: dict, device: Any):
-    from ..io import read_json
-    from .images import load_image_splits
-
-    return load_image_splits(read_json(path), spec["recipe"], pin_memory=str(device).startswith("cuda"))
-
-
-def _prepare_nearest_point(name: str, spec: dict, out: str) -> dict:
-    from .nearest_point import prepare_nearest_point
-
-    return prepare_nearest_point(name, spec, out)
-
-
-def _open_nearest_point(path: str, spec: dict, device: Any):
-    from ..io import read_json
-    from .nearest_point import PointStream
-
-    meta, recipe, model = read_json(path), spec["recipe"], spec["model"]
-    # training points are drawn where the model trains (no copy, no host work per step)
-    return PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"], streams=meta["streams"],
-                       eval_samples=meta["eval_samples"], eval_seed=meta["eval_seed"], device=device,
-                       replay=recipe["steps_per_epoch"] if meta["stream"] == "replay" else None)
-
-
-def _prepare_listops(name: str, spec: dict, out: str) -> dict:
-    from .listops import prepare_listops
-
-    return prepare_listops(name, spec, out)
-
-
-def _open_listops(path: str, spec: dict, device: Any):
-    from .listops import load_listops
-
-    return load_listops(path)
-
-
-def _prepare_text(name: str, spec: dict, out: str) -> dict:
-    from .text import prepare_text
-
-    return prepare_text(name, spec, out)
-
-
-def _open_text(path: str, spec: dict, device: Any):
-    from .text import TokenStream
-
-    return TokenStream(path, "train"), TokenStream(path, "eval")
-
-
-def _prepare_glue(name: str, spec: dict, out: str) -> dict:
-    from .glue import prepare_glue
-
-    return prepare_glue(name, spec, out)
-
-
-def _open_glue(path: str, spec: dict, device: Any):
-    from .glue import load_glue_task
-
-    return load_glue_task(path, spec["glue_task"])
-
-
 def _settings(runtime: int, mem_mb: int, threads: int, local: bool | None) -> dict[str, Any]:
     return {"runtime": runtime, "mem_mb": mem_mb, "threads": threads, "local": local}
 
 
+D = "leaner.data."  # the package of the built-in kinds' modules
 IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
 
 KINDS: dict[str, DatasetKind] = {k.name: k for k in (
     DatasetKind(
         "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
-        _settings(10, 2000, 1, False), _prepare_digits, _open_digits, implicit=True,
+        _settings(10, 2000, 1, False), D + "digits:prepare_digits", D + "digits:open_digits", implicit=True,
         tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)"),
     DatasetKind(
-        "hub", {"subset": None, **IMAGE_LOADING}, _settings(240, 16000, 4, True), _prepare_images, _open_images,
-        required=("name", "num_classes"), from_hub=lambda spec: True, tasks_read=IMAGE_SPLITS),
+        "hub", {"subset": None, **IMAGE_LOADING}, _settings(240, 16000, 4, True), D + "images:prepare_images",
+        D + "images:open_images", required=("name", "num_classes"), from_hub=_always, tasks_read=IMAGE_SPLITS),
     DatasetKind(
-        "imagefolder", dict(IMAGE_LOADING), _settings(240, 16000, 4, False), _prepare_images, _open_images,
-        required=("path", "num_classes"), check=checks.check_imagefolder, tasks_read=IMAGE_SPLITS),
-    DatasetKind(
-        "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, _settings(240, 4000, 1, False),
-        _prepare_shards, _open_images, required=("path", "num_classes"), check=checks.check_webdataset,
+        "imagefolder", dict(IMAGE_LOADING), _settings(240, 16000, 4, False), D + "images:prepare_images",
+        D + "images:open_images", required=("path", "num_classes"), check=checks.check_imagefolder,
         tasks_read=IMAGE_SPLITS),
     DatasetKind(
+        "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, _settings(240, 4000, 1, False),
+        D + "shards:prepare_shards", D + "images:open_images", required=("path", "num_classes"),
+        check=checks.check_webdataset, tasks_read=IMAGE_SPLITS),
+    DatasetKind(
         "nearest_point", {"stream": "fresh", "streams": 7, "eval_samples": 4096, "eval_seed": 12345},
-        _settings(10, 2000, 1, False), _prepare_nearest_point, _open_nearest_point, implicit=True,
+        _settings(10, 2000, 1, False), D + "nearest_point:prepare_nearest_point",
+        D + "nearest_point:open_point_stream", implicit=True,
         tasks_read="nearest_point.PointStream: point sets drawn on the run's device, by (seed, step)"),
     DatasetKind(
         "listops", {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10, "max_args": 10,
                     "min_length": 500, "max_length": 2000},
-        _settings(60, 4000, 1, False), _prepare_listops, _open_listops, check=checks.check_listops,
-        tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"),
+        _settings(60, 4000, 1, False), D + "listops:prepare_listops", D + "listops:open_listops",
+        check=checks.check_listops, tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"),
     DatasetKind(
         "text", {"subset": None, "train_split": "train", "eval_split": "validation", "seed": 0, "source": "hub",
                  "text_key": "text", "train_file": "train.txt", "eval_file": "validation.txt", "stories": 4000,
                  "max_train_tokens": None, "eval_tokens": 262144},
-        _settings(240, 16000, 4, None), _prepare_text, _open_text, check=checks.check_text, from_hub=_source_hub,
-        tasks_read="(train, eval) text.TokenStreams of byte tokens"),
+        _settings(240, 16000, 4, None), D + "text:prepare_text", D + "text:open_token_streams",
+        check=checks.check_text, from_hub=_source_hub, tasks_read="(train, eval) text.TokenStreams of byte tokens"),
     DatasetKind(
         "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
                  "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
-        _settings(120, 8000, 4, None), _prepare_glue, _open_glue, check=checks.check_glue, from_hub=_source_hub,
-        tasks_read="{train|eval: (tokens, labels)} of the run's spec['glue_task'], hash-checked"),
+        _settings(120, 8000, 4, None), D + "glue:prepare_glue", D + "glue:open_glue_task", check=checks.check_glue,
+        from_hub=_source_hub, tasks_read="{train|eval: (tokens, labels)} of the run's spec['glue_task'], hash-checked"),
 )}
 
 

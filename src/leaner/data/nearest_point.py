@@ -100,3 +100,14 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
                 **{k: spec[k] for k in ("stream", "streams", "eval_samples", "eval_seed")}}
     write_json(out_manifest, manifest)
     return manifest
+
+
+def open_point_stream(manifest_path: str, spec: dict, device) -> PointStream:
+    """What a run reads (the kind's `open`): the stream of its spec's point sets, drawn where the
+    model trains (no copy, no host work per step)."""
+    from ..io import read_json
+
+    meta, recipe, model = read_json(manifest_path), spec["recipe"], spec["model"]
+    return PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"], streams=meta["streams"],
+                       eval_samples=meta["eval_samples"], eval_seed=meta["eval_seed"], device=device,
+                       replay=recipe["steps_per_epoch"] if meta["stream"] == "replay" else None)

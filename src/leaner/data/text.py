@@ -167,3 +167,8 @@ class TokenStream:
     def eval_starts(self, context: int, limit_tokens: int) -> np.ndarray:
         n = min(len(self) - 1, limit_tokens) // context
         return np.arange(n) * context
+
+
+def open_token_streams(manifest_path: str, spec: dict, device) -> tuple[TokenStream, TokenStream]:
+    """What a run reads (the kind's `open`): the training and evaluation token streams."""
+    return TokenStream(manifest_path, "train"), TokenStream(manifest_path, "eval")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 SNAKEMAKE_RESOURCES = frozenset({
     "_cores", "_nodes", "threads", "runtime", "mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib",
     "tmpdir", "gpu", "gpu_model", "gpu_manufacturer"})
-# Resources of this workflow's own (leaner/scheduling.py).
+# Resources of this workflow's own (leaner/workflow/scheduling.py).
 LEANER_RESOURCES = frozenset({"gpu_share"})
 # Resources snakemake-executor-plugin-slurm reads (2.x).
 SLURM_RESOURCES = frozenset({

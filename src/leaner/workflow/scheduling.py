@@ -22,9 +22,10 @@ their conditioning. Locally Snakemake runs no groups: each job claims its seat o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from .devices import SHARE_UNITS, share_of
+from ..devices import SHARE_UNITS, share_of
 
 
 def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:
@@ -86,3 +87,54 @@ def bf16_problems(plan, device_name: str) -> list[str]:
             problems.append(f"study {name}: recipe.precision bf16 ({len(wants)} variant(s), e.g. {wants[0]}), but "
                             f"{device_name} does not support bf16 (allowed here: precision fp32)")
     return problems
+
+
+def wanted_group_components(studies: Mapping[str, Mapping], given: Mapping[str, int]) -> dict[str, int]:
+    """--group-components for the run: every GPU-sharing study's (group_components), with the
+    user's own (`given`) over them."""
+    return {**group_components(studies), **given}
+
+
+@dataclass(frozen=True)
+class CudaHere:
+    """What a local run's start finds of CUDA: how many devices, and the name of the first where
+    it cannot do bf16 (else None)."""
+
+    count: int
+    without_bf16: str | None
+
+
+def probe_cuda() -> CudaHere:
+    """The CUDA devices of this machine (imports torch: called only at a local run's start)."""
+    import torch
+
+    no_bf16 = torch.cuda.is_available() and not torch.cuda.is_bf16_supported()
+    return CudaHere(torch.cuda.device_count(), torch.cuda.get_device_name(0) if no_bf16 else None)
+
+
+CUDA_HERE = "the CUDA devices here"
+
+
+def local_gpu_limits(plan, gpus: int | None, cores: int | None, share: int | None,
+                     probe: Callable[[], CudaHere] = probe_cuda) -> tuple[dict[str, int], list[str]]:
+    """At the start of a local run: (the global resources to set, the problems that stop the run).
+    The GPUs are `gpus` (--resources gpu=N), else the CUDA devices found here when a study asks for
+    GPUs; without GPUs, GPU jobs train on the CPU, as many at once as cores allow, and nothing is
+    set. With GPUs: gpu where they were found here, and gpu_share (unless the user set it, `share`)
+    to N GPUs' shares, so k jobs of a jobs_per_gpu: k study run per GPU. A study this machine
+    cannot run as asked (gpu_problems), or a bf16 study on a GPU without bf16, is a problem."""
+    resources = {name: study.resources for name, study in plan.studies.items()}
+    limits, source, found = {}, "--resources gpu", None
+    if gpus is None and any(r["gpu"] for r in resources.values()):
+        found = probe()
+        gpus, source = found.count or None, CUDA_HERE
+        if gpus:
+            limits["gpu"] = gpus
+    if gpus is None:
+        return {}, []
+    found = found or probe()
+    problems = gpu_problems(resources, gpus, cores, source)
+    problems += bf16_problems(plan, found.without_bf16) if found.without_bf16 else []
+    if share is None:
+        limits["gpu_share"] = share_pool(gpus)
+    return limits, problems

@@ -15,6 +15,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.glue import GLUE_TASKS
+from ..data.kinds import KINDS, implicit_kinds, kind_defaults
+from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
+from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
+from ..tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
 from .config import (
     CONDITIONING_DEFAULTS,
     RECIPE_DEFAULTS,
@@ -26,12 +31,7 @@ from .config import (
     load_configs,
     validate_schema,
 )
-from .data.glue import GLUE_TASKS
-from .data.kinds import KINDS, implicit_kinds, kind_defaults
-from .dataset_config import check_dataset
-from .grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
-from .outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
-from .tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
+from .datasets import check_dataset
 
 GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
 
@@ -298,7 +298,7 @@ def _lean_grid(name: str, st: dict, info, model_base: dict, problems: list[str])
         problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
                         f"budget, a parameter count; reduction, a fraction in (0, 1))")
         return None
-    from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
+    from ..match import baseline_point, lean_grids  # builds models on the meta device: imports torch
 
     try:
         grid = lean_grids(model_base, st["lean"])
@@ -334,7 +334,7 @@ def _grid_points(name: str, st: dict, info, model_base: dict, problems: list[str
 def _recipe_problems(name: str, st: dict, info, problems: list[str]) -> None:
     """A recipe key that only other tasks read (TaskInfo.recipe_keys: images' augmentation),
     set in the study's recipe or an override's, is one line: it would do nothing here."""
-    from .tasks import CATALOG
+    from ..tasks import CATALOG
 
     owners: dict[str, list[str]] = {}
     for task in CATALOG.values():

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from .data.kinds import KINDS
-from .tasks import CATALOG
+from ..data.kinds import KINDS
+from ..tasks import CATALOG
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
@@ -28,7 +28,7 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
 
 @functools.cache
