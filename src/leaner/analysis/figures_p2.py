@@ -80,7 +80,12 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
                 transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        sns.stripplot(data=single, x="modules", y="qk_angle_deg_min", hue="seed", ax=ax, size=7, jitter=0.1)
+        state = np.random.get_state()  # seaborn jitters from numpy's global generator: seeded here, so that
+        np.random.seed(0)  # the same summary draws the same figure, and restored after
+        try:
+            sns.stripplot(data=single, x="modules", y="qk_angle_deg_min", hue="seed", ax=ax, size=7, jitter=0.1)
+        finally:
+            np.random.set_state(state)
         ax.axhline(180, color="grey", linestyle="--", linewidth=1)
         ax.axhline(165, color="red", linestyle=":", linewidth=1, label="acceptance: 165")
         ax.set_xlabel("attention modules W (each with one full-rank head)")
