@@ -47,9 +47,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, os.environ.get("LEANER_BENCH_SRC", str(REPO / "src")))  # 1c times another tree
-
-from leaner.workflow.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS  # noqa: E402
+# 1c times another tree: the package is imported inside the functions, so that this script runs
+# with an older tree's as well
+sys.path.insert(0, os.environ.get("LEANER_BENCH_SRC", str(REPO / "src")))
 
 
 def median_spread(values: list[float]) -> str:
@@ -79,6 +79,8 @@ def table(title: str, header: list[str], rows: list[list]) -> str:
 # ----------------------------------------------------------------------------- 1. training loop
 
 def _spec(epochs: int, width: int, depth: int, heads: int) -> dict:
+    from leaner.workflow.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
+
     model = {"arch": "vit", "depth": depth, "heads": heads, "width": width, "head_dim": width // heads,
              "mlp_hidden": 2 * width, "patch_size": 2, "img_size": 8, "in_chans": 1, "num_classes": 10,
              "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
@@ -660,6 +662,7 @@ def _leaner_vit(manifest: str, batch: int, epochs: int, compile_model: bool, wor
     import pandas as pd
 
     from leaner.train import train
+    from leaner.workflow.config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
 
     recipe = {**RECIPE_DEFAULTS, "epochs": epochs, "batch_size": batch, "lr": 1e-3, "eval_every": 10_000,
               "checkpoint_every": 10_000_000, "compile": compile_model}
