@@ -92,39 +92,41 @@ class Shown:
         return all(r.met(points, baseline) for r in self.requires)
 
 
-def _figure(name: str, make: str, requires: tuple = ()) -> Shown:
-    return Shown(name, f"leaner.analysis.study_figures:{make}", requires, f"../report/figures/{name}.rst")
+def _figure(name: str, requires: tuple = ()) -> Shown:
+    """A built-in figure: drawn by analysis/study_figures.py's function of its name."""
+    return Shown(name, f"leaner.analysis.study_figures:{name}", requires, f"../report/figures/{name}.rst")
 
 
-def _table(name: str, make: str, requires: tuple = ()) -> Shown:
-    return Shown(name, f"leaner.analysis.study_tables:{make}", requires, f"../report/tables/{name}.rst")
+def _table(name: str, requires: tuple = ()) -> Shown:
+    """A built-in table: made by analysis/study_tables.py's function of its name."""
+    return Shown(name, f"leaner.analysis.study_tables:{name}", requires, f"../report/tables/{name}.rst")
 
 
 FIGURES: dict[str, Shown] = {f.name: f for f in (
-    _figure("kappa_vs_heads", "kappa_vs_heads", HEADS_VARY),
-    _figure("accuracy_vs_heads", "accuracy_vs_heads", HEADS_VARY),
-    _figure("loss_vs_heads", "loss_vs_heads", HEADS_VARY),
-    _figure("glue_vs_heads", "glue_vs_heads", HEADS_VARY),
-    _figure("accuracy_vs_mlp", "accuracy_vs_mlp", MLP_VARIES),
-    _figure("loss_vs_mlp", "loss_vs_mlp", MLP_VARIES),
-    _figure("glue_vs_mlp", "glue_vs_mlp", MLP_VARIES),
-    _figure("kappa_through_training", "kappa_through_training"),
-    _figure("training_curves", "training_curves"),
-    _figure("mse_vs_rank", "mse_vs_rank", (RANK_VARIES,)),
-    _figure("kappa_vs_rank", "kappa_vs_rank", (RANK_VARIES,)),
-    _figure("mse_vs_rank_by_tokens", "mse_vs_rank_by_tokens", _p2_lines_by("tokens")),
-    _figure("mse_vs_rank_by_dim", "mse_vs_rank_by_dim", _p2_lines_by("dim")),
-    _figure("mse_vs_rank_by_posn", "mse_vs_rank_by_posn", _p2_lines_by("posn")),
-    _figure("perfect_angle", "perfect_angle", (Has((("depth", 1), ("heads", 1))),)),
-    _figure("pareto", "pareto"),  # a study's with claims
+    _figure("kappa_vs_heads", HEADS_VARY),
+    _figure("accuracy_vs_heads", HEADS_VARY),
+    _figure("loss_vs_heads", HEADS_VARY),
+    _figure("glue_vs_heads", HEADS_VARY),
+    _figure("accuracy_vs_mlp", MLP_VARIES),
+    _figure("loss_vs_mlp", MLP_VARIES),
+    _figure("glue_vs_mlp", MLP_VARIES),
+    _figure("kappa_through_training"),
+    _figure("training_curves"),
+    _figure("mse_vs_rank", (RANK_VARIES,)),
+    _figure("kappa_vs_rank", (RANK_VARIES,)),
+    _figure("mse_vs_rank_by_tokens", _p2_lines_by("tokens")),
+    _figure("mse_vs_rank_by_dim", _p2_lines_by("dim")),
+    _figure("mse_vs_rank_by_posn", _p2_lines_by("posn")),
+    _figure("perfect_angle", (Has((("depth", 1), ("heads", 1))),)),
+    _figure("pareto"),  # a study's with claims
 )}
 TABLES: dict[str, Shown] = {t.name: t for t in (
-    _table("by_config", "by_config"),
-    _table("lean_vs_baseline", "lean_vs_baseline", (BelowBaseline("depth"),)),
-    _table("glue_tasks", "glue_tasks"),
-    _table("acceptance", "acceptance"),
-    _table("paper_comparison", "paper_comparison"),
-    _table("claims", "claims"),  # a study's with claims
+    _table("by_config"),
+    _table("lean_vs_baseline", (BelowBaseline("depth"),)),
+    _table("glue_tasks"),
+    _table("acceptance"),
+    _table("paper_comparison"),
+    _table("claims"),  # a study's with claims
 )}
 CLAIMS_OUTPUTS = ("pareto", "claims")  # (figure, table) of a study that declares claims
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..outputs import ACCEPTANCE_CHECKS
 from ..tasks import task_info
 
 
@@ -16,7 +15,7 @@ class StudyData:
     study: str
     summary: pd.DataFrame  # summary.csv
     baseline: dict = field(default_factory=dict)  # the study's baseline settings (lean_vs_baseline)
-    checks: tuple[str, ...] = ACCEPTANCE_CHECKS  # P2's acceptance checks to run
+    checks: tuple[str, ...] = ()  # P2's acceptance checks to run (tables: the plan's)
     claims: list[dict] = field(default_factory=list)  # the study's declared claims
     kappa: pd.DataFrame = field(default_factory=pd.DataFrame)  # kappa_through_training.csv
     histories: list[str] = field(default_factory=list)  # every variant's history.csv

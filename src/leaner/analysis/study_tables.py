@@ -21,8 +21,8 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     """results/tables/{study}-{name}.{csv,md,tex,html} for each of `names` (the plan's:
     plan.Study.outputs). `checks`: P2's acceptance checks to run, as the plan resolved them (None:
     every one, as a study that names none)."""
-    data = StudyData(study, pd.read_csv(summary_csv), baseline or {}, tuple(ACCEPTANCE_CHECKS if checks is None
-                                                                              else checks), claims or [])
+    checks = ACCEPTANCE_CHECKS if checks is None else tuple(checks)
+    data = StudyData(study, pd.read_csv(summary_csv), baseline or {}, checks, claims or [])
     known = task_info(data.task).tables + (CLAIMS_OUTPUTS[1:] if claims else ())
     unknown = [name for name in names if name not in known]
     if unknown:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks
+from .checks import check_glue, check_imagefolder, check_listops, check_text, check_webdataset
 
 IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 IMAGE_LOADING = {"train_split": "train", "eval_split": "validation", "image_key": "image", "label_key": "label",
@@ -71,12 +71,12 @@ KINDS: dict[str, DatasetKind] = {k.name: k for k in (
         D + "images:open_images", required=("name", "num_classes"), from_hub=_always, tasks_read=IMAGE_SPLITS),
     DatasetKind(
         "imagefolder", dict(IMAGE_LOADING), _settings(240, 16000, 4, False), D + "images:prepare_images",
-        D + "images:open_images", required=("path", "num_classes"), check=checks.check_imagefolder,
+        D + "images:open_images", required=("path", "num_classes"), check=check_imagefolder,
         tasks_read=IMAGE_SPLITS),
     DatasetKind(
         "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, _settings(240, 4000, 1, False),
         D + "shards:prepare_shards", D + "images:open_images", required=("path", "num_classes"),
-        check=checks.check_webdataset, tasks_read=IMAGE_SPLITS),
+        check=check_webdataset, tasks_read=IMAGE_SPLITS),
     DatasetKind(
         "nearest_point", {"stream": "fresh", "streams": 7, "eval_samples": 4096, "eval_seed": 12345},
         _settings(10, 2000, 1, False), D + "nearest_point:prepare_nearest_point",
@@ -86,17 +86,17 @@ KINDS: dict[str, DatasetKind] = {k.name: k for k in (
         "listops", {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10, "max_args": 10,
                     "min_length": 500, "max_length": 2000},
         _settings(60, 4000, 1, False), D + "listops:prepare_listops", D + "listops:open_listops",
-        check=checks.check_listops, tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"),
+        check=check_listops, tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"),
     DatasetKind(
         "text", {"subset": None, "train_split": "train", "eval_split": "validation", "seed": 0, "source": "hub",
                  "text_key": "text", "train_file": "train.txt", "eval_file": "validation.txt", "stories": 4000,
                  "max_train_tokens": None, "eval_tokens": 262144},
         _settings(240, 16000, 4, None), D + "text:prepare_text", D + "text:open_token_streams",
-        check=checks.check_text, from_hub=_source_hub, tasks_read="(train, eval) text.TokenStreams of byte tokens"),
+        check=check_text, from_hub=_source_hub, tasks_read="(train, eval) text.TokenStreams of byte tokens"),
     DatasetKind(
         "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
                  "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
-        _settings(120, 8000, 4, None), D + "glue:prepare_glue", D + "glue:open_glue_task", check=checks.check_glue,
+        _settings(120, 8000, 4, None), D + "glue:prepare_glue", D + "glue:open_glue_task", check=check_glue,
         from_hub=_source_hub, tasks_read="{train|eval: (tokens, labels)} of the run's spec['glue_task'], hash-checked"),
 )}
 
