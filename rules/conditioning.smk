@@ -26,7 +26,9 @@ rule conditioning:
         gpu_model=gpu_resource("gpu_model", max_gpus=1),
         gres=gpu_resource("gres", max_gpus=1),
         mem_mb=conditioning_memory,
+    params:
+        numerics=PLAN.numerics,
     shell:
         "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"
-        " --gpu-share {resources.gpu_share} > {log:q} 2>&1"
+        " --gpu-share {resources.gpu_share} --numerics {params.numerics} > {log:q} 2>&1"

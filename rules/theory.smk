@@ -10,10 +10,13 @@ rule theory:
         "logs/benchmarks/theory/theory.tsv"
     conda:
         "../envs/leaner.yaml"
+    threads: 1
     params:
         settings=json.dumps(PLAN.theory, sort_keys=True),
+        numerics=PLAN.numerics,
     shell:
-        "leaner theory --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+        "leaner theory --settings {params.settings:q} --out {output:q} --threads {threads}"
+        " --numerics {params.numerics} > {log:q} 2>&1"
 
 
 rule theory_report:

@@ -35,6 +35,8 @@ rule train:
         spec=variant_spec,
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
         nproc=processes_per_variant,
+        numerics=PLAN.numerics,
     shell:
         "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
-        " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share} > {log:q} 2>&1"
+        " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
+        " --numerics {params.numerics} > {log:q} 2>&1"

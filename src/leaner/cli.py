@@ -10,6 +10,7 @@ import sys
 import time
 
 from .devices import SHARE_UNITS
+from .numerics import DEFAULT_MODE, MODES
 
 
 def _json_arg(text: str):
@@ -22,6 +23,10 @@ def _json_arg(text: str):
 GPU_SHARE_HELP = (f"GPUs this job declared, in 1/{SHARE_UNITS} of a GPU (the rule's gpu_share resource): 0 runs "
                   f"on the CPU, {SHARE_UNITS}*g on g whole GPUs, {SHARE_UNITS}//k on a seat of a GPU shared by k "
                   "jobs (default: one GPU when CUDA is present)")
+
+
+NUMERICS_HELP = ("pinned (default): the same bits on every x86-64 CPU with AVX2 (ATen's AVX2 kernels, MKL's "
+                 "COMPATIBLE branch, oneDNN off, these threads); native: the machine's own (docs/numerics.md)")
 
 
 def _nonneg_int(text: str) -> int:
@@ -290,6 +295,7 @@ def _train_parser(sub) -> None:
     s.add_argument("--threads", type=int, default=None, help="CPU threads in all (split over --nproc processes)")
     s.add_argument("--nproc", type=int, default=1,
                    help="processes (GPUs) for this one variant: >1 runs DistributedDataParallel under torchrun")
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=cmd_train)
 
@@ -304,6 +310,7 @@ def _conditioning_parser(sub) -> None:
     s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
     s.add_argument("--gpu-share", type=_nonneg_int, default=None, help=GPU_SHARE_HELP)
     s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
     s.set_defaults(func=cmd_conditioning)
 
 
@@ -311,6 +318,8 @@ def _theory_parser(sub) -> None:
     s = sub.add_parser("theory", help="Monte Carlo check of Theorem 3.2")
     s.add_argument("--settings", required=True, type=_json_arg)
     s.add_argument("--out", required=True)
+    s.add_argument("--threads", type=int, default=None, help="CPU threads")
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
     s.set_defaults(func=cmd_theory)
 
 
@@ -525,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # a launcher runs the same command again on each of its processes
     started = time.perf_counter()
     try:
+        if getattr(args, "numerics", None):  # before anything loads torch
+            from .numerics import pin
+
+            pin(args.numerics, getattr(args, "threads", None))
         code = args.func(args)
         if args.command in STAGES and not code:
             _closing_line(args, time.perf_counter() - started)

@@ -203,15 +203,18 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
 
 def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
                       device: str | None = None, gpu_share: int | None = None) -> list[dict]:
-    """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method)
-    for each named checkpoint {name: (step, safetensors path)}, over the fixed evaluation batch of
-    the study (the Jacobian over its first `conditioning.jacobian_samples` inputs)."""
+    """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method,
+    the numerics they were computed under) for each named checkpoint {name: (step, safetensors
+    path)}, over the fixed evaluation batch of the study (the Jacobian over its first
+    `conditioning.jacobian_samples` inputs)."""
     from .devices import pick_device
     from .models import build_model
+    from .numerics import in_effect
     from .tasks import make_task
     from .weights import load_weights
 
     dev = pick_device(device, gpu_share)
+    computed = in_effect(str(dev), "fp64")["label"]  # what these kappas were computed under
     task = make_task(spec, data_path, dev)
     cond = spec["conditioning"]
     n = cond["samples"]
@@ -235,7 +238,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
                              "width": m.get("width", m.get("d_model")), "cols": cols, "tokens": tokens,
                              "samples": int(slot["kappas"].numel()), **summarize(slot["kappas"]),
                              "method": slot.get("method", "svd"), "rel_residual": slot.get("rel_residual", 0.0),
-                             "converged_fraction": slot.get("converged_fraction", 1.0)})
+                             "converged_fraction": slot.get("converged_fraction", 1.0), "numerics": computed})
     return rows
 
 

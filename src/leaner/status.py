@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .io import read_json
+from .numerics import UNRECORDED, describe_mix, is_mixed
 from .tracking import HEARTBEAT_S, read_progress
 
 STALE_S = 10 * 60 + 2 * HEARTBEAT_S  # longer than any quiet spell of a live run (an evaluation, a compile)
@@ -32,6 +33,7 @@ class Row:
     state: str
     step: str
     detail: str
+    numerics: str = ""  # a done variant's (numerics.label), to say where a study mixes them
 
 
 def _alive(pid: int, started: float | None) -> bool:
@@ -81,7 +83,7 @@ def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | 
         shown = f"{name} {value:.4g}" if isinstance(value, int | float) else "no metric"
         if not (folder / "conditioning.csv").exists():
             shown += " (kappa pending)"
-        return Row(study, variant, "done", steps, shown)
+        return Row(study, variant, "done", steps, shown, (m.get("numerics") or {}).get("label", UNRECORDED))
     beat = read_progress(folder)
     if beat is not None:
         steps = _steps(beat.get("step"), beat.get("total_steps"))
@@ -125,12 +127,23 @@ def render(rows: list[Row], width: int | None = None) -> str:
     cols = [("study", [r.study for r in rows]), ("variant", [r.variant for r in rows]),
             ("state", [r.state for r in rows]), ("step", [r.step for r in rows])]
     widths = [max([len(name), *map(len, values)]) for name, values in cols]
-    lines = [head, "  ".join(name.ljust(w) for (name, _), w in zip(cols, widths)) + "  detail"]
+    lines = [head, *numerics_lines(rows), "  ".join(name.ljust(w) for (name, _), w in zip(cols, widths)) + "  detail"]
     for i, r in enumerate(rows):
         line = "  ".join(values[i].ljust(w) for (_, values), w in zip(cols, widths)) + "  " + r.detail
         line = line.rstrip()
         lines.append(line if len(line) <= width else line[: width - 1] + "…")
     return "\n".join(lines)
+
+
+def numerics_lines(rows: list[Row]) -> list[str]:
+    """One line per study whose finished variants were trained under different numerics (their
+    comparisons would mix the platforms); nothing where each study's share one."""
+    lines = []
+    for study in dict.fromkeys(r.study for r in rows):
+        done = [r.numerics for r in rows if r.study == study and r.numerics]
+        if is_mixed(done):
+            lines.append(f"numerics: study {study}: {describe_mix(done)}")
+    return lines
 
 
 def show(plan, root: str | Path = ".", watch: float | None = None, states: list[str] | None = None) -> None:

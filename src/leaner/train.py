@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, distributed
+from . import __version__, distributed, numerics
 from .data.splits import SKIPPED
 from .devices import claimed, pick_device
 from .io import remove_stale_temps, sha256_file, write_json
@@ -192,7 +192,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
             "wall_time_s": run.elapsed_s + train_time,
             "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
-            **precision, **_cost_and_provenance(dev, ctx, started),
+            **precision, **_cost_and_provenance(dev, ctx, started, precision["precision"]),
             # what later stages check before they trust the weights (a truncated or replaced file)
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
@@ -422,8 +422,9 @@ def _best_of(rows: list[dict], task, best: dict | None = None) -> dict:
     return best
 
 
-def _cost_and_provenance(dev: torch.device, ctx, started: float) -> dict:
-    """metrics.json's record of where and how the run ran."""
+def _cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str) -> dict:
+    """metrics.json's record of where and how the run ran: its numerics as read back (kernels,
+    BLAS branch, threads: numerics.in_effect), what it cost, the code and the host."""
     from importlib.metadata import version
 
     if dev.type == "cuda":
@@ -433,6 +434,7 @@ def _cost_and_provenance(dev: torch.device, ctx, started: float) -> dict:
     return {
         "peak_memory_mb": peak, "device": str(dev), "device_name": name,
         "threads": torch.get_num_threads(), "processes": ctx.world, "backend": ctx.backend,
+        "numerics": numerics.in_effect(str(dev), computed_in),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "timm": version("timm"),
                      "numpy": np.__version__, "leaner": __version__},
         "code": code_state(),  # the commit that produced this run, and whether the tree differed

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_path
+from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import task_info
 from .findings import findings
 from .overview_figure import overview_figure
@@ -73,8 +74,33 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "not_learned": not_learned(g),
                      "kappa_init": gmean(g.get("kappa_init_gmean", [])),
                      "kappa_final": gmean(g.get("kappa_final_gmean", [])),
-                     "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", []))})
+                     "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", [])),
+                     "numerics": join_labels(g.get("numerics", pd.Series([UNRECORDED] * len(g))))})
     return pd.DataFrame(rows)
+
+
+LABELS_JOIN = " + "  # between the numerics labels of results put together (a label has no " + ")
+
+
+def join_labels(labels) -> str:
+    """The distinct numerics labels of some results, sorted, joined: one label where they share it."""
+    return LABELS_JOIN.join(sorted({str(v) if v == v else UNRECORDED for v in labels}))  # v == v: not NaN
+
+
+def split_labels(joined: str) -> list[str]:
+    return str(joined).split(LABELS_JOIN)
+
+
+def numerics_paragraph(summaries: list[pd.DataFrame]) -> str:
+    """What findings.md says of the numerics its results were computed under: one line, and each
+    study whose comparisons mix results made under different numerics."""
+    labels = [v for s in summaries if len(s) for v in s.get("numerics", pd.Series([UNRECORDED] * len(s)))]
+    text = f"Numerics: {describe_mix(labels)}."
+    mixed = [s["study"].iloc[0] for s in summaries if len(s) and is_mixed(s.get("numerics", []))]
+    if mixed:
+        text += (f" Within {', '.join(mixed)}, results computed under different numerics are compared with each "
+                 f"other: their differences mix the effect studied with the platform's (docs/numerics.md).")
+    return text
 
 
 def configurations(summaries: list[pd.DataFrame]) -> pd.DataFrame:
@@ -124,7 +150,10 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
                      "error_few": few["error_mean"], "error_many": many["error_mean"],
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
                      "n": f"{len(few['errors'])}, {len(many['errors'])}",
-                     "verdict": f"did not learn: {', '.join(stuck)}" if stuck else verdict(lo, hi)})
+                     "verdict": f"did not learn: {', '.join(stuck)}" if stuck else verdict(lo, hi),
+                     # the two sides' results were computed under different numerics (the caption names them)
+                     "numerics_mixed": is_mixed(split_labels(few.get("numerics", UNRECORDED))
+                                                + split_labels(many.get("numerics", UNRECORDED)))})
     return pd.DataFrame(rows)
 
 
@@ -188,30 +217,35 @@ def _signed(x: float, digits: int = 3) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{digits}f}"
 
 
+ONE_RUN = " (one run)"  # a number without an interval: what one run on one platform gave, not a finding
+
+
 def headline_markdown(frame: pd.DataFrame) -> str:
     """The README's claims table: each claim's baseline row, then its lean rows with the difference
-    (lean minus baseline, signed so that + is lean better) and its one-sided 95% bounds."""
+    (lean minus baseline, signed so that + is lean better) and its one-sided 95% bounds. A claim
+    over one seed has no interval: its numbers are marked as one run's."""
     lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: lean better) "
              "[one-sided 95% bounds] | margin | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
-        lean = r["role"] == "lean"
+        lean, one = r["role"] == "lean", int(r["n"]) == 1
         params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if lean else "")
         bounds = ("" if not lean or math.isnan(r["bound_lo"])
                   else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
         lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
-                     f"{r['metric']} | {r['mean']:.3f} | {int(r['n'])} | "
-                     f"{_signed(r['lean_advantage']) + bounds if lean else ''} | "
+                     f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])} | "
+                     f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if lean else ''} | "
                      f"{r['margin']:g} | {r['verdict'] if lean else ''} |")
     return "\n".join(lines) + "\n"
 
 
 def effects_markdown(frame: pd.DataFrame) -> str:
     """Most against fewest heads per comparison group: the error difference (more heads minus fewer:
-    + is worse) and its 95% interval to 3 decimals, the verdict."""
+    + is worse) and its 95% interval to 3 decimals, the verdict; a difference of one seed a side,
+    without an interval, marked as one run's."""
     lines = ["| study | comparison | error difference (more - fewer heads) [95% CI] | n | verdict |",
              "|---|---|---|---|---|"]
     for _, r in frame.iterrows():
-        ci = "" if math.isnan(r["delta_lo"]) else f" [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}]"
+        ci = ONE_RUN if math.isnan(r["delta_lo"]) else f" [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}]"
         lines.append(f"| `{r['study']}` | {r['group']}: heads {r['heads']} | {r['delta_error']:+.3f}{ci} | {r['n']} | "
                      f"{r['verdict']} |")
     return "\n".join(lines) + "\n"
@@ -236,18 +270,21 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
     corr = kappa_error_correlation(configs)
     heads = headline([pd.read_csv(p).assign(study=_study_of(p)) for p in claim_csvs])
     paths = overview_figure(configs, corr, Path(fig_dir) / "all_studies-overview")
-    shown = configs.drop(columns=["errors"])
+    shown = configs.drop(columns=["errors", "numerics"], errors="ignore")
+    note = numerics_paragraph(summaries)
     paths += write_table(shown, Path(table_dir) / "all_studies-kappa_rank_error",
-                         "Every study: heads, rank, depth, error (mean, 95% interval, n) and kappa per configuration")
+                         "Every study: heads, rank, depth, error (mean, 95% interval, n) and kappa per configuration. "
+                         + note)
     paths += write_table(effects, Path(table_dir) / "all_studies-heads_effect",
-                         "Most against fewest heads in each comparison group: error difference, Welch 95% interval")
+                         "Most against fewest heads in each comparison group: error difference, Welch 95% interval; "
+                         "numerics_mixed: its two sides were computed under different numerics. " + note)
     paths += write_table(corr, Path(table_dir) / "all_studies-kappa_error_correlation",
                          "Spearman rho of kappa after training with error, and of kappa at init with after "
                          "training, per study over configurations (Fisher-z 95% interval), and pooled")
     paths += write_table(heads, Path(table_dir) / "all_studies-headline",
                          "The claims each study declared before its run, baseline first: the difference (+: lean "
                          "better), its one-sided 95% bounds, the margin and the verdict")
-    paras = findings(configs, effects, corr)
+    paras = findings(configs, effects, corr) + [note]
     sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
                 ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)

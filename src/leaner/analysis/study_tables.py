@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..entry import resolve
+from ..numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
 from ..tasks import task_info
 from . import papers, tables
@@ -27,11 +28,23 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no table {', '.join(unknown)} for task {data.task} (allowed: {', '.join(known)})")
-    paths = []
+    paths, note = [], numerics_note(data.summary)
     for name in names:
         frame, caption = resolve(TABLES[name].make)(data)
-        paths += write_table(frame, Path(table_dir) / f"{study}-{name}", caption)
+        paths += write_table(frame, Path(table_dir) / f"{study}-{name}", f"{caption}. {note}")
     return paths
+
+
+def numerics_note(summary: pd.DataFrame) -> str:
+    """The caption's last sentence: what the study's results were computed under (training, and
+    the condition numbers where they differ), saying so where rows made under different numerics
+    are put side by side."""
+    trained = summary.get("numerics", pd.Series([UNRECORDED] * len(summary)))
+    note = f"Numerics: {describe_mix(trained)}"
+    kappa = summary.get("kappa_numerics")
+    if kappa is not None and set(kappa.dropna()) != set(trained.dropna()):
+        note += f"; condition numbers: {describe_mix(kappa)}"
+    return note + "."
 
 
 def write_theory_table(theory_csv: str, table_dir: str) -> list[Path]:

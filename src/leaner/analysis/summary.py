@@ -1,11 +1,13 @@
 """Per-variant outputs -> summary.csv: one tidy row per variant (architecture, seed, protocols,
-status, final and best metrics, cost, kappa columns), and every variant's kappa at each kept
+status, final and best metrics, cost, kappa columns, the numerics training and conditioning ran
+under), and every variant's kappa at each kept
 checkpoint. Also the per-task facts every analysis reads: a configuration's axes and the study's
 headline metric."""
 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ import pandas as pd
 
 from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
+from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import GRID_AXES, task_info
 from ..tracking import write_hparams
 from .stats import gmean
@@ -119,7 +122,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                f"best_{m['primary_metric']}": m["best"][m["primary_metric"]],
                "steps": m["steps"], "wall_time_s": m["wall_time_s"],
                "throughput_samples_per_s": m["throughput_samples_per_s"], "peak_memory_mb": m["peak_memory_mb"],
-               "device": m["device"]}
+               "device": m["device"], "numerics": (m.get("numerics") or {}).get("label", UNRECORDED)}
         gpath = glue_by_dir.get(str(Path(mpath).parent))
         if gpath:
             glue = read_json(gpath)
@@ -144,7 +147,10 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                 row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))
         cpath = cond_by_dir.get(str(Path(mpath).parent))
         if cpath:
-            row.update(_kappa_columns(pd.read_csv(cpath)))
+            cond = pd.read_csv(cpath)
+            row.update(_kappa_columns(cond))
+            row["kappa_numerics"] = " | ".join(cond["numerics"].dropna().unique()) if "numerics" in cond \
+                else UNRECORDED
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True) if len(frame) else frame
@@ -180,6 +186,9 @@ def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list
     """summary.csv, (kappa_csv) every variant's kappa at each kept checkpoint, and each variant's
     TensorBoard HParams entry in its folder (tracking.write_hparams)."""
     frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
+    for column in ("numerics", "kappa_numerics"):
+        if column in frame and is_mixed(frame[column]):
+            print(f"study {study}: {column}: {describe_mix(frame[column])}", file=sys.stderr)
     kappa = kappa_checkpoints(frame, conditioning_paths)
     if kappa_csv:
         write_csv(kappa_csv, kappa)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from ..data.kinds import KINDS
+from ..numerics import MODES
 from ..tasks import CATALOG
 
 
@@ -65,6 +66,7 @@ def _schema() -> dict:
     schema = copy.deepcopy(_schema_file())
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
     schema["$defs"]["dataset"]["properties"]["kind"]["enum"] = list(KINDS)
+    schema["properties"]["numerics"]["enum"] = list(MODES)
     return schema
 
 

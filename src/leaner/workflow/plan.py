@@ -18,6 +18,7 @@ from pathlib import Path
 from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
 from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
+from ..numerics import DEFAULT_MODE
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
 from .config import (
@@ -103,6 +104,7 @@ class Plan:
     datasets: dict[str, dict]
     studies: dict[str, Study]
     theory: dict
+    numerics: str = DEFAULT_MODE  # what the jobs compute under (leaner.numerics)
 
     def variant(self, study: str, variant: str) -> Variant:
         return self.studies[study].variants[variant]
@@ -141,7 +143,7 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    return Plan(datasets=datasets, studies=studies, theory=theory)
+    return Plan(datasets=datasets, studies=studies, theory=theory, numerics=config.get("numerics", DEFAULT_MODE))
 
 
 def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
