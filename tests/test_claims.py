@@ -173,8 +173,29 @@ def test_the_headline_is_every_studys_declared_claims_baseline_first():
     md = headline_markdown(head).splitlines()
     assert md[2].startswith("| `s` | lean | baseline | L2-H1-D16-mlp32 | 1.0k | eval_acc | 0.902 | 3 |  |")
     lean = md[3]
-    assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean and lean.endswith("| 0.01 | superior |")
+    assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean and lean.endswith("| 0.01 | superior | the same |")
     assert headline([]).empty
+
+
+def test_what_another_platform_could_read_moves_the_bounds_by_the_platform_reach():
+    """stats.verdicts_elsewhere: the interval moved by up to PLATFORM_REACH standard errors either
+    way, each verdict it crosses in order; interval_se inverts a t interval."""
+    import functools
+
+    from scipy import stats as sps
+
+    from leaner.analysis.stats import PLATFORM_REACH, bounds_verdict, interval_se, verdicts_elsewhere
+
+    se = interval_se(-1.0, 1.0, 10, 10, 0.90)
+    assert math.isclose(se, 1.0 / sps.t.ppf(0.95, 18))
+    assert math.isnan(interval_se(float("nan"), 1.0, 10, 10, 0.9))
+    verdict = functools.partial(bounds_verdict, margin=0.02)
+    # the lower bound -0.001 sits next to 0, the upper +0.025 next to the margin: each crossing in turn
+    assert verdicts_elsewhere(-0.001, 0.025, 0.0075, verdict) == ("inconclusive", "equivalent", "non-inferior",
+                                                                   "superior")
+    assert verdicts_elsewhere(-0.001, 0.025, 0.0002, verdict) == ("non-inferior",)  # too far from any threshold
+    assert PLATFORM_REACH * 0.0075 > 0.019  # what moved the lower bound past -margin above
+    assert verdicts_elsewhere(0.0, 1.0, float("nan"), verdict) == ()
 
 
 def test_a_model_that_never_beat_chance_gets_no_verdict():

@@ -165,10 +165,12 @@ def in_effect(device: str = "cpu", precision: str | None = None) -> dict:
 
 def label(record: dict) -> str:
     """One line naming the numerics of `record` (in_effect's): 'cpu x86_64/AVX2, MKL 2024.2
-    COMPATIBLE, oneDNN off, 1 thread, torch 2.14.1'; a GPU run leads with its card and precision."""
+    COMPATIBLE, oneDNN off, 1 thread, torch 2.14.1' (MKL's branch, or "its own dispatch" where no
+    branch is fixed); a GPU run leads with its card and precision."""
     threads = record.get("threads")
+    branch = record.get("mkl_branch")
     cpu = (f"{record.get('machine')}/{record.get('capability')}, {record.get('blas')}"
-           + (f" {record['mkl_branch']}" if record.get("mkl_branch") else "")
+           + ("" if not branch else " (its own dispatch)" if branch == "off" else f" {branch}")
            + f", oneDNN {record.get('onednn')}, {threads} thread{'s' * (threads != 1)}, torch {record.get('torch')}")
     if str(record.get("device", "cpu")).startswith("cuda"):
         return f"cuda {record.get('device_name')} {record.get('precision') or ''}".rstrip() + f"; host {cpu}"

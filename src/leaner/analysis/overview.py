@@ -33,7 +33,7 @@ from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import task_info
 from .findings import findings
 from .overview_figure import overview_figure
-from .stats import MIN_N_INTERVAL, ci95, gmean, resolve, spearman_ci, welch
+from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
 from .summary import explode_protocols, not_learned
 from .table_render import write_table
 from .tables import CLAIMS_COLUMNS
@@ -142,6 +142,7 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
             continue
         few, many = g.loc[g["heads"].idxmin()], g.loc[g["heads"].idxmax()]
         diff, lo, hi = welch(many["errors"], few["errors"])
+        se = interval_se(lo, hi, len(many["errors"]), len(few["errors"]), 0.95)
         stuck = [f"L{r['depth']}/H{r['heads']}" for r in (few, many) if r.get("not_learned", 0) > 0]
         rows.append({"study": study, "family": few["family"], "group": group,
                      "heads": f"{few['heads']} -> {many['heads']}", "rank": f"{few['rank']} -> {many['rank']}",
@@ -151,6 +152,8 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
                      "n": f"{len(few['errors'])}, {len(many['errors'])}",
                      "verdict": f"did not learn: {', '.join(stuck)}" if stuck else verdict(lo, hi),
+                     # what another platform could read (stats.verdicts_elsewhere); empty without an interval
+                     "elsewhere": "" if stuck else " / ".join(verdicts_elsewhere(lo, hi, se, verdict)),
                      # the two sides' results were computed under different numerics (the caption names them)
                      "numerics_mixed": is_mixed(split_labels(few.get("numerics", UNRECORDED))
                                                 + split_labels(many.get("numerics", UNRECORDED)))})
@@ -225,7 +228,8 @@ def headline_markdown(frame: pd.DataFrame) -> str:
     (lean minus baseline, signed so that + is lean better) and its one-sided 95% bounds. A claim
     over one seed has no interval: its numbers are marked as one run's."""
     lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: lean better) "
-             "[one-sided 95% bounds] | margin | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "[one-sided 95% bounds] | margin | verdict | another platform could read |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
         lean, one = r["role"] == "lean", int(r["n"]) == 1
         params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if lean else "")
@@ -234,20 +238,28 @@ def headline_markdown(frame: pd.DataFrame) -> str:
         lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
                      f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])} | "
                      f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if lean else ''} | "
-                     f"{r['margin']:g} | {r['verdict'] if lean else ''} |")
+                     f"{r['margin']:g} | {r['verdict'] if lean else ''} | {_elsewhere(r) if lean else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _elsewhere(r: pd.Series) -> str:
+    """A README cell: the verdicts another platform could read, 'the same' where only this one."""
+    text = r.get("elsewhere")
+    if not isinstance(text, str) or not text:
+        return ""
+    return "the same" if text == r["verdict"] else text
 
 
 def effects_markdown(frame: pd.DataFrame) -> str:
     """Most against fewest heads per comparison group: the error difference (more heads minus fewer:
     + is worse) and its 95% interval to 3 decimals, the verdict; a difference of one seed a side,
     without an interval, marked as one run's."""
-    lines = ["| study | comparison | error difference (more - fewer heads) [95% CI] | n | verdict |",
-             "|---|---|---|---|---|"]
+    lines = ["| study | comparison | error difference (more - fewer heads) [95% CI] | n | verdict | "
+             "another platform could read |", "|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
         ci = ONE_RUN if math.isnan(r["delta_lo"]) else f" [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}]"
         lines.append(f"| `{r['study']}` | {r['group']}: heads {r['heads']} | {r['delta_error']:+.3f}{ci} | {r['n']} | "
-                     f"{r['verdict']} |")
+                     f"{r['verdict']} | {_elsewhere(r)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -111,6 +111,36 @@ def resolve(lo: float, hi: float, margin: float = RESOLVE_MARGIN) -> str:
     return "unresolved"
 
 
+# Off the pinned platform (another CPU type, BLAS or GPU: docs/numerics.md) the same experiment
+# gives another draw of the floating-point noise, which training amplifies as it would a change of
+# seed: a number with standard error se moves by a normal variable of sd sqrt(2) se between two
+# platforms. PLATFORM_REACH, in se, bounds that move: sqrt(2) x 3.29, the two-sided 99.9% bound,
+# declared before the runs that measured the move across platforms (docs/numerics.md: the largest
+# measured was well inside it).
+PLATFORM_REACH = 4.65
+
+
+def interval_se(lo: float, hi: float, n_a: int, n_b: int, confidence: float) -> float:
+    """The standard error behind a t interval [lo, hi] of `confidence` on a difference of two means
+    of n_a and n_b values. Welch's degrees of freedom are at most n_a + n_b - 2; taken at that, the
+    t quantile is the smallest and the standard error the largest the interval allows."""
+    from scipy import stats
+
+    if math.isnan(lo) or math.isnan(hi) or n_a + n_b < 3:
+        return math.nan
+    return (hi - lo) / (2 * float(stats.t.ppf(0.5 + confidence / 2, n_a + n_b - 2)))
+
+
+def verdicts_elsewhere(lo: float, hi: float, se: float, verdict_of, reach: float = PLATFORM_REACH) -> tuple:
+    """The verdicts `verdict_of(lo, hi)` gives with the interval moved by up to `reach` x `se` either
+    way, ordered from the lowest move to the highest: what another platform could read. Empty
+    where there is no interval."""
+    if math.isnan(se) or math.isnan(lo) or math.isnan(hi):
+        return ()
+    moves = np.linspace(-reach * se, reach * se, 2001)
+    return tuple(dict.fromkeys(verdict_of(lo + d, hi + d) for d in moves))
+
+
 def gmean(values) -> float:
     """Geometric mean of positive kappas; +inf (a singular matrix) makes it +inf, NaN is left out."""
     v = np.asarray(values, float)
@@ -181,14 +211,17 @@ def claim_verdict(lean, base, margin: float, mode: str = "max") -> dict:
     else:
         test = stats.ttest_ind(a, b, equal_var=False)
         lo, hi = (float(x) for x in test.confidence_interval(0.90))
+    return {"diff": diff, "lo": lo, "hi": hi, "verdict": bounds_verdict(lo, hi, margin)}
+
+
+def bounds_verdict(lo: float, hi: float, margin: float) -> str:
+    """A claim's verdict from its one-sided 95% bounds on lean - baseline (claim_verdict's rule)."""
     if lo > 0:
-        verdict = "superior"
-    elif -margin < lo and hi < margin:
-        verdict = "equivalent"
-    elif lo > -margin:
-        verdict = "non-inferior"
-    elif hi < -margin:
-        verdict = "inferior"
-    else:
-        verdict = "inconclusive"
-    return {"diff": diff, "lo": lo, "hi": hi, "verdict": verdict}
+        return "superior"
+    if -margin < lo and hi < margin:
+        return "equivalent"
+    if lo > -margin:
+        return "non-inferior"
+    if hi < -margin:
+        return "inferior"
+    return "inconclusive"

@@ -3,13 +3,14 @@ checks, the claims, GLUE per task, the jobs' costs. Each is a data frame; table_
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..tasks import task_info
-from .stats import ci95, claim_verdict, gmean, resolve, welch
+from .stats import bounds_verdict, ci95, claim_verdict, gmean, interval_se, resolve, verdicts_elsewhere, welch
 from .summary import ARCH, axes, config_values, is_arch, not_learned
 from .table_render import write_table
 
@@ -120,13 +121,14 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
 
 
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
-                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict"]
+                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict", "elsewhere"]
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     """The study's declared claims (plan._claims), baseline first: per claim its baseline row,
     then one row per lean configuration with the difference (positive: lean better), its one-sided
-    95% bounds, the margin and the verdict (stats.claim_verdict). Only the declared seeds count; a
+    95% bounds, the margin, the verdict (stats.claim_verdict) and the verdicts another platform
+    could read (`elsewhere`, stats.verdicts_elsewhere; empty without an interval). Only the declared seeds count; a
     declared seed without a finished run is counted as missing, never replaced."""
     rows = []
     for claim in claims:
@@ -143,6 +145,9 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             lean = _claim_rows(summary, point, seeds)
             vals = lean[metric].to_numpy(float)
             v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
+            se = interval_se(v["lo"], v["hi"], len(vals), len(base_vals), 0.90)
+            verdict_of = functools.partial(bounds_verdict, margin=claim["margin"])
+            elsewhere = verdicts_elsewhere(v["lo"], v["hi"], se, verdict_of)
             stuck = [name for name, rows in (("baseline", base), ("lean", lean)) if not_learned(rows) > 0]
             if stuck:  # no verdict on a model that never beat chance (summary.learned)
                 v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
@@ -152,7 +157,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
             rows.append({**common, "role": "lean", "configuration": arch_label(point), "params": params,
                          "param_reduction_pct": reduction, "mean": mean, "n": n, "seeds_missing": len(seeds) - n,
                          "lean_advantage": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"],
-                         "verdict": v["verdict"]})
+                         "verdict": v["verdict"], "elsewhere": " / ".join(elsewhere) if not stuck else ""})
     return pd.DataFrame(rows).reindex(columns=CLAIMS_COLUMNS)
 
 

@@ -1,0 +1,172 @@
+"""The README's source run of the default study (config.yaml), kept in tests/reference/default_study:
+every table the run writes but the job costs, each study's summary without its timings, the
+findings, and where, when and under which numerics it ran (provenance.json).
+
+Two uses:
+- the tests: the README's tables must be what this run's CSVs render (test_readme.py), and a new
+  run of the default study must give these files byte for byte where its numerics label is the
+  reference's, or else stay within what another platform can move (test_default_study.py);
+- refreshing them after a change that moves the numbers, from a finished run of config.yaml:
+  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files and the README's generated
+  blocks (the claims and heads-effect tables, the findings).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "tests" / "reference" / "default_study"
+README = REPO / "README.md"
+TIMINGS = ("wall_time_s", "throughput_samples_per_s", "peak_memory_mb")  # summary columns a machine's load moves
+NOT_KEPT = ("all_studies-job_costs.csv",)  # nothing but timings
+
+
+def _without(text: str, columns: tuple[str, ...]) -> str:
+    """A CSV's text with `columns` left out, every other cell as written."""
+    rows = list(csv.reader(io.StringIO(text)))
+    keep = [i for i, name in enumerate(rows[0]) if name not in columns]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([row[i] for i in keep])
+    return out.getvalue()
+
+
+def comparable(workdir: Path) -> dict[str, str]:
+    """The files of a run of the default study that no machine's load moves: name -> text."""
+    results = Path(workdir) / "results"
+    files = {f"tables/{p.name}": p.read_text() for p in sorted((results / "tables").glob("*.csv"))
+             if p.name not in NOT_KEPT}
+    for summary in sorted(results.glob("*/summary.csv")):
+        files[f"summaries/{summary.parent.name}.csv"] = _without(summary.read_text(), TIMINGS)
+    files["findings.md"] = (results / "overview" / "findings.md").read_text()
+    return files
+
+
+def numerics_labels(workdir: Path) -> set[str]:
+    """Every numerics label the run's summaries carry (training and condition numbers)."""
+    import pandas as pd
+
+    labels = set()
+    for summary in (Path(workdir) / "results").glob("*/summary.csv"):
+        frame = pd.read_csv(summary)
+        for column in ("numerics", "kappa_numerics"):
+            labels |= set(frame[column].dropna()) if column in frame else {"unrecorded"}
+    return labels
+
+
+def provenance() -> dict:
+    return json.loads((REFERENCE / "provenance.json").read_text())
+
+
+def reference_files() -> dict[str, str]:
+    return {str(p.relative_to(REFERENCE)): p.read_text() for p in sorted(REFERENCE.rglob("*.csv"))} | {
+        "findings.md": (REFERENCE / "findings.md").read_text()}
+
+
+def _arrows(values, fmt) -> str:
+    return " -> ".join(fmt(v) for v in values)
+
+
+def numbers_behind() -> str:
+    """The README's 'numbers behind it': per-configuration means of the reference run's tables."""
+    import pandas as pd
+
+    t = REFERENCE / "tables"
+    vit, listops, lm = (pd.read_csv(t / f"{s}-by_config.csv") for s in ("vit_digits", "listops_small", "lm_stories"))
+    accept = pd.read_csv(t / "nearest_rank-acceptance.csv")
+
+    def pick(frame, protocol, depth):
+        rows = frame[frame["protocols"].str.contains(protocol) & (frame["depth"] == depth)]
+        return rows.sort_values("heads")
+
+    acc, kappa = (lambda v: f"{v:.3f}"), (lambda v: f"{v:.1e}".replace("e+0", "e").replace("e+", "e"))
+    fig3 = [pick(vit, "fixed_head_dim", d) for d in (1, 2)]
+    wide = vit[(vit["width"] == 64) & (vit["depth"] == 2)].sort_values("heads")
+    ratios = accept[accept["check"].str.contains("MSE")]["observed"]
+    angles = accept[accept["check"].str.contains("angle")]["observed"]
+    one_run = "one run each, one platform"
+    rows = [
+        ("vit_digits", "P1's Fig. 3 shape, head dim 16, 3 seeds each: accuracy "
+                       f"{_arrows(fig3[0]['eval_acc_mean'], acc)} "
+                       f"(1 layer: {_arrows(fig3[0]['params'], lambda v: f'{v / 1e3:.1f}k')} parameters) and "
+                       f"{_arrows(fig3[1]['eval_acc_mean'], acc)} (2 layers) with "
+                       f"{_arrows(fig3[0]['heads'], str)} heads; kappa of the head outputs after training (geometric "
+                       f"mean over layers and seeds) {_arrows(fig3[0]['kappa_final_gmean'], kappa)} at 1 layer. At "
+                       f"width 64 and 2 layers, {_arrows(wide['heads'], str)} heads (head dim "
+                       f"{', '.join(map(str, wide['head_dim']))}): accuracy "
+                       f"{', '.join(map(acc, wide['eval_acc_mean']))} "
+                       f"and kappa {', '.join(map(kappa, wide['kappa_final_gmean']))}"),
+        ("nearest_rank", f"P2's acceptance: MSE(rank 8) / MSE(rank 16) = {ratios.iloc[0]:.1f} (W = 1) and "
+                         f"{ratios.iloc[1]:.1f} (W = 2), both >= 10; angle(QK^T, I) "
+                         f"{' / '.join(f'{a:.1f}' for a in angles)} degrees"),
+        ("listops_small", f"accuracy {_arrows(pick(listops, 'fixed_width', 1)['eval_acc_mean'], acc)} with "
+                          f"{_arrows(pick(listops, 'fixed_width', 1)['heads'], str)} heads at 1 layer, "
+                          f"{_arrows(pick(listops, 'fixed_width', 2)['eval_acc_mean'], acc)} with "
+                          f"{_arrows(pick(listops, 'fixed_width', 2)['heads'], str)} at 2 layers ({one_run})"),
+        ("lm_stories", f"validation loss (nats/byte) {_arrows(pick(lm, 'fixed_width', 1)['eval_loss_mean'], acc)} "
+                       f"with {_arrows(pick(lm, 'fixed_width', 1)['heads'], str)} heads at 1 layer, "
+                       f"{_arrows(pick(lm, 'fixed_width', 2)['eval_loss_mean'], acc)} with "
+                       f"{_arrows(pick(lm, 'fixed_width', 2)['heads'], str)} at 2 layers ({one_run})"),
+    ]
+    return "| study | numbers behind it |\n|---|---|\n" + "".join(f"| `{s}` | {text} |\n" for s, text in rows)
+
+
+def readme_blocks() -> dict[str, str]:
+    """What the README's generated blocks must hold, rendered from the reference's files."""
+    import pandas as pd
+
+    from leaner.analysis.overview import effects_markdown, headline_markdown
+
+    read = {"keep_default_na": False, "na_values": [""]}  # the verdict "n/a (one seed)" is words
+    findings = (REFERENCE / "findings.md").read_text()
+    body = findings.split("\n## ")[0].split("\n", 1)[1].strip()  # the paragraphs before the tables
+    return {"claims table": headline_markdown(pd.read_csv(REFERENCE / "tables" / "all_studies-headline.csv", **read)),
+            "heads effect table": effects_markdown(pd.read_csv(REFERENCE / "tables" / "all_studies-heads_effect.csv",
+                                                               **read)),
+            "numbers behind it": numbers_behind(),
+            "findings": "\n".join(f"> {line}" if line else ">" for line in body.splitlines()) + "\n"}
+
+
+def marked(text: str, name: str) -> tuple[int, int]:
+    """Where the README's block `name` lies: (start, end) of the text between its markers."""
+    begin, end = f"<!-- {name}: begin -->\n", f"<!-- {name}: end -->"
+    start = text.index(begin) + len(begin)
+    return start, text.index(end, start)
+
+
+def write_reference(workdir: Path, wall: str | None = None) -> None:
+    """Keep a finished run of config.yaml as the reference and render the README's blocks from it."""
+    from leaner.provenance import code_state
+
+    labels = numerics_labels(workdir)
+    if len(labels) != 1:
+        raise SystemExit(f"the run mixes numerics ({sorted(labels)}): a reference is made under one")
+    for old in REFERENCE.rglob("*"):
+        if old.is_file():
+            old.unlink()
+    for name, text in comparable(workdir).items():
+        (REFERENCE / name).parent.mkdir(parents=True, exist_ok=True)
+        (REFERENCE / name).write_text(text)
+    metrics = next((Path(workdir) / "results").glob("*/*/metrics.json"))
+    record = json.loads(metrics.read_text())["numerics"]
+    state = code_state()
+    (REFERENCE / "provenance.json").write_text(json.dumps({
+        "numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
+        "commit": state["commit"], "dirty": state["dirty"], "date": time.strftime("%Y-%m-%d"),
+        "command": "snakemake --cores 2 --configfile config.yaml", "wall": wall}, indent=1) + "\n")
+    text = README.read_text()
+    for name, block in readme_blocks().items():
+        start, end = marked(text, name)
+        text = text[:start] + block + text[end:]
+    README.write_text(text)
+
+
+if __name__ == "__main__":
+    write_reference(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
