@@ -143,8 +143,6 @@ def marked(text: str, name: str) -> tuple[int, int]:
 
 def write_reference(workdir: Path, wall: str | None = None) -> None:
     """Keep a finished run of config.yaml as the reference and render the README's blocks from it."""
-    from leaner.provenance import code_state
-
     labels = numerics_labels(workdir)
     if len(labels) != 1:
         raise SystemExit(f"the run mixes numerics ({sorted(labels)}): a reference is made under one")
@@ -154,12 +152,15 @@ def write_reference(workdir: Path, wall: str | None = None) -> None:
     for name, text in comparable(workdir).items():
         (REFERENCE / name).parent.mkdir(parents=True, exist_ok=True)
         (REFERENCE / name).write_text(text)
-    metrics = next((Path(workdir) / "results").glob("*/*/metrics.json"))
-    record = json.loads(metrics.read_text())["numerics"]
-    state = code_state()
+    runs = [json.loads(p.read_text()) for p in (Path(workdir) / "results").glob("*/*/metrics.json")]
+    states = {(m["code"]["commit"], m["code"]["dirty"]) for m in runs}
+    if len(states) != 1:
+        raise SystemExit(f"the run's variants come from {len(states)} code states: a reference comes from one")
+    (commit, dirty), = states
+    record = runs[0]["numerics"]
     (REFERENCE / "provenance.json").write_text(json.dumps({
         "numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
-        "commit": state["commit"], "dirty": state["dirty"], "date": time.strftime("%Y-%m-%d"),
+        "commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%d"),
         "command": "snakemake --cores 2 --configfile config.yaml", "wall": wall}, indent=1) + "\n")
     text = README.read_text()
     for name, block in readme_blocks().items():
