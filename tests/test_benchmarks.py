@@ -77,3 +77,31 @@ def test_the_mfu_flop_count_matches_torch_flop_counter():
     one_layer = bench.vit_b_train_flops_per_image(depth=1)
     # the counter also sees the patch embedding and the head, which the formula leaves out
     assert 0.95 * counter.get_total_flops() < one_layer <= counter.get_total_flops()
+
+
+def test_the_platform_spread_measures_moves_in_standard_errors(tmp_path):
+    """benchmarks/platform_spread.py on the README's reference tables against a copy with one bound
+    moved: that move, in the reference's standard errors, is the largest; the verdicts it compares."""
+    import shutil
+
+    import pandas as pd
+
+    from leaner.analysis.stats import interval_se
+
+    tables = REPO / "tests" / "reference" / "default_study" / "tables"
+    for name in ("ref", "other"):
+        (tmp_path / name / "results" / "tables").mkdir(parents=True)
+        for table in ("all_studies-headline.csv", "all_studies-heads_effect.csv"):
+            shutil.copy(tables / table, tmp_path / name / "results" / "tables" / table)
+    effects = pd.read_csv(tables / "all_studies-heads_effect.csv", keep_default_na=False, na_values=[""])
+    row = effects[effects["delta_lo"].notna()].index[0]
+    n = [int(x) for x in effects.loc[row, "n"].split(", ")]
+    se = interval_se(effects.loc[row, "delta_lo"], effects.loc[row, "delta_hi"], n[0], n[1], 0.95)
+    effects.loc[row, "delta_hi"] += 2 * se
+    effects.loc[row, "verdict"] = "moved"
+    effects.to_csv(tmp_path / "other" / "results" / "tables" / "all_studies-heads_effect.csv", index=False)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "platform_spread.py"), str(tmp_path / "ref"),
+                           f"moved={tmp_path / 'other'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "largest 2.00 (" in proc.stdout and "delta_hi" in proc.stdout
+    assert "-> moved" in proc.stdout and "largest |move| / se over every platform: 2.00" in proc.stdout
