@@ -16,6 +16,7 @@ rule finetune:
         "logs/finetune/{study}/{variant}/{glue_task}.log",
     benchmark:
         "logs/benchmarks/finetune/{study}/{variant}/{glue_task}.tsv"
+    retries: PLAN.train_retries
     group:
         share_group
     conda:

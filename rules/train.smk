@@ -19,6 +19,7 @@ rule train:
         "logs/train/{study}/{variant}.log",
     benchmark:
         "logs/benchmarks/train/{study}/{variant}.tsv"
+    retries: PLAN.train_retries
     group:
         share_group
     conda:

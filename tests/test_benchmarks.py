@@ -105,3 +105,16 @@ def test_the_platform_spread_measures_moves_in_standard_errors(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "largest 2.00 (" in proc.stdout and "delta_hi" in proc.stdout
     assert "-> moved" in proc.stdout and "largest |move| / se over every platform: 2.00" in proc.stdout
+
+
+def test_the_stop_signal_benchmark_reports_exits_and_kept_steps():
+    """benchmarks/stop_signal.py at its smallest: one process, one run per signal; each stops with
+    status 75, within seconds, saving the step in flight."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "stop_signal.py"), "--repeats", "1", "--width",
+                           "16", "--nproc", "1"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| 16 |")]
+    assert [r[2] for r in rows] == ["SIGTERM", "SIGUSR1"] and all(r[3] == "75" for r in rows), proc.stdout
+    for r in rows:
+        came, saved = (int(x) for x in r[5].split(" -> "))
+        assert 0 <= saved - came <= 1 and float(r[4].split()[0]) < 30

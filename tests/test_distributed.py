@@ -185,18 +185,43 @@ def test_two_gloo_processes_match_one_with_the_same_global_batch(tmp_path, digit
     assert rel[len(rel) // 2] < 1e-5, rel
 
 
-def test_killed_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_manifest):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_manifest, how):
     """SIGKILL the launcher after the first checkpoint: its workers stop with it (none is left
-    writing), and the re-run on two processes resumes and ends as an uninterrupted one did."""
+    writing), and the re-run on two processes resumes and ends as an uninterrupted one did.
+    SIGTERM (a scheduler's time limit) while the first checkpoint is written: both ranks agree on
+    the next step, save it and stop; the launcher exits with status 75 (stopped, resumable)."""
+    import os
+    import signal
+
+    from leaner.stopping import STOPPED_EXIT
+
     spec = small_spec()
     spec["recipe"].update(epochs=6, checkpoint_every=10)
     _train(spec, digits_manifest, tmp_path / "ref", nproc=2)
 
     out = tmp_path / "killed"
-    proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / RESUME_DIR / RESUME_FILE
-    kill_after_checkpoint(proc, ckpt)
-    assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+    if how == "SIGKILL":
+        proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kill_after_checkpoint(proc, ckpt)
+        assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
+    else:
+        os.environ["LEANER_FAULT_SLOW_RENAME"] = "state.pt:2"  # step 10's write held: a certain moment
+        try:
+            proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+        finally:
+            del os.environ["LEANER_FAULT_SLOW_RENAME"]
+        deadline = time.time() + 120
+        while not list(ckpt.parent.glob(".state.pt.*.tmp")):
+            assert time.time() < deadline and proc.poll() is None, "no checkpoint was written"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+        assert proc.returncode == STOPPED_EXIT, err[-3000:]
+        assert err.count("stopped by SIGTERM (it came after step 10): resume state saved at step 11") == 2, err[-3000:]
+        assert torch.load(ckpt, weights_only=True)["step"] == 11
     state = torch.load(saved_checkpoint(ckpt), weights_only=True)
     assert len(state["rng"]) == 2  # every rank's RNG state, written by rank 0
     time.sleep(2.0)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from leaner.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
@@ -205,3 +206,42 @@ def test_divergence_is_a_result_the_sweep_completes_and_the_figures_mark_it(tmp_
     figures.metric_vs_heads(summary, tmp_path / "x", "tiny")
     labels = [t.get_text() for ax in shown[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert "diverged run(s)" in labels
+
+
+def test_sigterm_mid_epoch_saves_the_step_and_leaner_run_ends_identical(tmp_path, reference):
+    """A scheduler's SIGTERM to the training process while step 20's checkpoint is being written
+    (held 2 s, so the moment is mid-epoch and certain): the run finishes the step in flight, saves
+    at step 21 and exits with status 75 (stopped, resumable); `leaner run` resumes there and ends
+    bit-identical to the uninterrupted run: no step of work was lost."""
+    from leaner.stopping import STOPPED_EXIT
+    from leaner.tracking import read_progress
+
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=_env(LEANER_FAULT_SLOW_RENAME="state.pt:2"),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
+    trainer = read_progress(tmp_path / VARIANT)["pid"]
+    signalled = time.monotonic()
+    os.kill(trainer, signal.SIGTERM)
+    _wait_for(lambda: not os.path.exists(f"/proc/{trainer}") or open(f"/proc/{trainer}/stat").read().split()[2] == "Z",
+              timeout_s=30)
+    stopped_in = time.monotonic() - signalled
+    assert proc.wait(timeout=60) != 0  # the job stopped unfinished: Snakemake reports it
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "stopped by SIGTERM (it came after step 20): resume state saved at step 21" in log, log[-2000:]
+    assert f"exit status {STOPPED_EXIT}" in log
+    assert stopped_in < 2 * 2 + 10  # two held writes of 2 s, then the exit
+    state = torch.load(_resume_dir(tmp_path) / RESUME_FILE, weights_only=True)
+    assert state["step"] == 21
+    assert read_progress(tmp_path / VARIANT)["state"] == "stopped"
+
+    rerun = subprocess.run([str(BIN / "leaner"), "run", *_snakemake_cmd(tmp_path)[1:]], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "resumed from step 21" in log, log[-2000:]
+    metrics, weights, history = _outputs(tmp_path)
+    ref_metrics, ref_weights, ref_history = reference
+    assert metrics == ref_metrics
+    assert all((weights[k] == ref_weights[k]).all() for k in ref_weights)
+    pd.testing.assert_frame_equal(history, ref_history)
+    assert json.loads((tmp_path / TARGET).read_text())["resumed_at"] == [21]

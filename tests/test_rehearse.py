@@ -3,6 +3,7 @@ whole config's table is in benchmarks/results.md), and what a failed architectur
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pandas as pd
@@ -96,3 +97,17 @@ def test_a_rehearsal_run_again_in_its_folder_keeps_what_passed_on_the_same_commi
     assert [row["result"] for row in rows] == ["failed: stand-in", "pass"]
     r.rehearse(plan, [str(TINY)], work, ["tiny_nearest"], show=lambda line: None)
     assert children == [row["variant"] for row in first] + [first[0]["variant"]]  # only the failure again
+
+
+def test_a_config_of_one_epoch_of_one_step_rehearses(tmp_path):
+    """A valid config whose data gives one step an epoch, for one epoch: the rehearsal still runs
+    its steps, stops at its checkpoint and resumes (it rehearses any valid config)."""
+    from leaner.rehearse import REHEARSAL_RECIPE, STOP_AT, rehearse_one
+
+    from conftest import nearest_setup
+
+    spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 1, "steps_per_epoch": 1})
+    row = rehearse_one(spec, manifest, tmp_path / "work")
+    assert row["params"] > 0 and row["checkpoint_mb"] > 0
+    metrics = json.loads((tmp_path / "work" / spec["study"] / spec["variant"] / "metrics.json").read_text())
+    assert metrics["steps"] == REHEARSAL_RECIPE["max_steps"] > STOP_AT and metrics["resumed_at"] == [STOP_AT]

@@ -233,3 +233,39 @@ def test_two_slurm_jobs_that_both_see_gpu_0_do_not_wait_on_each_other(cluster, t
     assert all(c["gpus"] == ["0"] for c in claims), claims
     assert claims[0]["lock_dir"] != claims[1]["lock_dir"]
     assert max(c["at_unix"] for c in claims) < min(c["released_unix"] for c in claims), "one waited for the other"
+
+
+def test_a_job_longer_than_its_time_limit_comes_back_and_finishes(cluster, tmp_path):
+    """A training job of ~2 minutes of work (23,000 steps) under a 1-minute limit: Slurm ends each attempt at its
+    time limit with SIGTERM, the training saves its state at the next step and exits, the job
+    comes back (resources.attempts: Snakemake's retries) and resumes, until it is done. No
+    periodic checkpoint here (checkpoint_every beyond the run, checkpoint_minutes null): every
+    step kept across attempts was saved on the stop signal."""
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=1000, eval_every=100, checkpoint_every=100_000, checkpoint_minutes=None)
+    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000, "attempts": 6}
+    config = tmp_path / "long.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    target = "results/tiny/L1-H2-D16-hd8-mlp32-s0/metrics.json"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), target,
+           "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
+    env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}"}
+    started = time.time()
+    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    submitted = sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines())
+    metrics = json.loads((work / target).read_text())
+    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 1000 * 23
+    resumed = metrics["resumed_at"]
+    assert submitted == len(resumed) + 1 >= 2, (submitted, resumed, out[-3000:])
+    assert resumed == sorted(set(resumed)) and resumed[0] > 0  # every attempt kept progress
+    slurm_logs = "".join(p.read_text(errors="replace") for p in (work / ".snakemake" / "slurm_logs").rglob("*.log"))
+    assert "DUE TO TIME LIMIT" in slurm_logs, slurm_logs[-3000:]
+    print(f"time-limited job: {submitted} attempts, resumed at steps {resumed}, {time.time() - started:.0f} s")

@@ -403,22 +403,26 @@ def test_a_gpu_without_bf16_is_refused_in_one_line_and_fp32_sets_tf32(monkeypatc
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def test_checkpoint_minutes_writes_the_resume_state_only_when_that_long_has_passed(tmp_path, digits_manifest,
-                                                                                   monkeypatch):
-    """checkpoint_every 5 over 22 steps: a state at 5, 10, 15, 20; with checkpoint_minutes 60
-    none (the run is shorter than an hour); with a millisecond, every one of them again."""
-    from leaner.resume import RunState
+def test_checkpoint_minutes_adds_checkpoints_by_wall_time(tmp_path, digits_manifest, monkeypatch):
+    """checkpoint_every 5 over 22 steps: a state at 5, 10, 15, 20, whatever checkpoint_minutes
+    says; with a millisecond, at every step as well (each step is later than that); auto, for
+    this model's 2,794 parameters, is 7 minutes (the run is far shorter)."""
+    from leaner.resume import RunState, checkpoint_minutes
 
     saved: list[int] = []
     real = RunState.save
     monkeypatch.setattr(RunState, "save", lambda self, out: (saved.append(self.step), real(self, out))[1])
     spec = small_spec()
     spec["recipe"].update(epochs=1, max_steps=22, checkpoint_every=5)
-    for minutes, want in ((None, [5, 10, 15, 20]), (60.0, []), (1e-5, [5, 10, 15, 20])):
+    for minutes, want in ((None, [5, 10, 15, 20]), ("auto", [5, 10, 15, 20]), (60.0, [5, 10, 15, 20]),
+                          (1e-5, list(range(1, 22)))):
         saved.clear()
         spec["recipe"]["checkpoint_minutes"] = minutes
         train(spec, str(digits_manifest), tmp_path / str(minutes), progress=False)
         assert saved == want, (minutes, saved)
+    assert checkpoint_minutes("auto", 2_794) == pytest.approx(6.93, abs=0.01)
+    assert checkpoint_minutes("auto", 600_000_000) == pytest.approx(42.1, abs=0.1)  # a 7 GB state
+    assert checkpoint_minutes("auto", 10**11) == 60.0 and checkpoint_minutes(12.5, 10**11) == 12.5
 
 
 def test_accumulated_micro_batches_train_as_the_whole_batch(tmp_path):

@@ -46,16 +46,26 @@ def cmd_prepare_data(a):
 
 
 def cmd_train(a):
+    """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
+    saved (stopping.py), 1 on an error."""
     from . import distributed
+    from .stopping import STOPPED_EXIT, Stopped
+    from .tracking import mark_failed, read_progress
 
     if a.nproc > 1 and not distributed.launched_by_torchrun():
-        return distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
-    from .tracking import mark_failed
+        began = time.time()
+        code = distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
+        beat = read_progress(a.out) or {}  # torchrun reports any rank's exit as its own failure
+        stopped = code and beat.get("state") == "stopped" and beat.get("updated_unix", 0) >= began
+        return STOPPED_EXIT if stopped else code
     from .train import train
 
     try:
         train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
               gpu_share=a.gpu_share)
+    except Stopped as exc:
+        print(f"leaner train: {exc}", file=sys.stderr, flush=True)
+        return STOPPED_EXIT
     except BaseException as exc:  # before training began too: `leaner status` shows why
         mark_failed(a.out, exc)
         raise
@@ -253,10 +263,12 @@ def cmd_status(a):
 
 
 def cmd_cost(a):
-    from .cost import card, fit_problems, format_cost, parse_mfu, plan_cost, write_cost_csv
+    from .cost import card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
 
     if a.check:
-        problems = fit_problems(_plan(a.config), a.check)
+        listed, problems = check_plan(_plan(a.config), a.check, card(a.gpu))
+        for line in listed:
+            print(line)
         for line in problems:
             print(line, file=sys.stderr)
         return 2 if problems else 0
@@ -480,7 +492,9 @@ def _cost_parser(sub) -> None:
     s.add_argument("--check", choices=("local", "cluster"), default=None,
                    help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "
                         "this machine's CUDA devices (local) or the study's gpu_model (cluster)); one line per study "
-                        "that cannot fit, exit status 2")
+                        "that cannot fit, exit status 2. On a cluster also each job's time against its study's "
+                        "runtime (on the gpu_model, else --gpu): the jobs that need several attempts, and one line "
+                        "per job that cannot finish")
     s.set_defaults(func=cmd_cost)
 
 

@@ -232,7 +232,41 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path) -> dic
             gpu_s = steps * compute_s
             row.update(priced_by=f"FLOPs ({source})", gpu_hours=gpu_s / 3600, wall_hours=gpu_s * k / gpus / 3600)
     row["fits"] = k * row["memory_gb"] <= gpu.memory_gb
+    runtime = plan.studies[job.study].resources["runtime"]
+    row["attempts"], row["cannot_finish"] = attempts_needed(row["wall_hours"], runtime, fp.params,
+                                                            spec["recipe"].get("checkpoint_minutes"))
     return row
+
+
+# ---------------------------------------------------------------- a job's life against its time limit
+
+START_MINUTES = 5.0  # an attempt's start-up before its first step (imports, data, model, compile), assumed
+KILL_GRACE_S = 30.0  # from a scheduler's SIGTERM to its SIGKILL: Slurm's KillWait default
+
+
+def attempts_needed(wall_hours: float | None, runtime: float, params: int,
+                    checkpoint: float | str | None) -> tuple[int | None, str | None]:
+    """(how many runs of at most `runtime` minutes a job of `wall_hours` needs, or None; why it
+    cannot finish, or None). Each attempt pays START_MINUTES; at its time limit it saves its state
+    on SIGTERM (stopping.py) if the write fits in KILL_GRACE_S, else only what its last periodic
+    checkpoint (recipe.checkpoint_minutes) saved survives: up to that interval is lost."""
+    from .resume import checkpoint_minutes, write_seconds
+
+    if wall_hours is None:
+        return None, None
+    work = wall_hours * 60
+    if work + START_MINUTES <= runtime:
+        return 1, None
+    gain = runtime - START_MINUTES  # minutes of training an attempt keeps
+    if write_seconds(params) > KILL_GRACE_S:
+        minutes = checkpoint_minutes(checkpoint, params)
+        gain -= minutes if minutes else gain
+    if gain <= 0:
+        return None, (f"an attempt of {runtime} min keeps no progress (start-up ~{START_MINUTES:g} min; its "
+                      f"{write_seconds(params):.0f} s state write does not fit the {KILL_GRACE_S:g} s between "
+                      f"SIGTERM and SIGKILL, and the checkpoint interval is "
+                      f"{checkpoint_minutes(checkpoint, params) or 'by steps only'})")
+    return math.ceil(work / gain), None
 
 
 @dataclass
@@ -426,12 +460,52 @@ def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
 
 
 def fit_problems(plan: Plan, where: str, env=os.environ) -> list[str]:
-    """`leaner cost --check`: the memory check against the cards known here, one line per problem."""
+    """The memory check against the cards known here, one line per problem."""
     try:
         cards = fit_cards(plan, where, env)
     except ValueError as exc:
         return [str(exc)]
     return memory_problems(plan, cards)
+
+
+def check_plan(plan: Plan, where: str, gpu: Card, env=os.environ,
+               root: str | Path = ".") -> tuple[list[str], list[str]]:
+    """`leaner cost --check WHERE`: (what to know, one line each; problems, one line each): memory
+    against the cards known here, and on a cluster each GPU job's time against its runtime, on
+    its study's gpu_model where that names a card, else on `gpu` (--gpu)."""
+    problems = fit_problems(plan, where, env)
+    if where != "cluster" or problems:
+        return [], problems
+    known = fit_cards(plan, where, env)
+    cards = {n: known.get(n, gpu) for n, s in plan.studies.items() if s.resources["gpu"] >= 1}
+    return time_limit_lines(plan, cards, root)
+
+
+def time_limit_lines(plan: Plan, cards: dict[str, Card], root: str | Path = ".") -> tuple[list[str], list[str]]:
+    """`leaner cost --check cluster`'s time check: (one line per job predicted to outlast its
+    study's runtime, with the attempts it needs; one line per job that cannot finish: no attempt
+    keeps progress, or it needs more attempts than its study's resources.attempts allows)."""
+    listed, problems = [], []
+    for name, gpu in cards.items():
+        study = plan.studies[name]
+        runtime, allowed = study.resources["runtime"], study.resources["attempts"]
+        for job in jobs(study):
+            row = price(job, plan, gpu, None, Path(root))
+            if row["cannot_finish"]:
+                problems.append(f"study {name}: job {job.name} cannot finish: {row['cannot_finish']} (allowed: a "
+                                f"longer resources.runtime, or a shorter recipe.checkpoint_minutes)")
+                continue
+            if row["wall_hours"] is None:
+                listed.append(f"study {name}: job {job.name}: time unknown (its dataset is not prepared)")
+                continue
+            if row["attempts"] > 1:
+                listed.append(f"study {name}: job {job.name}: ~{row['wall_hours']:.1f} h on {gpu.name} against "
+                              f"runtime {runtime} min: {row['attempts']} attempts")
+            if row["attempts"] > allowed:
+                problems.append(f"study {name}: job {job.name} needs {row['attempts']} attempts of {runtime} min "
+                                f"(~{row['wall_hours']:.1f} h on {gpu.name}), resources.attempts allows {allowed} "
+                                f"(allowed: attempts >= {row['attempts']}, or a longer runtime)")
+    return listed, problems
 
 
 def may_know_a_card(plan: Plan, where: str, env=os.environ) -> bool:

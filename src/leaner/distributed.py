@@ -182,8 +182,14 @@ def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int |
            f"--nproc-per-node={nproc}", "-m", "leaner", "--", *argv]
     print("launching: " + " ".join(cmd), file=sys.stderr, flush=True)
     child = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
-    forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731  (torchrun stops its workers)
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+    def forward(signum, frame) -> None:  # torchrun stops its workers with the signal it gets
+        # a scheduler's early warning (SIGUSR1) reaches the workers as the stop it means: torchrun
+        # has no handler of its own for SIGUSR1, so it ignores it (see _die_with_parent)
+        child.send_signal(signal.SIGTERM if signum == signal.SIGUSR1 else signum)
+
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+    previous = {sig: signal.signal(sig, forward) for sig in stops}
     try:
         return child.wait()
     finally:
@@ -193,7 +199,10 @@ def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int |
 
 def _die_with_parent() -> None:
     """In the torchrun child: get SIGTERM if the launcher dies, even by SIGKILL (Linux), so no
-    orphaned workers go on writing into a folder a re-run is about to use."""
+    orphaned workers go on writing into a folder a re-run is about to use. SIGUSR1 is ignored
+    there (a scheduler may send it to every process of the job; by default it would kill torchrun
+    before its workers save): the workers set their own handler (stopping.py)."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         import ctypes
 

@@ -80,6 +80,8 @@ def rehearsal_spec(spec: dict) -> dict:
             "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
     recipe = {**spec["recipe"], **REHEARSAL_RECIPE}
     recipe["batch_size"] *= recipe["accumulate"]  # 2 samples a micro-batch
+    # max_steps steps whatever the epochs and the data give an epoch (at least one step each)
+    recipe["epochs"] = max(recipe["epochs"], REHEARSAL_RECIPE["max_steps"])
     return {**spec, "recipe": recipe, "conditioning": cond}
 
 

@@ -23,7 +23,7 @@ from .numerics import UNRECORDED, describe_mix, is_mixed
 from .tracking import HEARTBEAT_S, read_progress
 
 STALE_S = 10 * 60 + 2 * HEARTBEAT_S  # longer than any quiet spell of a live run (an evaluation, a compile)
-STATES = ("pending", "running", "done", "diverged", "failed")
+STATES = ("pending", "running", "stopped", "done", "diverged", "failed")
 
 
 @dataclass
@@ -90,6 +90,9 @@ def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | 
         where = beat.get("host", "?") + (f", slurm job {beat['slurm_job_id']}" if beat.get("slurm_job_id") else "")
         if beat.get("state") == "failed":
             return Row(study, variant, "failed", steps, beat.get("detail") or _last_line(log))
+        if beat.get("state") == "stopped":  # on a signal (a time limit), its state saved
+            return Row(study, variant, "stopped", steps, f"{beat.get('detail') or 'stopped'}; a re-run resumes "
+                       f"from step {beat.get('checkpoint_step')} ({where})")
         age = now - beat.get("updated_unix", 0)
         if beat.get("host") == platform.node():
             alive = _alive(int(beat.get("pid", -1)), beat.get("pid_started"))

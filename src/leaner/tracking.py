@@ -78,9 +78,10 @@ class RunRecord:
         self.last_beat = now
         _write_beat(self.out, state, step, self.total, loss, self.checkpoint_step, detail, self.started, now)
 
-    def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None) -> None:
+    def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None,
+              state: str = "failed") -> None:
         """The run ended: the heartbeat is removed (metrics.json says how it ended), or on an
-        exception it says `failed` with the error."""
+        exception it says `state` (failed; stopped: on a signal, resumable) with the error."""
         if not self.main:
             return
         if self.writer is not None:
@@ -88,7 +89,7 @@ class RunRecord:
         if failure is None:
             (self.out / PROGRESS_FILE).unlink(missing_ok=True)
         else:
-            self.beat(step, loss, state="failed", force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
+            self.beat(step, loss, state=state, force=True, detail=f"{type(failure).__name__}: {failure}"[:300])
 
 
 HPARAMS_SUFFIX = ".hparams"

@@ -37,8 +37,9 @@ from .io import remove_stale_temps, sha256_file, write_json
 from .models import build_model, param_counts
 from .optim import lr_at, make_optimizer
 from .provenance import code_state, describe
-from .resume import RESUME_DIR, RunState, rank_seed, rng_state, seed_everything, set_rng_state
+from .resume import RESUME_DIR, RunState, checkpoint_minutes, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, set_precision, sync_interval
+from .stopping import Attempts, Stopped, StopSignal, agree
 from .tasks import make_task
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_kept, save_weights
@@ -49,6 +50,10 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
           stop_after: int | None = None) -> dict:
     """Train one variant; returns the metrics written to metrics.json.
 
+    SIGTERM or SIGUSR1 (a scheduler's time limit or its warning) stops the run at the next step
+    boundary with its resume state saved: `stopping.Stopped` is raised (the CLI exits with
+    STOPPED_EXIT) and the next call resumes there (stopping.py).
+
     `stop_after`: a checkpoint step (a multiple of checkpoint_every, before the end) after whose
     checkpoint the run stops as a preempted job would, with its resume state and no outputs
     (returns {}); the next call resumes there. `leaner rehearse` checks resumption with it.
@@ -58,6 +63,12 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
+    with StopSignal() as stop:  # before the data loaders fork: their workers keep the handler, not die
+        return _train(spec, data_path, out_dir, device, threads, progress, gpu_share, stop_after, stop)
+
+
+def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None, threads: int | None,
+           progress: bool, gpu_share: int | None, stop_after: int | None, stop: StopSignal) -> dict:
     out, started = Path(out_dir), time.time()
     local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
     log = _logger(spec, local_rank)
@@ -78,18 +89,21 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     autocast = autocast_for(dev, precision["precision"], graph_safe=graphed)
     per_epoch = task.steps_per_epoch
     total = min(recipe["epochs"] * per_epoch, recipe.get("max_steps") or math.inf)
-    if stop_after is not None and (stop_after % recipe["checkpoint_every"] or not 0 < stop_after < total
-                                   or recipe.get("checkpoint_minutes")):
+    if stop_after is not None and (stop_after % recipe["checkpoint_every"] or not 0 < stop_after < total):
         raise ValueError(f"stop_after {stop_after}: allowed a multiple of checkpoint_every "
-                         f"({recipe['checkpoint_every']}) below the run's {total} steps, without checkpoint_minutes")
+                         f"({recipe['checkpoint_every']}) below the run's {total} steps")
     keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total))
     kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
 
     # ------------------------------------------------------------ resume
     run = _resume(spec, out, model, optimizer, ctx, kept_tmp, log)
     step, history = run.step, run.history
+    stop.steps = step
+    due = _CheckpointClock(checkpoint_minutes(recipe.get("checkpoint_minutes"), counts["total"]))
+    minutes = due.seconds and due.seconds / 60
     log(f"{describe()}; device {dev}, {torch.get_num_threads()} threads, {ctx.world} process(es); "
-        f"{counts['total']:,} parameters; batch {recipe['batch_size']}; "
+        f"{counts['total']:,} parameters; batch {recipe['batch_size']}; resume state every "
+        f"{recipe['checkpoint_every']} steps{f' and {minutes:.0f} min' if minutes else ''}; "
         + (f"resumed from step {step} of {total}" if step else f"step 0 of {total}"))
     meter = LossMeter(dev, ctx, run.epoch_loss, run.epoch_count)
     optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
@@ -117,11 +131,28 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     bar = _progress(total, step, progress and ctx.main, spec["variant"], log)
     record = RunRecord(out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
     t0, samples, status, diverged_at = time.perf_counter(), 0, "ok", None
-    due = _CheckpointClock(recipe.get("checkpoint_minutes"))
     best = _best_of(history, task)
     data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
     model.train()
-    epoch = step // per_epoch
+    epoch, halt, save = step // per_epoch, False, False
+
+    def save_state(halt: bool) -> bool:
+        """Write the resume state at `step`; stop there if told to (`Stopped`) or at stop_after
+        (True: return, as a preempted job would)."""
+        _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
+        record.checkpointed(step, meter.mean)
+        due.reset()
+        if halt:  # told to stop: the state is saved, the step in flight was finished
+            bar.close()
+            ctx.close()
+            raise Stopped(stop.name or "a signal to another rank", stop.signalled_at, step, stop.since())
+        if step == stop_after:  # preempted right after this checkpoint
+            bar.close()
+            record.close()
+            ctx.close()
+            return True
+        return False
+
     try:
         while step < total and status == "ok":
             for batch in task.train_batches(epoch, step - epoch * per_epoch, ctx.rank, ctx.world):
@@ -134,10 +165,16 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                         group["lr"] = lr
                     one_step(batch, step)
                 step, samples = step + 1, samples + len(batch[0])
+                stop.steps = step
                 bar.update(1)
+                # a stop signal and the checkpoint clock: read at every step on one process, at the
+                # syncs under DDP (where the ranks agree on them)
+                halt = timed = False
+                if step < total and (not ctx.active or step % sync_every == 0):
+                    halt, timed = agree(ctx, stop.received, ctx.main and due.passed())
+                save = step < total and (halt or timed or step % recipe["checkpoint_every"] == 0)
                 # sync: the loss sums and the divergence flag reach the host
-                if step % sync_every == 0 or step % per_epoch == 0 or step >= total or \
-                        step % recipe["checkpoint_every"] == 0:
+                if step % sync_every == 0 or step % per_epoch == 0 or step >= total or save:
                     diverged_at = meter.sync()
                     record.beat(step, meter.mean)
                     if diverged_at is not None:  # the weights are those before the bad step's update
@@ -150,15 +187,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 if step in keep and ctx.main:
                     kept_tmp.mkdir(parents=True, exist_ok=True)
                     save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
-                if step % recipe["checkpoint_every"] == 0 and step < total and due.now(ctx):
-                    _checkpoint(out, run, model, optimizer, step, history, meter, time.perf_counter() - t0, ctx)
-                    record.checkpointed(step, meter.mean)
-                    due.reset()
-                    if step == stop_after:  # preempted right after this checkpoint
-                        bar.close()
-                        record.close()
-                        ctx.close()
-                        return {}
+                if save and step % per_epoch and save_state(halt):  # at an epoch's end: after its row
+                    return {}
                 if step >= total:
                     break
             # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
@@ -171,6 +201,8 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
                 record.epoch(history)
                 best = _best_of([row], task, best)
                 epoch += 1
+                if save and status == "ok" and step % per_epoch == 0 and save_state(halt):
+                    return {}
         bar.close()
 
         # ------------------------------------------------------------ outputs
@@ -196,14 +228,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
             # what later stages check before they trust the weights (a truncated or replaced file)
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
+            "resumed_at": Attempts(out / RESUME_DIR).resumed_at(),  # the steps later attempts began at
         }
         write_json(out / "metrics.json", metrics)
         shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
         record.close()
         ctx.close()
         return metrics
-    except BaseException as exc:  # in training or writing the outputs: the heartbeat says failed, with the error
-        record.close(exc, step, meter.mean)
+    except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
+        record.close(exc, step, meter.mean, state="stopped" if isinstance(exc, Stopped) else "failed")
         raise
 
 
@@ -301,13 +334,22 @@ def _training_module(model, recipe: dict, dev: torch.device, ctx, log):
 
 def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -> RunState:
     """The saved state of this spec restored into model, optimiser and RNGs; else a fresh state
-    (and the weights a killed run of another spec kept are not this run's)."""
+    (and the weights a killed run of another spec kept are not this run's). A resume at the step
+    the last attempt also resumed at is refused: that attempt made no progress."""
     spec_json = json.dumps(spec, sort_keys=True)
     state = RunState.load(out, spec_json, log)
     if state is None:
         if ctx.main:
             shutil.rmtree(kept_tmp, ignore_errors=True)
         return RunState(spec_json)
+    refused = None
+    if ctx.main:  # an attempt that saved nothing since the last one ends the run (stopping.Attempts)
+        try:
+            Attempts(out / RESUME_DIR).check_and_record(state.step, ctx.main)
+        except RuntimeError as exc:
+            refused = str(exc)
+    if ctx.from_main(refused):
+        raise RuntimeError(refused if ctx.main else "no progress since the last attempt (rank 0 says why)")
     model.load_state_dict(state.model)
     optimizer.load_state_dict(state.optimizer)
     if len(state.rng) == ctx.world:
@@ -345,9 +387,9 @@ def _accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, 
 
 
 class _CheckpointClock:
-    """Whether a checkpoint_every step writes the resume state: always, or with
-    recipe.checkpoint_minutes only once that long has passed since the last write (or the start).
-    Rank 0's clock decides for every rank, so all ranks take part in the same checkpoints."""
+    """recipe.checkpoint_minutes: whether that long has passed since the resume state was last
+    written (or the run started); never without it. Rank 0's clock decides for every rank (the
+    loop all-reduces it), so all ranks take part in the same checkpoints."""
 
     def __init__(self, minutes: float | None):
         self.seconds = None if minutes is None else 60.0 * minutes
@@ -356,10 +398,8 @@ class _CheckpointClock:
     def reset(self) -> None:
         self.last = time.monotonic()
 
-    def now(self, ctx) -> bool:
-        if self.seconds is None:
-            return True
-        return bool(ctx.from_main(time.monotonic() - self.last >= self.seconds))
+    def passed(self) -> bool:
+        return self.seconds is not None and time.monotonic() - self.last >= self.seconds
 
 
 def _checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: list, meter: LossMeter,

@@ -109,6 +109,13 @@ class Plan:
     def variant(self, study: str, variant: str) -> Variant:
         return self.studies[study].variants[variant]
 
+    @property
+    def train_retries(self) -> int | None:
+        """Snakemake retries of a training job: the most `resources.attempts` of any study, less
+        the first run (None where every study has one: the command line's --retries then hold)."""
+        most = max((s.resources["attempts"] for s in self.studies.values()), default=1)
+        return most - 1 if most > 1 else None
+
     def used_datasets(self) -> list[str]:
         """The datasets the studies train or fine-tune on (sorted)."""
         used = {st.dataset for st in self.studies.values()} | {

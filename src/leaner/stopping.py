@@ -1,0 +1,110 @@
+"""Stopping when told to: a scheduler's signal ends a training run as a resumable stop, not a loss.
+
+A scheduler ends a job at its time limit with SIGTERM to every process of the job, then SIGKILL
+after a grace (Slurm: KillWait, 30 s by default); a job may also ask for a warning earlier
+(`sbatch --signal=USR1@120`). A training process that gets SIGTERM or SIGUSR1 finishes the step
+it is in, saves its resume state at that step boundary (train.py) and exits with STOPPED_EXIT,
+"stopped, resumable": at most the step in flight is lost. Under DDP the ranks agree on the step
+(the flag is all-reduced, see `agree`), so every rank takes part in the same save.
+
+Each resumed attempt is recorded (`Attempts`): an attempt that saved no progress since the one
+before it (a time limit shorter than start-up plus one step, say) stops the run with one line
+instead of being retried forever.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from .io import read_json, write_json
+
+STOPPED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped on request, resumable
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+ATTEMPTS_FILE = "attempts.json"
+
+
+class Stopped(Exception):
+    """The run stopped on a signal that came when `signalled_at` steps were done, after saving its
+    resume state at `step`."""
+
+    def __init__(self, signal_name: str, signalled_at: int | None, step: int, seconds: float):
+        came = "" if signalled_at is None else f" (it came after step {signalled_at})"
+        super().__init__(f"stopped by {signal_name}{came}: resume state saved at step {step}, {seconds:.1f} s after "
+                         f"the signal; exit status {STOPPED_EXIT} (stopped, resumable)")
+        self.signal_name, self.signalled_at, self.step, self.seconds = signal_name, signalled_at, step, seconds
+
+
+class StopSignal:
+    """Catches SIGTERM and SIGUSR1 while installed (a `with` block): the first one is kept, with
+    the time it came and the steps done by then (`steps`, which the training loop keeps current);
+    nothing else happens until the loop asks."""
+
+    def __init__(self):
+        self.name: str | None = None
+        self.at: float | None = None
+        self.steps = 0
+        self.signalled_at: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.name is None:
+            self.name, self.at, self.signalled_at = signal.Signals(signum).name, time.monotonic(), self.steps
+
+    @property
+    def received(self) -> bool:
+        return self.name is not None
+
+    def since(self) -> float:
+        return 0.0 if self.at is None else time.monotonic() - self.at
+
+    def __enter__(self) -> StopSignal:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
+def agree(ctx, *flags: bool) -> list[bool]:
+    """Each flag true on any rank, on every rank (one small all-reduce; the flags themselves on one
+    process)."""
+    if not ctx.active:
+        return list(flags)
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(f) for f in flags], dtype=torch.float32, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [bool(v) for v in t.tolist()]
+
+
+class Attempts:
+    """The steps at which this run's attempts resumed, in its resume folder."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / ATTEMPTS_FILE
+
+    def resumed_at(self) -> list[int]:
+        try:
+            return list(read_json(self.path)["resumed_at"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return []
+
+    def check_and_record(self, step: int, main: bool) -> None:
+        """Record that an attempt resumes at `step`; refuse (one line) if the attempt before
+        resumed at the same step: it saved nothing, and another would do the same."""
+        seen = self.resumed_at()
+        if seen and seen[-1] == step:
+            raise RuntimeError(
+                f"no progress: the last attempt also resumed at step {step} and saved nothing before it ended "
+                f"(a time limit shorter than start-up plus one step, or a crash at every start); stopping instead "
+                f"of trying again (see its log; to try once more, delete {self.path})")
+        if main:
+            write_json(self.path, {"resumed_at": seen + [step]})
