@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -183,6 +184,32 @@ def test_two_gloo_processes_match_one_with_the_same_global_batch(tmp_path, digit
     assert (v1 - v2).abs().max().item() < spec["recipe"]["lr"] / 2
     rel = sorted(((w1[k] - w2[k]).norm() / w1[k].norm().clamp_min(1e-12)).item() for k in w1)
     assert rel[len(rel) // 2] < 1e-5, rel
+
+
+@pytest.mark.parametrize("task", ["image_classification", "nearest_point"])
+def test_evaluation_shared_by_two_and_three_processes_equals_one_bit_for_bit(tmp_path, digits_manifest, task):
+    """Every rank evaluates batches rank, rank + world, ... and the ranks add every batch's sums
+    in the global order: the metrics of 2 and 3 gloo processes are one process's, exactly (8
+    image batches, the last short, over 3 ranks: unequal shares; P2's chunks likewise)."""
+    import sys
+
+    if task == "image_classification":
+        spec, manifest = small_spec(), digits_manifest
+        spec["recipe"]["eval_batch_size"] = 50  # 360 evaluation images: 8 batches
+    else:
+        spec, manifest = nearest_setup(tmp_path, model={"heads": 2, "head_dim": 4})
+    got = {}
+    for n in (1, 2, 3):
+        out = tmp_path / f"eval{n}.json"
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+                        str(Path(__file__).parent / "eval_shards.py"), json.dumps(spec), str(manifest), str(out)],
+                       check=True, capture_output=True, timeout=300)
+        got[n] = json.loads(out.read_text())
+    scores = [got[n]["scores"] for n in (1, 2, 3)]
+    assert scores[0] and scores[1] == scores[0] and scores[2] == scores[0], got
+    total = got[1]["batches"][0]
+    for n in (2, 3):  # each rank evaluated its share only, and together every batch once
+        assert got[n]["batches"] == [len(range(r, total, n)) for r in range(n)], got
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])

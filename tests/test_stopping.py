@@ -113,3 +113,48 @@ def test_attempts_must_be_a_positive_count(tmp_path, value):
     path.write_text(yaml.safe_dump(cfg))
     run = subprocess.run([str(BIN / "leaner"), "check-config", str(path)], capture_output=True, text=True)
     assert run.returncode != 0 and "attempts" in run.stderr, run.stderr
+
+
+def test_a_resumed_run_keeps_no_copy_of_the_loaded_state(tmp_path, digits_manifest):
+    """The state read at resume is loaded into the model and optimiser, then let go: a run does
+    not hold the checkpoint's tensors (up to 7 GB a rank at paper scale) for its whole length."""
+    import torch
+
+    from leaner.distributed import Context
+    from leaner.models import build_model
+    from leaner.optim import make_optimizer
+    from leaner.train import _resume
+
+    spec = small_spec()
+    spec["recipe"].update(epochs=2, checkpoint_every=5, checkpoint_minutes=None)
+    out = tmp_path / "run"
+    train(spec, str(digits_manifest), out, progress=False, stop_after=5)
+    model = build_model(spec["model"])
+    optimizer = make_optimizer(model, spec["recipe"])
+    run = _resume(spec, out, model, optimizer, Context(torch.device("cpu")), out / RESUME_DIR / "kept", print)
+    assert run.step == 5 and run.model == {} and run.optimizer == {} and run.rng == []
+    saved = torch.load(out / RESUME_DIR / "state.pt", weights_only=True)["model"]
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+
+
+def test_leaner_status_shows_a_stopped_run_and_where_it_resumes(tmp_path, digits_manifest):
+    """A run stopped by SIGTERM (its heartbeat says so) is `stopped`, not failed or running, with
+    the step a re-run resumes from."""
+    from leaner.status import variant_row
+
+    spec = small_spec()
+    spec["recipe"].update(epochs=200, checkpoint_every=1000, checkpoint_minutes=None)
+    out = tmp_path / "run"
+    cmd = [str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data", str(digits_manifest), "--out",
+           str(out), "--threads", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (out / "history.csv").exists():  # past its first epoch
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 75
+    row = variant_row("unit", "v", out, tmp_path / "none.log")
+    saved = Attempts(out / RESUME_DIR).resumed_at()  # nothing resumed yet
+    assert row.state == "stopped" and saved == [], row
+    assert "stopped by SIGTERM" in row.detail and "a re-run resumes from step" in row.detail, row.detail

@@ -11,8 +11,10 @@ What makes N processes equal to one process with the same global batch:
     contiguous share of it (`shard`), so the union over ranks is the one-process batch;
   - each rank's mean loss is weighted by its share of the global batch before backward, so DDP's
     gradient average is the global-batch mean even when the shares differ by one;
-  - the loss that is logged is the all-reduced global mean; evaluation, checkpoints and outputs
-    are rank 0's, and the checkpoint holds every rank's RNG state.
+  - the loss that is logged is the all-reduced global mean; each rank evaluates its share of the
+    evaluation batches and all add every batch's sums in the global order (tasks/base.py
+    `evaluation_sums`): one process's metrics, exactly; checkpoints and outputs are rank 0's, and
+    the checkpoint holds every rank's RNG state.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def launched_by_torchrun() -> bool:
 
 def init(device: torch.device, timeout_min: float = 120.0) -> Context:
     """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); a one-process context
-    in a plain run. The long timeout covers rank 0 evaluating while the others wait.
+    in a plain run. The long timeout covers rank 0 evaluating alone (GLUE) while the others wait.
 
     Under NCCL, `device` must be this worker's GPU, cuda:LOCAL_RANK, already the current device
     (devices.pick_device makes it so): the group is bound to it (`device_id`), and the object

@@ -85,6 +85,8 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
     model, counts = _initial_model(spec, out, ctx, log)
     net, graphed = _training_module(model, recipe, dev, ctx, log)
     task = make_task(spec, data_path, dev)
+    if ctx.active and task.shards_evaluation:  # every rank evaluates its share of the batches
+        task.share_evaluation(ctx.rank, ctx.world, ctx.gather)
     optimizer = make_optimizer(model, recipe, capturable=graphed)
     autocast = autocast_for(dev, precision["precision"], graph_safe=graphed)
     per_epoch = task.steps_per_epoch
@@ -355,8 +357,12 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
     if len(state.rng) == ctx.world:
         set_rng_state(state.rng[ctx.rank], log)
     else:
+        repeats = spec["recipe"].get("repeat_aug", 1)
+        order = (f"the data order changes too (repeat_aug {repeats} places each sample's copies by process count)"
+                 if repeats > 1 else "the data order is unaffected")
         log(f"warning: checkpoint has RNG states of {len(state.rng)} process(es), this run has {ctx.world}; "
-            "data order is unaffected, dropout/augmentation draws are not continued")
+            f"{order}, dropout/augmentation draws are not continued")
+    state.model, state.optimizer, state.rng = {}, {}, []  # loaded: not kept in memory for the whole run
     return state
 
 
@@ -414,13 +420,15 @@ def _checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: 
 
 def _epoch_row(task, model, autocast, meter: LossMeter, recipe: dict, epoch: int, step: int, total: int,
                per_epoch: int, elapsed: float, last: bool, ctx, bar, log) -> dict:
-    """The epoch's history row (rank 0 evaluates while the others wait; every rank gets the row)."""
+    """The epoch's history row (every rank evaluates its share of the batches, or for a task that
+    cannot share, rank 0 while the others wait; every rank gets the row)."""
     evaluate = (epoch + 1) % recipe["eval_every"] == 0 or last
     train_loss = meter.end_epoch()
+    scores = task.evaluate(model, autocast) if evaluate and (ctx.main or task.shards_evaluation) else {}
     row = None
     if ctx.main:
         row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total, recipe, per_epoch),
-               "train_loss": train_loss, **(task.evaluate(model, autocast) if evaluate else {}), "elapsed_s": elapsed}
+               "train_loss": train_loss, **scores, "elapsed_s": elapsed}
     row = ctx.from_main(row)
     if evaluate:
         shown = {k: v for k, v in row.items() if k.startswith(("train", "eval"))}

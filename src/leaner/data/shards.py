@@ -230,13 +230,16 @@ class ShardSplit:
             if step >= skip:
                 yield batch
 
-    def eval_batches(self, batch_size: int, limit: int | None = None):
+    def eval_batches(self, batch_size: int, limit: int | None = None, part: tuple[int, int] = (0, 1)):
+        """The evaluation batches in order; with part (rank, world) batches rank, rank + world, ...
+        (every rank still reads the stream: the shards' batches are known only as they come)."""
         plan = {"train": False, "shards": [s["file"] for s in self.shards], "batch": batch_size}
         left = len(self) if limit is None else min(limit, len(self))
-        for x, y in self._batches(plan):
+        for i, (x, y) in enumerate(self._batches(plan)):
             if left <= 0:
                 return
-            yield (x, y) if len(y) <= left else (x[:left], y[:left])  # a tensor, or images.EncodedBatch
+            if i % part[1] == part[0]:
+                yield (x, y) if len(y) <= left else (x[:left], y[:left])  # a tensor, or images.EncodedBatch
             left -= len(y)
 
     def take_events(self) -> dict[str, list[str]]:

@@ -90,9 +90,11 @@ class InMemorySplit:
             idx_t = torch.from_numpy(idx).to(self.x.device, non_blocking=True)
             yield self.x[idx_t], self.y[idx_t]
 
-    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+    def eval_batches(self, batch_size: int, limit: int | None = None,
+                     part: tuple[int, int] = (0, 1)) -> Iterator[tuple]:
+        """The evaluation batches in order; with part (rank, world) batches rank, rank + world, ..."""
         n = len(self) if limit is None else min(limit, len(self))
-        for i in range(0, n, batch_size):
+        for i in range(part[0] * batch_size, n, part[1] * batch_size):
             yield self.x[i:min(i + batch_size, n)], self.y[i:min(i + batch_size, n)]
 
 
@@ -162,9 +164,13 @@ class LoaderSplit:
         batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world, repeats)[skip:]]
         yield from self._loader(batches)
 
-    def eval_batches(self, batch_size: int, limit: int | None = None) -> Iterator[tuple]:
+    def eval_batches(self, batch_size: int, limit: int | None = None,
+                     part: tuple[int, int] = (0, 1)) -> Iterator[tuple]:
+        """The evaluation batches in order; with part (rank, world) batches rank, rank + world, ...
+        (only those are loaded)."""
         n = len(self) if limit is None else min(limit, len(self))
-        yield from self._loader([list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)])
+        starts = range(part[0] * batch_size, n, part[1] * batch_size)
+        yield from self._loader([list(range(i, min(i + batch_size, n))) for i in starts])
 
 
 @dataclass

@@ -16,13 +16,27 @@ class Task:
       steps_per_epoch                       optimiser steps in one epoch
       train_batches(epoch, skip, rank, world) this process's share of each batch of an epoch
       loss(model, batch) -> (loss, n)        the mean loss of a batch and its number of samples
-      evaluate(model, autocast) -> dict      the history's evaluation columns
+      evaluate(model, autocast) -> dict      the history's evaluation columns (under DDP every rank
+                                            evaluates its share: share_evaluation)
       probe_inputs(n)                        the fixed batch condition numbers are measured on
       diagnostics(model), data_info()        extras for metrics.json (none by default)
       take_data_events()                     files the data path had to work around (none by default)
     Its `name` is the spec's task; the metric it tracks comes from the catalogue."""
 
     name: str
+    shards_evaluation = True  # False: rank 0 evaluates alone (a metric that needs every prediction)
+    eval_part: tuple[int, int] = (0, 1)  # (rank, world): this process's share of the evaluation batches
+    eval_gather: Callable[[Any], list] | None = None  # every rank's object, in rank order, on every rank
+
+    def share_evaluation(self, rank: int, world: int, gather: Callable[[Any], list]) -> None:
+        """From now on evaluate batches rank, rank + world, ... and combine every rank's sums
+        (`evaluation_sums`): the metric is one process's, bit for bit."""
+        self.eval_part, self.eval_gather = (rank, world), gather
+
+    def sums(self, model, batches: Iterable[tuple[Any, Any]], autocast,
+             measure: Callable[[torch.Tensor, torch.Tensor], dict]) -> dict[str, float]:
+        """`evaluation_sums` over this process's share of the batches, combined over the ranks."""
+        return evaluation_sums(model, batches, autocast, measure, self.eval_part, self.eval_gather)
 
     @property
     def primary_metric(self) -> str:
@@ -66,19 +80,34 @@ def majority_chance(labels, metric: str = "eval_acc") -> dict:
 
 @torch.no_grad()
 def evaluation_sums(model, batches: Iterable[tuple[Any, Any]], autocast,
-                    measure: Callable[[torch.Tensor, torch.Tensor], dict]) -> dict[str, float]:
+                    measure: Callable[[torch.Tensor, torch.Tensor], dict], part: tuple[int, int] = (0, 1),
+                    gather: Callable[[Any], list] | None = None) -> dict[str, float]:
     """Sum `measure(output, y)` (numbers or 0-dim tensors, by name) over `batches` of device
-    tensors, the model in eval mode; sums in float64 on the device, read once at the end."""
+    tensors, the model in eval mode; every batch's values in float64, read once at the end.
+
+    Several processes: `batches` are this rank's share (part = (rank, world): global batches
+    rank, rank + world, ...), `gather` brings every rank's per-batch values to every rank, and all
+    ranks add them in the global batch order, as one process does: the same sums, bit for bit."""
     model.eval()
-    sums: dict[str, Any] = {}
+    rows: list[dict] = []
     for x, y in batches:
         with autocast():
             out = model(x)
-        for key, value in measure(out, y).items():
-            value = value.double() if isinstance(value, torch.Tensor) else value
-            sums[key] = sums[key] + value if key in sums else value
+        rows.append(measure(out, y))
     model.train()
-    return {key: float(value) for key, value in sums.items()}
+    keys = sorted({key for row in rows for key in row})
+    mine: list[tuple[int, dict[str, float]]] = []
+    if rows:
+        device = next((v.device for row in rows for v in row.values() if isinstance(v, torch.Tensor)), None)
+        table = torch.stack([torch.stack([torch.as_tensor(row[key], dtype=torch.float64, device=device)
+                                          for key in keys]) for row in rows]).tolist()  # one transfer
+        mine = [(part[0] + k * part[1], dict(zip(keys, values))) for k, values in enumerate(table)]
+    every = sorted((b for share in gather(mine) for b in share), key=lambda b: b[0]) if gather else mine
+    sums: dict[str, float] = {}
+    for _, values in every:
+        for key, value in values.items():
+            sums[key] = sums[key] + value if key in sums else value
+    return sums
 
 
 def classification_measure(logits: torch.Tensor, y: torch.Tensor) -> dict:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import Task, classification_measure, evaluation_sums, majority_chance
+from .base import Task, classification_measure, majority_chance
 
 
 class ImageClassification(Task):
@@ -74,8 +74,9 @@ class ImageClassification(Task):
 
     @torch.no_grad()
     def evaluate(self, model, autocast) -> dict[str, float]:
-        batches = (self._to_device(b, train=False) for b in self.splits.eval.eval_batches(self.eval_batch_size))
-        s = evaluation_sums(model, batches, autocast, classification_measure)
+        batches = (self._to_device(b, train=False)
+                   for b in self.splits.eval.eval_batches(self.eval_batch_size, part=self.eval_part))
+        s = self.sums(model, batches, autocast, classification_measure)
         return {"eval_loss": s["loss"] / max(s["n"], 1), "eval_acc": s["correct"] / max(s["n"], 1)}
 
     def chance(self) -> dict:

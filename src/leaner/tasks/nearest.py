@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .base import Task, evaluation_sums
+from .base import Task
 
 
 def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -51,8 +51,9 @@ class NearestPoint(Task):
         """MSE on the fixed evaluation set, drawn once and kept on the device; one sync."""
         if self._eval is None:
             self._eval = [(x.to(self.device), y.to(self.device)) for x, y in self.stream.eval_batches()]
-        s = evaluation_sums(model, self._eval, autocast,
-                            lambda pred, y: {"err": nearest_point_mse(pred, y).double() * len(y), "n": len(y)})
+        rank, world = self.eval_part
+        s = self.sums(model, self._eval[rank::world], autocast,
+                      lambda pred, y: {"err": nearest_point_mse(pred, y).double() * len(y), "n": len(y)})
         return {"eval_mse": s["err"] / max(s["n"], 1)}
 
     def probe_inputs(self, n: int) -> torch.Tensor:

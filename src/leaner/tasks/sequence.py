@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
-from .base import Task, classification_measure, evaluation_sums, majority_chance, trim
+from .base import Task, classification_measure, majority_chance, trim
 
 UNIGRAM_TOKENS = 1 << 24  # of the training text, for the unigram a language model must beat
 
@@ -50,8 +50,8 @@ class SequenceClassification(Task):
         out = {}
         for split, prefix in (("val", "eval"), ("test", "test")):
             batches = ((trim(x).to(self.device), y.to(self.device))
-                       for x, y in self.splits[split].eval_batches(self.eval_batch_size))
-            s = evaluation_sums(model, batches, autocast, classification_measure)
+                       for x, y in self.splits[split].eval_batches(self.eval_batch_size, part=self.eval_part))
+            s = self.sums(model, batches, autocast, classification_measure)
             out.update({f"{prefix}_loss": s["loss"] / max(s["n"], 1), f"{prefix}_acc": s["correct"] / max(s["n"], 1)})
         return out
 
@@ -108,11 +108,12 @@ class LanguageModeling(Task):
                     "n": y.numel()}
 
         def batches():
-            for i in range(0, len(self.eval_windows), self.eval_batch_size):
+            rank, world = self.eval_part
+            for i in range(rank * self.eval_batch_size, len(self.eval_windows), world * self.eval_batch_size):
                 x, y = self.eval.window_batch(self.eval_windows[i:i + self.eval_batch_size], self.context)
                 yield x.to(self.device), y.to(self.device)
 
-        s = evaluation_sums(model, batches(), autocast, measure)
+        s = self.sums(model, batches(), autocast, measure)
         loss = s["loss"] / max(s["n"], 1)
         return {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)), "eval_bits_per_byte": loss / math.log(2)}
 
@@ -192,11 +193,12 @@ class MaskedLanguageModeling(Task):
             return {**classification_measure(logits[keep], y[keep]), "n": keep.sum()}
 
         def batches():
-            for i in range(0, len(self.eval_windows), self.eval_batch_size):
+            rank, world = self.eval_part
+            for i in range(rank * self.eval_batch_size, len(self.eval_windows), world * self.eval_batch_size):
                 tokens = self._windows(self.eval, self.eval_windows[i:i + self.eval_batch_size])
                 yield tuple(t.to(self.device) for t in self._mask(tokens, 12345, i))
 
-        s = evaluation_sums(model, batches(), autocast, measure)
+        s = self.sums(model, batches(), autocast, measure)
         return {"eval_loss": s["loss"] / max(s["n"], 1), "eval_mlm_acc": s["correct"] / max(s["n"], 1)}
 
     def probe_inputs(self, n: int) -> torch.Tensor:
@@ -208,6 +210,7 @@ class GlueFinetune(Task):
     the task's GLUE metric on its evaluation split as `eval_score`."""
 
     name = "glue_finetune"
+    shards_evaluation = False  # its score (Matthews, F1, Pearson) needs every prediction: rank 0 alone
 
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
