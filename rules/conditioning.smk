@@ -31,4 +31,5 @@ rule conditioning:
     shell:
         "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"
-        " --gpu-share {resources.gpu_share} --numerics {params.numerics} > {log:q} 2>&1"
+        " --gpu-share {resources.gpu_share} --mem-mb {resources.mem_mb} --numerics {params.numerics}"
+        " > {log:q} 2>&1"

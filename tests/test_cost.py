@@ -295,3 +295,26 @@ def test_the_cli_prints_the_plan(tmp_path):
 def test_cards_are_those_allowed():
     assert set(CARDS) == {"h100", "h200", "a100"}
     assert all(isinstance(c, Card) and c.memory_gb >= 80 for c in CARDS.values())
+
+
+def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
+    """nearest_figN's L2-H64-W64 at N 256: one probe input takes ~6.4 GB in float64, so an H100
+    measures 8 at a time (~52 GB with the model and context), where 64 at once would need ~412 GB;
+    its hours are bound by memory traffic, not FLOPs. ViT-B's conditioning is FLOP-bound."""
+    from leaner.conditioning import probe_bytes
+    from leaner.cost import conditioning_price, jobs, probe_shape
+    from leaner.footprint import footprint
+
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    fig_n = next(j for j in jobs(plan.studies["nearest_figN"]) if j.name.startswith("L2-H64-W64-r1-d64-N256"))
+    assert probe_shape(fig_n.spec["model"]) == (256, 4096, 4096)
+    per = probe_bytes(4096, 256, 4096, 2)
+    fp = footprint(fig_n.spec["model"], "fp32")
+    gb, hours = conditioning_price(fig_n.spec, fp, CARDS["h100"])
+    assert gb == pytest.approx((8.0 * fp.params + 8 * per) / 1e9 + 1.0, rel=0.01) and gb < CARDS["h100"].memory_gb
+    checkpoints = 2 + len(fig_n.spec["conditioning"]["steps"])
+    traffic_h = checkpoints * fig_n.spec["conditioning"]["samples"] * 2 * per / 3.35e12 / 3600
+    assert hours == pytest.approx(traffic_h, rel=1e-9)
+    vit = next(iter(jobs(plan.studies["vit_imagenet"])))
+    gb, hours = conditioning_price(vit.spec, footprint(vit.spec["model"], "bf16"), CARDS["h100"])
+    assert probe_shape(vit.spec["model"])[0] == 197 and 0 < gb < 80 and hours > 0

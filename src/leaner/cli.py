@@ -75,7 +75,7 @@ def cmd_conditioning(a):
     from .conditioning import write_conditioning
 
     write_conditioning(a.metrics, a.init, a.final, a.data, a.out, device=a.device, threads=a.threads,
-                       gpu_share=a.gpu_share)
+                       gpu_share=a.gpu_share, memory_mb=a.mem_mb)
 
 
 def cmd_theory(a):
@@ -322,6 +322,8 @@ def _conditioning_parser(sub) -> None:
     s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
     s.add_argument("--gpu-share", type=_nonneg_int, default=None, help=GPU_SHARE_HELP)
     s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--mem-mb", type=int, default=None, help="the job's memory: on the CPU the probe is measured in "
+                                                            "chunks that fit it (default: 64 inputs at once)")
     s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
     s.set_defaults(func=cmd_conditioning)
 

@@ -27,6 +27,23 @@ import torch
 
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
 EPS64 = float(torch.finfo(torch.float64).eps)
+PROBE_BATCH = 64  # probe inputs measured at once, at most
+SCORE_COPIES = 3  # N x N float64 tensors per head alive at once in the math kernel (scores, softmax, their product)
+MEMORY_SHARE = 0.7  # of the job's memory (or the GPU's free memory) the probe's chunks may use
+
+
+def probe_bytes(heads: int, tokens: int, cols: int, layers: int) -> float:
+    """Bytes one probe input takes in the float64 probe: SCORE_COPIES N x N score tensors for each
+    head of the layer that runs, and its captures of every layer (N x cols, twice)."""
+    return 8.0 * (SCORE_COPIES * heads * tokens**2 + 2 * layers * tokens * cols)
+
+
+def probe_chunk(heads: int, tokens: int, cols: int, layers: int, limit_bytes: float | None) -> int:
+    """How many probe inputs to measure at once within `limit_bytes` (None: PROBE_BATCH); at least
+    one. Each input's kappas are its own: a chunk's size changes no result (tested)."""
+    if limit_bytes is None:
+        return PROBE_BATCH
+    return max(1, min(PROBE_BATCH, int(limit_bytes // probe_bytes(heads, tokens, cols, layers))))
 
 
 def singular_kappa(rows: int, cols: int) -> float:
@@ -155,30 +172,34 @@ def jacobian_kappas(attn, x: torch.Tensor, kwargs: dict, lengths: torch.Tensor |
     return out
 
 
-def layer_kappas(model, inputs: torch.Tensor, batch_size: int = 64,
-                 lengths: torch.Tensor | None = None) -> dict[int, dict[str, torch.Tensor]]:
+def layer_kappas(model, inputs: torch.Tensor, batch_size: int = PROBE_BATCH,
+                 lengths: torch.Tensor | None = None, heads: int = 1,
+                 limit_bytes: float | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Per-sample kappa of the head-output concat and the block output, every layer, float64:
-    {layer: {matrix: tensor (samples,)}}."""
+    {layer: {matrix: tensor (samples,)}}; in chunks of `batch_size`, or sized from `limit_bytes`
+    (`probe_chunk`, `heads` a layer)."""
     with float64_probe(model, inputs) as probe:
-        rows = _layer_kappas(model, probe, batch_size, lengths, {})
+        rows = _layer_kappas(model, probe, batch_size, lengths, {}, heads, limit_bytes)
     return {layer: {name: r["kappas"] for name, r in mats.items()} for layer, mats in rows.items()}
 
 
 @torch.no_grad()
 def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.Tensor | None,
-                  jacobian: dict) -> dict[int, dict[str, dict]]:
+                  jacobian: dict, heads: int = 1, limit_bytes: float | None = None) -> dict[int, dict[str, dict]]:
     """{layer: {matrix: {"kappas": per-sample tensor, "shape": (tokens, cols), and for the
     Jacobian "method", "rel_residual" (largest), "converged_fraction"}}}. `jacobian`: samples
-    (0: none), exact_max, lanczos_steps."""
+    (0: none), exact_max, lanczos_steps. With `limit_bytes`, the first chunk holds the Jacobian's
+    inputs (at least one), and the rest are sized from the shapes it showed (`probe_chunk`)."""
     from .models import attention_modules
 
     modules = dict(attention_modules(model))
     out: dict[int, dict[str, dict]] = {}
-    for i in range(0, len(inputs), batch_size):
-        part = None if lengths is None else lengths[i:i + batch_size]
+    i, size = 0, batch_size if limit_bytes is None else max(1, min(jacobian.get("samples", 0), batch_size))
+    while i < len(inputs):
+        part = None if lengths is None else lengths[i:i + size]
         want_jac = i == 0 and jacobian.get("samples", 0) > 0
         with capture_attention(model, inputs=want_jac) as captured:
-            model(inputs[i:i + batch_size])
+            model(inputs[i:i + size])
         for layer, mats in captured.items():
             for name in ("heads_concat", "attn_proj_out"):
                 shape = tuple(mats[name][0].shape[-2:])
@@ -195,18 +216,34 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                     "method": methods.pop() if len(methods) == 1 else "mixed",
                     "rel_residual": max(r["rel_residual"] for r in res),
                     "converged_fraction": sum(r["converged"] for r in res) / len(res)}
+        i += size
+        if limit_bytes is not None:  # every later chunk from the shapes the first showed
+            tokens, cols = max(mats["heads_concat"]["shape"] for mats in out.values())
+            size = probe_chunk(heads, tokens, cols, len(out), limit_bytes)
     for mats in out.values():
         for slot in mats.values():
             slot["kappas"] = torch.cat(slot["kappas"])
     return out
 
 
+def probe_limit(device: torch.device, memory_mb: int | None, params: int) -> float | None:
+    """The bytes the probe's chunks may take: MEMORY_SHARE of the GPU's free memory, or on the CPU
+    of the job's memory (`memory_mb`, its resources.mem_mb) less the float64 model; None (chunks of
+    PROBE_BATCH) without either."""
+    if device.type == "cuda":
+        return MEMORY_SHARE * torch.cuda.mem_get_info(device)[0]
+    if memory_mb is None:
+        return None
+    return max(MEMORY_SHARE * memory_mb * 2**20 - 8.0 * params, 0.0)
+
+
 def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
-                      device: str | None = None, gpu_share: int | None = None) -> list[dict]:
+                      device: str | None = None, gpu_share: int | None = None,
+                      memory_mb: int | None = None) -> list[dict]:
     """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method,
     the numerics they were computed under) for each named checkpoint {name: (step, safetensors
     path)}, over the fixed evaluation batch of the study (the Jacobian over its first
-    `conditioning.jacobian_samples` inputs)."""
+    `conditioning.jacobian_samples` inputs), in chunks that fit the job's memory (`probe_limit`)."""
     from .devices import pick_device
     from .models import build_model
     from .numerics import in_effect
@@ -228,8 +265,10 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
         model = build_model(m)
         load_weights(model, path)
         model.to(dev)
+        limit = probe_limit(dev, memory_mb, sum(p.numel() for p in model.parameters()))
         with float64_probe(model, inputs) as probe:
-            measured = _layer_kappas(model, probe, 64, lengths, jacobian)
+            measured = _layer_kappas(model, probe, PROBE_BATCH, lengths, jacobian, m["heads"] * m.get("modules", 1),
+                                     limit)
         for layer, mats in measured.items():
             for matrix, slot in mats.items():
                 tokens, cols = slot["shape"]
@@ -243,9 +282,11 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
 
 def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_path: str, out_csv: str,
-                       device: str | None = None, threads: int | None = None, gpu_share: int | None = None) -> None:
+                       device: str | None = None, threads: int | None = None, gpu_share: int | None = None,
+                       memory_mb: int | None = None) -> None:
     """The conditioning stage of one variant: kappa at init, at each step whose weights training
-    kept (conditioning.steps; listed in metrics.json with their sha256) and after training."""
+    kept (conditioning.steps; listed in metrics.json with their sha256) and after training; within
+    `memory_mb` on the CPU (the job's resources.mem_mb)."""
     import pandas as pd
 
     from .io import read_json, verify_sha256, write_csv
@@ -263,7 +304,7 @@ def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_
         verify_sha256(path, kept["sha256"], metrics_path)
         checkpoints[kept["name"]] = (kept["step"], path)
     checkpoints["final"] = (metrics["steps"], final_path)
-    rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device, gpu_share)
+    rows = conditioning_rows(metrics["spec"], checkpoints, data_path, device, gpu_share, memory_mb)
     frame = pd.DataFrame(rows)
     frame.insert(0, "variant", metrics["variant"])
     frame.insert(0, "study", metrics["study"])

@@ -38,13 +38,17 @@ class Card:
     bf16_tflops: float  # dense peaks: bf16 tensor cores,
     tf32_tflops: float  # fp32 matrix products in TF32,
     fp32_tflops: float  # fp32 without TF32
+    fp64_tflops: float = math.nan  # fp64 matrix products (DGEMM on the FP64 tensor cores): conditioning
+    memory_tbps: float = math.nan  # memory bandwidth, TB/s: conditioning's float64 scores are bound by it
 
     def peak_flops(self, arithmetic: str) -> float:
-        return 1e12 * {"bf16": self.bf16_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops}[arithmetic]
+        return 1e12 * {"bf16": self.bf16_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops,
+                       "fp64": self.fp64_tflops}[arithmetic]
 
 
-CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67), "h200": Card("an H200", 141, 989, 494.5, 67),
-         "a100": Card("an A100 80GB", 80, 312, 156, 19.5)}
+CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67, 67, 3.35),
+         "h200": Card("an H200", 141, 989, 494.5, 67, 67, 4.8),
+         "a100": Card("an A100 80GB", 80, 312, 156, 19.5, 19.5, 2.0)}
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
 # ViT-B/16, batch 256, bf16, fused AdamW, measured on one H200: 3387 images/s compiled, 2685 eager
@@ -232,10 +236,55 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path) -> dic
             gpu_s = steps * compute_s
             row.update(priced_by=f"FLOPs ({source})", gpu_hours=gpu_s / 3600, wall_hours=gpu_s * k / gpus / 3600)
     row["fits"] = k * row["memory_gb"] <= gpu.memory_gb
+    if "/glue/" not in job.name:  # a fine-tuning has no conditioning job
+        row["cond_memory_gb"], row["cond_hours"] = conditioning_price(spec, fp, gpu)
     runtime = plan.studies[job.study].resources["runtime"]
     row["attempts"], row["cannot_finish"] = attempts_needed(row["wall_hours"], runtime, fp.params,
                                                             spec["recipe"].get("checkpoint_minutes"))
     return row
+
+
+def probe_shape(model: dict) -> tuple[int, int, int]:
+    """(tokens N, heads a layer, columns h*d) of the conditioning probe's head-output matrix."""
+    heads = model["heads"] * model.get("modules", 1)
+    if model["arch"] == "vit":
+        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
+    elif model["arch"] == "nearest_point_encoder":
+        tokens = model["tokens"]
+    else:
+        tokens = model["max_len"]
+    return tokens, heads, heads * model["head_dim"]
+
+
+def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
+    """(GB, GPU-hours) of the variant's conditioning job on `gpu`: the float64 model, and the probe
+    in the chunks that fit MEMORY_SHARE of the card (conditioning.probe_chunk; more than the card
+    where one input alone does not fit), plus the CUDA context; its time, the longer of its
+    float64 FLOPs at DEFAULT_MFU of the card's fp64 peak and its memory traffic (each input's
+    probe bytes written and read once) at the card's bandwidth: each kept checkpoint (init,
+    conditioning.steps, final) runs the forward pass of every probe input (a third of training's
+    FLOPs), and the Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian
+    (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
+    from .conditioning import MEMORY_SHARE, probe_bytes, probe_chunk
+
+    model, cond = spec["model"], spec["conditioning"]
+    tokens, heads, cols = probe_shape(model)
+    layers, samples = model["depth"], cond["samples"]
+    per = probe_bytes(heads, tokens, cols, layers)
+    chunk = min(samples, probe_chunk(heads, tokens, cols, layers, MEMORY_SHARE * gpu.memory_gb * 1e9))
+    memory = 8.0 * fp.params + chunk * per + CUDA_CONTEXT_GB * 1e9
+    forward = fp.flops / 3 if math.isfinite(fp.flops) else math.nan
+    checkpoints = 2 + len(cond.get("steps") or [])
+    flops = checkpoints * samples * forward
+    jac = min(cond.get("jacobian_samples", 0), samples)
+    if jac:
+        n = tokens * model.get("width", model.get("d_model", cols))
+        one = 9.0 * n**3 if n <= cond.get("jacobian_exact_max", 0) else \
+            cond.get("lanczos_steps", 1) * 4 * forward / layers
+        flops += checkpoints * jac * layers * one
+    traffic = checkpoints * samples * 2 * per / (gpu.memory_tbps * 1e12)
+    seconds = max(flops / (gpu.peak_flops("fp64") * DEFAULT_MFU), traffic)
+    return memory / 1e9, seconds / 3600
 
 
 # ---------------------------------------------------------------- a job's life against its time limit
@@ -309,7 +358,7 @@ def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
     import textwrap
 
     header = ["study", "variants", "jobs", "GPUs/job", "jobs/GPU", "prec", "train FLOP", "GPU-hours", "h/job",
-              "largest job (memory per GPU)", "GB", "fits"]
+              "largest job (memory per GPU)", "GB", "fits", "tries", "cond GB", "cond h"]
     rows = []
     for c in costs:
         big = c.largest()
@@ -320,13 +369,14 @@ def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
                      "?" if flops is None else f"{flops:.3g}", _hours(c.total("gpu_hours")),
                      "?" if None in walls else _hours(max(walls)), big["job"],
                      f"{big['memory_gb']:.1f}" if k == 1 else f"{k} x {big['memory_gb']:.1f}",
-                     "yes" if k * big["memory_gb"] <= gpu.memory_gb else "NO"])
+                     "yes" if k * big["memory_gb"] <= gpu.memory_gb else "NO", _tries(c), *_conditioning_cells(c)])
     hours, flops = [c.total("gpu_hours") for c in costs], [c.total("train_flops") for c in costs]
+    cond = [r.get("cond_hours", 0.0) for c in costs for r in c.rows]
     rows.append(["total", str(sum(int(r[1]) for r in rows)), str(sum(int(r[2]) for r in rows)), "", "", "",
                  "?" if None in flops else f"{sum(flops):.3g}", _hours(None if None in hours else sum(hours)),
-                 "", "", "", ""])
+                 "", "", "", "", "", "", _hours(sum(cond))])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = {1, 2, 3, 4, 6, 7, 8, 10}
+    right = {1, 2, 3, 4, 6, 7, 8, 10, 12, 13, 14}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -336,6 +386,10 @@ def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
              f"{gpu.tf32_tflops:g} tf32, {gpu.fp32_tflops:g} fp32 (no TF32)", "", line(header),
              *(line(r) for r in rows), "",
              "h/job: the longest job's wall time; GPU-hours of k jobs sharing a GPU are split among them.",
+             f"tries: the most attempts a job needs within its study's runtime ({START_MINUTES:g} min of start-up "
+             "each; `leaner cost --check cluster` names the jobs).",
+             "cond GB, cond h: the largest conditioning job's GPU memory (float64, the probe in chunks that fit the "
+             "card) and the study's conditioning GPU-hours.",
              "How each study is priced:"]
     width = max(len(c.name) for c in costs)
     for c in costs:
@@ -352,6 +406,18 @@ def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
               f"  the backward's largest working set, +{ALLOCATOR_SLACK:.0%} allocator slack, {CUDA_CONTEXT_GB:g} GB "
               "CUDA context; jobs sharing a GPU add up."]
     return "\n".join(lines)
+
+
+def _tries(c: StudyCost) -> str:
+    if any(r["cannot_finish"] for r in c.rows):
+        return "NEVER"
+    tries = [r["attempts"] for r in c.rows]
+    return "?" if None in tries else str(max(tries))
+
+
+def _conditioning_cells(c: StudyCost) -> list[str]:
+    rows = [r for r in c.rows if "cond_memory_gb" in r]
+    return [f"{max(r['cond_memory_gb'] for r in rows):.1f}", _hours(sum(r["cond_hours"] for r in rows))]
 
 
 def _priced_note(c: StudyCost) -> str:
