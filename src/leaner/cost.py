@@ -59,6 +59,11 @@ P2_STEP_S = (1 / 169 - (1 / 65 - 1 / 169) / 2, (1 / 65 - 1 / 169) / 2)
 # k processes of 2 threads on one GPU, each at this fraction of one alone (134, 111-115, 95-103 steps/s);
 # past 8 the GPU's aggregate is taken as flat.
 P2_SHARING = {1: 1.0, 4: 0.84, 8: 0.74}
+# recipe.cuda_graph: the whole step replayed as one graph, measured on an H200 (torch 2.11) at
+# L1-H1-W1: 1,267 against 214 steps/s eager through `leaner train` (results.md 8c, row 6b). Taken
+# for every depth and for jobs sharing a GPU (2 processes measured 2,606 against 435 aggregate:
+# 6.0 x): an assumption beyond L1, until a deeper model is measured.
+P2_GRAPH_SPEEDUP = 1267 / 214
 # Many heads of rank 1-8 over W modules are bound by their attention scores (W x heads x N^2 per layer and
 # sample), neither by launches nor by FLOPs. Seconds per score, forward and backward, bare loop on one H100
 # (fp32, batch 256; tests/test_cost.py lists these runs): the math form stores them (N < 64), 80.5 ms a step of
@@ -177,17 +182,20 @@ def _sharing(k: int) -> float:
     return 1.0
 
 
-def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int) -> tuple[float, str]:
+def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
+                    graphed: bool = False) -> tuple[float, str]:
     """(seconds of one step of each of k P2 jobs sharing a GPU, what bounds it): launches (each job's
-    own, slowed by sharing), else attention scores or FLOPs (`compute_s`, the GPU to one job), shared."""
+    own, slowed by sharing; P2_GRAPH_SPEEDUP fewer with recipe.cuda_graph), else attention scores
+    or FLOPs (`compute_s`, the GPU to one job), shared."""
     import torch
 
     from .models.nearest import attention_kernel
 
-    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / _sharing(k)
+    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / _sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
     kernel, _ = attention_kernel(model["tokens"], model["head_dim"], torch.float32, "cuda")
     scores = P2_SCORE_S[kernel] * batch * model["depth"] * model["modules"] * model["heads"] * model["tokens"] ** 2
-    return max((launch, "launches"), (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
+    return max((launch, "launches (CUDA graph)" if graphed else "launches"),
+               (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
 
 
 def _mfu(spec: dict, override: float | None) -> tuple[float, str]:
@@ -228,7 +236,7 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path) -> dic
     if steps is not None:
         compute_s = fp.flops * batch / (gpu.peak_flops(arithmetic) * rate)  # one step, the GPU to itself
         if spec["task"] == "nearest_point":
-            step_s, how = p2_step_seconds(spec["model"], batch, compute_s, k)
+            step_s, how = p2_step_seconds(spec["model"], batch, compute_s, k, bool(spec["recipe"].get("cuda_graph")))
             wall = steps * step_s
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
                        gpu_hours=wall / k / 3600)
@@ -432,10 +440,12 @@ def _priced_note(c: StudyCost) -> str:
         m = sum(r["priced_by"] == how for r in c.rows)
         share = f"{m} of {n} jobs: " if m < n else ""
         k = c.rows[0]["jobs_per_gpu"]
-        if how == "launches":
+        if how.startswith("launches"):
+            graph = (f", replayed as one CUDA graph at 1/{P2_GRAPH_SPEEDUP:.1f} of that (measured at L1-H1-W1 only)"
+                     if how.endswith("(CUDA graph)") else "")
             notes.append(f"{share}launch-bound, a step {P2_STEP_S[0] * 1e3:.1f} ms + {P2_STEP_S[1] * 1e3:.1f} ms per "
                          f"layer (measured on an H200: 169 steps/s at 1 layer, 65 at 3), each of {k} jobs on a GPU "
-                         f"at {_sharing(k):.2f} of that (8 jobs: 95-103 against 134 steps/s alone).")
+                         f"at {_sharing(k):.2f} of that (8 jobs: 95-103 against 134 steps/s alone){graph}.")
         elif how.startswith("attention scores"):
             kernel = how.split("(")[1][:-1]
             notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
