@@ -1,19 +1,28 @@
 """`make gpu-check`: what a GPU machine must show before a sweep goes to it, in one command.
 
-Sections, in this order, each in a process of its own with its own time limit (a hang stops only
-its section), and a one-screen summary at the end:
+Sections, in this order (what has never run on a GPU first), each in a process of its own with
+its own time limit (a hang or a failure stops only its section), and a one-screen summary at the end:
 
+  conditioning  the float64 probe at nearest_figN's largest shape (L2-H64-W64, N 256: 4,096 heads
+             a layer, ~6.4 GB an input) in chunks sized from the GPU's free memory: chunk, peak
+             memory, seconds; it passes when every kappa is finite or singular and the peak stays
+             under the card
   p2         P2's attention at the paper's largest shapes (fig1 L5-H64-W64 N16, figN W64 at N 64 and
-             256): the kernel it takes, one training step's peak GPU memory and time at batch 256
-             in fp32 (TF32 off), as P2 trains; memory from N 64 to 256 must grow linearly
+             256): the kernel it takes, one training step's peak GPU memory and time at the
+             paper's per-step batch (figN's H64 N-256 in its 4 micro-batches of 64) in fp32 (TF32
+             off), as P2 trains; it passes when every shape fits, the fused forms take a fused
+             kernel and memory from N 64 to 256 grows linearly
   precision  a P2 fig1 variant trained by `leaner train` for a few thousand steps in fp32 (TF32
-             off) and in bf16, same seed and data: the losses side by side
+             off) and in bf16, same seed and data: the losses side by side; it passes when both
+             record their precision, both end finite and bf16's eval MSE is at most 1.5 x fp32's
   ddp        where two GPUs or more exist: `leaner train --nproc 2` (DDP, NCCL) with a resume
              checkpoint inside the run, killed after it and resumed
   tests      the `gpu`-marked tests (the fast ones first, the end-to-end Snakemake run last)
   bench      the GPU benchmark rows (benchmarks/run.py --quick --gpu-only)
 
---budget SECONDS skips what would not fit (the summary says so). Logs and check.json go to --out.
+--budget SECONDS (default 450: one 10-minute GPU job with its start-up) skips what would not fit
+(the summary says so). Logs and check.json go to $OUT/gpu-check when $OUT is set, else to --out;
+check.json is rewritten after every section, so a job stopped midway keeps what it measured.
 """
 
 from __future__ import annotations
@@ -29,17 +38,62 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("p2", "precision", "ddp", "tests", "bench")
-LIMITS = {"p2": 240, "precision": 240, "ddp": 300, "tests": 900, "bench": 600}  # seconds, each at most
-NEEDS = {"p2": 60, "precision": 60, "ddp": 90, "tests": 120, "bench": 120}  # skipped with less than this left
+SECTIONS = ("conditioning", "p2", "precision", "ddp", "tests", "bench")
+LIMITS = {"conditioning": 120, "p2": 150, "precision": 150, "ddp": 150, "tests": 300,
+          "bench": 200}  # seconds, each at most
+NEEDS = {"conditioning": 40, "p2": 60, "precision": 60, "ddp": 90, "tests": 120,
+         "bench": 120}  # skipped with less than this left
+BF16_MSE_RATIO = 1.5  # declared before any GPU run: bf16's final eval MSE at most this times fp32's
 
-# (label, depth, heads, modules, dim, tokens): configs/paper.yaml's largest P2 shapes
-P2_SHAPES = [("fig1 L5-H64-W64 N16", 5, 64, 64, 64, 16),
-             ("figN L2-H1-W64 N256", 2, 1, 64, 64, 256),
-             ("figN L2-H8-W64 N64", 2, 8, 64, 64, 64),
-             ("figN L2-H8-W64 N256", 2, 8, 64, 64, 256),
-             ("figN L2-H64-W64 N64", 2, 64, 64, 64, 64),
-             ("figN L2-H64-W64 N256", 2, 64, 64, 64, 256)]
+# (label, depth, heads, modules, dim, tokens, batch of one forward): configs/paper.yaml's largest P2
+# shapes at the batch each step runs at (figN's H64 N 256: 256 in 4 micro-batches)
+P2_SHAPES = [("fig1 L5-H64-W64 N16", 5, 64, 64, 64, 16, 256),
+             ("figN L2-H1-W64 N256", 2, 1, 64, 64, 256, 256),
+             ("figN L2-H8-W64 N64", 2, 8, 64, 64, 64, 256),
+             ("figN L2-H8-W64 N256", 2, 8, 64, 64, 256, 256),
+             ("figN L2-H64-W64 N64", 2, 64, 64, 64, 64, 256),
+             ("figN L2-H64-W64 N256", 2, 64, 64, 64, 256, 64)]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def out_folder(given: str | None, env=os.environ) -> Path:
+    """$OUT/gpu-check where a GPU job hands back $OUT, else --out, else benchmarks/gpu-check."""
+    if given:
+        return Path(given)
+    return Path(env["OUT"]) / "gpu-check" if env.get("OUT") else REPO / "benchmarks" / "gpu-check"
+
+
+def section_conditioning(work: Path, samples: int = 16) -> dict:
+    import torch
+
+    from leaner.conditioning import layer_kappas, probe_bytes, probe_chunk, probe_limit
+    from leaner.models.nearest import NearestPointEncoder
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = NearestPointEncoder(64, 256, 2, 64, 64, 2048).to(dev)
+    x = torch.randn(samples, 256, 64, device=dev)
+    limit = probe_limit(dev, None, sum(p.numel() for p in model.parameters()))
+    chunk = probe_chunk(4096, 256, 4096, 2, limit)
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    kappas = layer_kappas(model, x, heads=4096, limit_bytes=limit)
+    torch.cuda.synchronize()
+    seconds, peak = time.perf_counter() - t0, torch.cuda.max_memory_allocated() / 2**30
+    card = torch.cuda.get_device_properties(0).total_memory / 2**30
+    values = torch.cat([k for mats in kappas.values() for k in mats.values()])
+    ok = bool((~torch.isnan(values)).all()) and peak < card and len(values) == 2 * 2 * samples
+    per = probe_bytes(4096, 256, 4096, 2) / 1e9
+    return {"status": "pass" if ok else "fail",
+            "summary": f"figN L2-H64-W64 N256, {samples} inputs in chunks of {chunk} (~{per:.1f} GB an input, "
+                       f"{limit / 2**30:.0f} GiB allowed): peak {peak:.1f} of {card:.0f} GiB, {seconds:.1f} s, "
+                       f"median kappa {values.median().item():.3g}",
+            "chunk": chunk, "peak_gib": round(peak, 2), "probe_seconds": round(seconds, 1)}
 
 
 # ----------------------------------------------------------------------------- sections (in a child)
@@ -55,16 +109,16 @@ def section_p2(work: Path) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
     rows = []
-    for label, depth, heads, modules, dim, tokens in P2_SHAPES:
+    for label, depth, heads, modules, dim, tokens, batch in P2_SHAPES:
         r = dim // heads
         kernel, width = attention_kernel(tokens, r, torch.float32, "cuda")
         q = torch.zeros(2, modules * heads, tokens, width, device=dev, requires_grad=True)
         chosen = SDPBackend(torch._fused_sdp_choice(q, q, q, scale=r ** -0.5)).name if kernel == "fused" else "MATH"
-        row = {"shape": label, "head_dim": r, "form": kernel, "kernel": chosen}
+        row = {"shape": label, "head_dim": r, "form": kernel, "kernel": chosen, "batch": batch}
         torch.manual_seed(0)
         model = NearestPointEncoder(dim, tokens, depth, heads, modules, 2048).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-        x, y = PointStream(dim, tokens, 256, 0, device=dev).batch(0)
+        x, y = PointStream(dim, tokens, batch, 0, device=dev).batch(0)
         try:
             for i in range(7):  # 2 warm-up steps (the optimiser's state), then 5 timed
                 if i == 2:
@@ -89,12 +143,31 @@ def section_p2(work: Path) -> dict:
                                   ("figN L2-H64-W64 N64", "figN L2-H64-W64 N256"))
               if isinstance(by.get(a), float) and isinstance(by.get(b), float)]
     ratios = {f"{a.split(' N')[0]} N64->N256": round(by[b] / by[a], 2) for a, b in growth}
-    fused_ok = all(r["kernel"] != "MATH" for r in rows if r["form"] == "fused")
-    linear = all(v < 8 for v in ratios.values())  # 4x is linear, 16x quadratic
-    status = "pass" if fused_ok and linear else "fail"
+    status = p2_verdict(rows, ratios)
     summary = "; ".join(f"{r['shape']}: {r['kernel'].lower()}, {r['peak_gib']} GiB, {r['ms_per_step']} ms"
                         for r in rows) + f"; memory growth {ratios}"
     return {"status": status, "summary": summary, "rows": rows, "growth": ratios}
+
+
+def p2_verdict(rows: list[dict], ratios: dict) -> str:
+    """pass: every shape fit (a measured peak), the fused forms took a fused kernel, and both N 64 ->
+    256 memory ratios were measured and are linear (4x; quadratic would be 16x)."""
+    fused_ok = all(r["kernel"] != "MATH" for r in rows if r["form"] == "fused")
+    fits = bool(rows) and all(isinstance(r["peak_gib"], float) for r in rows)
+    linear = len(ratios) == 2 and all(v < 8 for v in ratios.values())
+    return "pass" if fused_ok and fits and linear else "fail"
+
+
+def precision_verdict(rows: list[dict]) -> str:
+    """pass: each run recorded the precision it was asked for, both ended finite, and bf16's eval MSE
+    is at most BF16_MSE_RATIO x fp32's."""
+    import math
+
+    ok = bool(rows) and all(
+        r["fp32"]["recorded"] == ["fp32", False] and r["bf16"]["recorded"] == ["bf16", True]
+        and math.isfinite(r["fp32"]["final_eval_mse"]) and math.isfinite(r["bf16"]["final_eval_mse"])
+        and r["bf16"]["final_eval_mse"] <= BF16_MSE_RATIO * r["fp32"]["final_eval_mse"] for r in rows)
+    return "pass" if ok else "fail"
 
 
 def section_precision(work: Path, steps: int = 3000) -> dict:
@@ -118,11 +191,10 @@ def section_precision(work: Path, steps: int = 3000) -> dict:
                               "recorded": [m["precision"], m["tf32"]]}
         print(json.dumps(row), flush=True)
         rows.append(row)
-    ok = all(r["fp32"]["recorded"] == ["fp32", False] and r["bf16"]["recorded"] == ["bf16", True] for r in rows)
     summary = "; ".join(f"{r['variant']}: eval MSE fp32 {r['fp32']['final_eval_mse']:.4g} ({r['fp32']['steps_per_s']}"
                         f" steps/s), bf16 {r['bf16']['final_eval_mse']:.4g} ({r['bf16']['steps_per_s']} steps/s)"
                         for r in rows)
-    return {"status": "pass" if ok else "fail", "summary": summary, "rows": rows}
+    return {"status": precision_verdict(rows), "summary": summary, "rows": rows}
 
 
 def section_ddp(work: Path) -> dict:
@@ -202,7 +274,8 @@ def child(name: str, result: Path) -> None:
     in a temporary folder, removed after."""
     try:
         with tempfile.TemporaryDirectory(prefix=f"gpu-check-{name}-") as work:
-            res = {"p2": section_p2, "precision": section_precision, "ddp": section_ddp}[name](Path(work))
+            res = {"conditioning": section_conditioning, "p2": section_p2, "precision": section_precision,
+                   "ddp": section_ddp}[name](Path(work))
     except Exception as exc:
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         res = {"status": "fail", "summary": f"{type(exc).__name__}: {first}"}
@@ -211,13 +284,14 @@ def child(name: str, result: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "gpu-check"), help="logs and check.json")
-    p.add_argument("--budget", type=float, default=600.0, help="seconds in all (default 600)")
+    p.add_argument("--out", default=None, help="logs and check.json (default: $OUT/gpu-check when $OUT is set, "
+                                                "else benchmarks/gpu-check)")
+    p.add_argument("--budget", type=float, default=450.0, help="seconds in all (default 450)")
     p.add_argument("--only", type=lambda t: t.split(","), default=list(SECTIONS),
                    help=f"sections, a,b ({','.join(SECTIONS)})")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    out = Path(a.out)
+    out = out_folder(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.child:
         child(a.child[0], Path(a.child[1]))
@@ -237,6 +311,7 @@ def main(argv=None) -> int:
     print(head, flush=True)
     results = {}
     for name in (s for s in SECTIONS if s in a.only):
+        write_atomic(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
         left = a.budget - (time.monotonic() - start)
         if left < NEEDS[name]:
             results[name] = {"status": "not run", "summary": f"{left:.0f} s of the budget left, needs ~{NEEDS[name]}"}
@@ -259,7 +334,7 @@ def main(argv=None) -> int:
         res["seconds"] = round(time.monotonic() - t0, 1)
         results[name] = res
         print(f"gpu-check: {name}: {res['status']} ({res['seconds']} s)", flush=True)
-    (out / "check.json").write_text(json.dumps({"machine": head, "sections": results}, indent=1))
+    write_atomic(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
     print("\n" + "=" * 100 + f"\n{head}; {time.monotonic() - start:.0f} s in all")
     for name, res in results.items():
         print(f"{name:<10} {res['status']:<8} {res.get('seconds', '-'):>6} s  {res['summary']}")
