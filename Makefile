@@ -23,7 +23,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
-# The checks a GPU machine must pass before a sweep (benchmarks/gpu_check.py; ARGS="--budget 450 --out DIR"; outputs under $$OUT when set).
+# The checks a GPU machine must pass before a sweep (benchmarks/gpu_check.py; ARGS="--budget 450 --out DIR"; outputs under $OUT when set).
 # Where the machine's own Python already has torch and the packages (../shared/tools/gpu-kit): NO_VENV=1.
 gpu-check: $(if $(NO_VENV),,$(STAMP))
 	$(if $(NO_VENV),$(PYTHON),$(BIN)/python) benchmarks/gpu_check.py $(ARGS)

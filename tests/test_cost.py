@@ -333,3 +333,25 @@ def test_a_cuda_graph_step_is_priced_faster_only_where_launches_bound_it():
     big = {"depth": 2, "heads": 64, "modules": 64, "tokens": 256, "head_dim": 1}
     assert p2_step_seconds(big, 256, 0.0, 1) == p2_step_seconds(big, 256, 0.0, 1, graphed=True)
     assert p2_step_seconds(big, 256, 0.0, 1)[1].startswith("attention scores")
+
+
+def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
+    """vit_imagenet's smallest variant on an H100 asks more images/s a GPU than 7 Pillow workers
+    (64 cores over 8 processes, less one each) at results.md's 327 a worker give: it is priced at
+    the loader's pace; with a loader fast enough, at its FLOPs again. A P2 job has no loader."""
+    from pathlib import Path
+
+    from leaner.cost import LOADER_RATE, jobs, loader_feed, price
+
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    study = plan.studies["vit_imagenet"]
+    job = min(jobs(study), key=lambda j: j.spec["model"]["depth"] * j.spec["model"]["width"])
+    slow = price(job, plan, CARDS["h100"], None, Path("."))
+    assert loader_feed(plan, job.spec, 8, LOADER_RATE) == (7 * LOADER_RATE, 7)
+    assert slow["priced_by"] == "loader (decode: pil, 7 workers a GPU)"
+    assert slow["images_per_s_needed"] > slow["images_per_s_fed"] == 7 * LOADER_RATE
+    assert slow["gpu_hours"] == pytest.approx(slow["steps"] * slow["batch_size"] / (7 * LOADER_RATE) / 3600)
+    fast = price(job, plan, CARDS["h100"], None, Path("."), loader_rate=10_000.0)
+    assert fast["priced_by"].startswith("FLOPs") and fast["gpu_hours"] < slow["gpu_hours"]
+    p2 = next(iter(jobs(plan.studies["nearest_fig1"])))
+    assert loader_feed(plan, p2.spec, 1, LOADER_RATE) is None

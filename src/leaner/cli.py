@@ -29,6 +29,16 @@ NUMERICS_HELP = ("pinned (default): the same bits on every x86-64 CPU with AVX2 
                  "COMPATIBLE branch, oneDNN off, these threads); native: the machine's own (docs/numerics.md)")
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return value
+
+
 def _nonneg_int(text: str) -> int:
     try:
         value = int(text)
@@ -263,7 +273,7 @@ def cmd_status(a):
 
 
 def cmd_cost(a):
-    from .cost import card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
+    from .cost import LOADER_RATE, card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
 
     if a.check:
         listed, problems = check_plan(_plan(a.config), a.check, card(a.gpu))
@@ -273,7 +283,7 @@ def cmd_cost(a):
             print(line, file=sys.stderr)
         return 2 if problems else 0
     gpu, mfu = card(a.gpu), parse_mfu(a.mfu)
-    costs = plan_cost(_plan(a.config), gpu, mfu)
+    costs = plan_cost(_plan(a.config), gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
     print(format_cost(costs, gpu, " + ".join(a.config)))
     if a.out:
         write_cost_csv(a.out, costs)
@@ -490,6 +500,9 @@ def _cost_parser(sub) -> None:
     s.add_argument("--gpu", default="h100", help="the card: h100, h200 or a100 (default h100)")
     s.add_argument("--mfu", default=None, help="model FLOPs utilisation for every FLOPs-priced job, in (0, 1] "
                                                "(default: measured where it was, else 0.3)")
+    s.add_argument("--loader-rate", type=_positive_float, default=None,
+                   help="images/s one Pillow loader worker gives at 224 px on your machine (benchmarks/run.py row "
+                        "1b); default: results.md's, 327")
     s.add_argument("--out", default=None, help="also write one row per job as CSV")
     s.add_argument("--check", choices=("local", "cluster"), default=None,
                    help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "

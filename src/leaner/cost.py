@@ -51,6 +51,10 @@ CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67, 67, 3.35),
          "a100": Card("an A100 80GB", 80, 312, 156, 19.5, 19.5, 2.0)}
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
+# images/s one Pillow loader worker gives at 224 px from ~256 px JPEGs (decode: pil, timm's DeiT
+# transform): results.md row 1b, 2 workers on the 2-core VM (327; one worker 381). Measure your own
+# machine's with `benchmarks/run.py` (row 1b) and pass it as `leaner cost --loader-rate`.
+LOADER_RATE = 327.0
 # ViT-B/16, batch 256, bf16, fused AdamW, measured on one H200: 3387 images/s compiled, 2685 eager
 VIT_MFU = {True: 0.36, False: 0.28}
 # P2 (nearest_fig1, batch 256, d 64, N 16) through `leaner train` on one H200: 169 steps/s at 1 layer
@@ -216,8 +220,24 @@ def job_memory_bytes(fp, spec: dict, gpus: int) -> float:
     return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
 
 
-def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path) -> dict:
-    """One job's row of the plan: its FLOPs, GPU-hours, wall time and memory per GPU."""
+def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, int] | None:
+    """(images/s the Pillow loader gives one GPU's process, its workers) for an image job whose
+    dataset decodes with Pillow (decode: pil): recipe.num_workers (auto: the study's threads
+    shared by its processes, less one each) x `rate` a worker (0 workers: the process itself);
+    None for other jobs (decode: device is not priced: its rate on a GPU is not measured)."""
+    from .data.splits import worker_count
+
+    dataset = plan.datasets.get(spec["dataset"]) or {}
+    if spec["model"].get("arch") != "vit" or dataset.get("decode", "pil") != "pil":
+        return None
+    threads = plan.studies[spec["study"]].resources["threads"]
+    workers = worker_count(spec["recipe"].get("num_workers", 0), cores=threads, local_world=gpus)
+    return max(workers, 1) * rate, workers
+
+
+def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader_rate: float = LOADER_RATE) -> dict:
+    """One job's row of the plan: its FLOPs, GPU-hours, wall time and memory per GPU; an image job
+    at the slower of its step and its loader (`loader_feed`)."""
     from .footprint import footprint
 
     spec, resources = job.spec, plan.studies[job.study].resources
@@ -241,8 +261,13 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path) -> dic
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
                        gpu_hours=wall / k / 3600)
         else:
-            gpu_s = steps * compute_s
-            row.update(priced_by=f"FLOPs ({source})", gpu_hours=gpu_s / 3600, wall_hours=gpu_s * k / gpus / 3600)
+            gpu_s, how = steps * compute_s, f"FLOPs ({source})"
+            fed = loader_feed(plan, spec, gpus, loader_rate)
+            if fed is not None:
+                row.update(images_per_s_needed=batch / compute_s, images_per_s_fed=fed[0], loader_workers=fed[1])
+                if fed[0] < batch / compute_s:  # the loader, not the GPU, sets the pace
+                    gpu_s, how = steps * batch / fed[0], f"loader (decode: pil, {fed[1]} workers a GPU)"
+            row.update(priced_by=how, gpu_hours=gpu_s / 3600, wall_hours=gpu_s * k / gpus / 3600)
     row["fits"] = k * row["memory_gb"] <= gpu.memory_gb
     if "/glue/" not in job.name:  # a fine-tuning has no conditioning job
         row["cond_memory_gb"], row["cond_hours"] = conditioning_price(spec, fp, gpu)
@@ -349,10 +374,11 @@ def _baseline_variant(study: Study) -> str | None:
     return None
 
 
-def plan_cost(plan: Plan, gpu: Card, mfu: float | None = None, root: str | Path = ".") -> list[StudyCost]:
+def plan_cost(plan: Plan, gpu: Card, mfu: float | None = None, root: str | Path = ".",
+              loader_rate: float = LOADER_RATE) -> list[StudyCost]:
     """Every job of the plan priced on `gpu`, grouped by study."""
-    return [StudyCost(name, [price(j, plan, gpu, mfu, Path(root)) for j in jobs(study)], study.resources,
-                      _baseline_variant(study)) for name, study in plan.studies.items()]
+    return [StudyCost(name, [price(j, plan, gpu, mfu, Path(root), loader_rate) for j in jobs(study)],
+                      study.resources, _baseline_variant(study)) for name, study in plan.studies.items()]
 
 
 def _hours(value: float | None) -> str:
@@ -446,6 +472,14 @@ def _priced_note(c: StudyCost) -> str:
             notes.append(f"{share}launch-bound, a step {P2_STEP_S[0] * 1e3:.1f} ms + {P2_STEP_S[1] * 1e3:.1f} ms per "
                          f"layer (measured on an H200: 169 steps/s at 1 layer, 65 at 3), each of {k} jobs on a GPU "
                          f"at {_sharing(k):.2f} of that (8 jobs: 95-103 against 134 steps/s alone){graph}.")
+        elif how.startswith("loader"):
+            rows = [r for r in c.rows if r["priced_by"] == how]
+            need, fed = max(r["images_per_s_needed"] for r in rows), rows[0]["images_per_s_fed"]
+            workers = rows[0]["loader_workers"]
+            notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil gives "
+                         f"{fed:,.0f} ({workers} workers x {fed / max(workers, 1):.0f} images/s, --loader-rate); "
+                         "decode: device (nvJPEG on the GPU, its rate there not yet measured) is the path that could "
+                         "keep the GPUs fed.")
         elif how.startswith("attention scores"):
             kernel = how.split("(")[1][:-1]
             notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
