@@ -266,3 +266,35 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
     kept = [i for i, name in enumerate(x.names) if name not in skipped]
     assert images.shape == (len(kept), 3, 32, 32) and torch.isfinite(images).all()
     assert torch.equal(labels.cpu(), y[kept])
+
+
+def test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode(tmp_path):
+    """The ordering hazard of nvJPEG's own stream (pytorch/vision #9606): decode a batch of JPEGs on
+    the GPU while large matrix products are queued on the training stream and their outputs freed
+    back to the caching allocator, 50 times; every decode must equal the one made with the GPU idle,
+    and the CPU's decode to within JPEG decoders' rounding."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from leaner.data.tensor_augment import DeviceTransforms
+
+    rng = np.random.default_rng(0)
+    data = []
+    for _ in range(16):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (224, 224, 3), dtype=np.uint8)).save(buf, format="JPEG", quality=90)
+        data.append(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
+    meta = {"img_size": 224, "in_chans": 3, "mean": [0.5] * 3, "std": [0.5] * 3}
+    t, dev = DeviceTransforms(meta, {}), torch.device("cuda")
+    idle = [img.cpu() for img in t._decode_jpegs(data, dev)]
+    cpu = t._decode_jpegs(data, torch.device("cpu"))
+    assert all((a.int() - b.int()).abs().max() <= 8 for a, b in zip(idle, cpu))
+    for _ in range(50):
+        a = torch.randn(4096, 4096, device=dev)
+        for _ in range(8):
+            a = a @ a / 64  # queued, long
+        del a  # freed to the cache while the products may still run
+        got = t._decode_jpegs(data, dev)
+        assert all(torch.equal(g.cpu(), ref) for g, ref in zip(got, idle))
