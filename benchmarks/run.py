@@ -207,6 +207,15 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -
     return n / (time.perf_counter() - t0)
 
 
+def loader_rate_per_worker(repeats: int, workers: int = 2, images: int = 256) -> float:
+    """Images/s one Pillow worker gives at 224 px from 256 px JPEGs with the DeiT augmentation (row
+    1b's ImageNet-like case at `workers` workers, the best of `repeats`, divided by the workers):
+    what `leaner cost --loader-rate` takes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = _image_manifest(Path(tmp), images, 256, 224, "jpg", ("pil",))["pil"]
+        return max(_loader_rate(manifest, workers, 32) for _ in range(repeats)) / workers
+
+
 def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick: bool) -> tuple[str, float]:
     """In-memory batches against the step they feed; the image loader's throughput per worker at
     CIFAR (32 px, PNG) and ImageNet (224 px from 256 px JPEG) sizes with the DeiT augmentation."""
@@ -892,6 +901,9 @@ def main(argv=None) -> int:
                         "'' for none)")
     p.add_argument("--augment-rate", nargs=5, help=argparse.SUPPRESS)  # a row 1c process
     p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
+    p.add_argument("--loader-rate", action="store_true",
+                   help="only this machine's Pillow loader rate per worker at 224 px (decode: pil, row 1b's "
+                        "ImageNet-like images), for `leaner cost --loader-rate`")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results.md"))
     a = p.parse_args(argv)
     if a.augment_rate:
@@ -903,6 +915,10 @@ def main(argv=None) -> int:
         _p2_bare(a.p2_bare[0], int(a.p2_bare[1]))
         return 0
     repeats = a.repeats or (1 if a.quick else 7)
+    if a.loader_rate:
+        torch.set_num_threads(1)
+        print(f"{loader_rate_per_worker(repeats if a.repeats else 3):.0f}")
+        return 0
     torch.set_num_threads(1)  # as the pipeline runs each job (threads: 1 per job on the default study)
     from leaner.data import prepare
 

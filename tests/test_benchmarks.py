@@ -118,3 +118,16 @@ def test_the_stop_signal_benchmark_reports_exits_and_kept_steps():
     for r in rows:
         came, saved = (int(x) for x in r[5].split(" -> "))
         assert 0 <= saved - came <= 1 and float(r[4].split()[0]) < 30
+
+
+def test_the_loader_rate_command_prints_images_per_second_a_worker():
+    """`benchmarks/run.py --loader-rate`: this machine's Pillow rate per worker at 224 px, one number
+    that `leaner cost --loader-rate` takes."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--loader-rate", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rate = int(proc.stdout.strip().splitlines()[-1])
+    assert 1 <= rate < 100_000
+    cost = subprocess.run([sys.executable, "-m", "leaner", "cost", str(REPO / "configs" / "paper.yaml"),
+                           "--loader-rate", "-3"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert cost.returncode == 2 and "'-3' is not a number > 0" in cost.stderr
