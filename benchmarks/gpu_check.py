@@ -3,6 +3,9 @@
 Sections, in this order (what has never run on a GPU first), each in a process of its own with
 its own time limit (a hang or a failure stops only its section), and a one-screen summary at the end:
 
+  decode     the image path on CUDA, never yet run there: the batched device augmentation against
+             the CPU's, nvJPEG's fallback to Pillow on odd files, and the decode-ordering test
+             (nvJPEG's stream against queued training kernels); the gpu tests of that name
   conditioning  the float64 probe at nearest_figN's largest shape (L2-H64-W64, N 256: 4,096 heads
              a layer, ~6.4 GB an input) in chunks sized from the GPU's free memory: chunk, peak
              memory, seconds; it passes when every kappa is finite or singular and the peak stays
@@ -38,11 +41,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("conditioning", "p2", "precision", "ddp", "tests", "bench")
-LIMITS = {"conditioning": 120, "p2": 150, "precision": 150, "ddp": 150, "tests": 300,
+SECTIONS = ("decode", "conditioning", "p2", "precision", "ddp", "tests", "bench")
+LIMITS = {"decode": 90, "conditioning": 120, "p2": 150, "precision": 150, "ddp": 150, "tests": 300,
           "bench": 200}  # seconds, each at most
-NEEDS = {"conditioning": 40, "p2": 60, "precision": 60, "ddp": 90, "tests": 120,
+NEEDS = {"decode": 30, "conditioning": 40, "p2": 60, "precision": 60, "ddp": 90, "tests": 120,
          "bench": 120}  # skipped with less than this left
+DECODE_TESTS = tuple(f"tests/test_gpu.py::{name}" for name in (
+    "test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_odd_files",
+    "test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode"))
 BF16_MSE_RATIO = 1.5  # declared before any GPU run: bf16's final eval MSE at most this times fp32's
 
 # (label, depth, heads, modules, dim, tokens, batch of one forward): configs/paper.yaml's largest P2
@@ -260,6 +266,13 @@ def section_tests(out: Path, timeout: float) -> dict:
     return {"status": "pass" if ok else "fail", "summary": summary}
 
 
+def section_decode(out: Path, timeout: float) -> dict:
+    code, tail = run_logged([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *DECODE_TESTS],
+                            out / "decode.log", timeout)
+    last = tail.splitlines()[-1] if tail else ""
+    return {"status": "pass" if code == 0 else "fail", "summary": last + (" (time limit)" if code is None else "")}
+
+
 def section_bench(out: Path, timeout: float) -> dict:
     code, tail = run_logged([sys.executable, "benchmarks/run.py", "--quick", "--gpu-only", "--out",
                              str(out / "bench.md")], out / "bench.log", timeout)
@@ -321,8 +334,8 @@ def main(argv=None) -> int:
             continue
         limit, t0 = min(LIMITS[name], left), time.monotonic()
         print(f"gpu-check: {name} (up to {limit:.0f} s) ...", flush=True)
-        if name in ("tests", "bench"):
-            res = {"tests": section_tests, "bench": section_bench}[name](out, limit)
+        if name in ("decode", "tests", "bench"):
+            res = {"decode": section_decode, "tests": section_tests, "bench": section_bench}[name](out, limit)
         else:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                 result = Path(tmp.name)

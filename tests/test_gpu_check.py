@@ -24,8 +24,8 @@ def _check(*args: str, tmp_path) -> subprocess.CompletedProcess:
 def test_an_unknown_section_is_one_line(tmp_path):
     proc = _check("--only", "p2,speed", tmp_path=tmp_path)
     assert proc.returncode == 2
-    assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: conditioning, p2, precision, "
-                                   "ddp, tests, bench)")
+    assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: decode, conditioning, p2, "
+                                   "precision, ddp, tests, bench)")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA runs the check itself")
@@ -68,6 +68,13 @@ def test_the_pass_rules_can_fail():
     assert gc.precision_verdict([{**row(0.1, 0.1), "bf16": {"recorded": ["fp32", False], "final_eval_mse": 0.1}}]) \
         == "fail"
     assert gc.precision_verdict([]) == "fail"
+
+
+def test_the_decode_section_names_tests_that_exist():
+    gc = _module()
+    names = {line.split("(")[0][4:] for line in (REPO / "tests" / "test_gpu.py").read_text().splitlines()
+             if line.startswith("def test_")}
+    assert gc.DECODE_TESTS and all(t.split("::")[1] in names for t in gc.DECODE_TESTS)
 
 
 def test_outputs_go_to_OUT_and_check_json_is_written_after_every_section(tmp_path, monkeypatch):

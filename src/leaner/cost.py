@@ -52,8 +52,8 @@ CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67, 67, 3.35),
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
 # images/s one Pillow loader worker gives at 224 px from ~256 px JPEGs (decode: pil, timm's DeiT
-# transform): results.md row 1b, 2 workers on the 2-core VM (327; one worker 381). Measure your own
-# machine's with `benchmarks/run.py` (row 1b) and pass it as `leaner cost --loader-rate`.
+# transform): results.md row 1b, 2 workers (327; one worker 381). Measure your own machine's with
+# `benchmarks/run.py --loader-rate` and pass it as `leaner cost --loader-rate`.
 LOADER_RATE = 327.0
 # ViT-B/16, batch 256, bf16, fused AdamW, measured on one H200: 3387 images/s compiled, 2685 eager
 VIT_MFU = {True: 0.36, False: 0.28}
