@@ -136,7 +136,19 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
     best = _best_of(history, task)
     data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
     model.train()
-    epoch, halt, save = step // per_epoch, False, False
+    epoch = step // per_epoch
+
+    def end_epoch(number: int) -> None:
+        """Epoch `number`'s history row (evaluated every eval_every epochs and at the end), its
+        TensorBoard scalars and data events."""
+        nonlocal best
+        last = step >= total or status != "ok"
+        row = _epoch_row(task, model, autocast, meter, recipe, number, step, total, per_epoch,
+                         run.elapsed_s + time.perf_counter() - t0, last, ctx, bar, log)
+        history.append(row)
+        _log_data_events(task, ctx, data_events, number, log)
+        record.epoch(history)
+        best = _best_of([row], task, best)
 
     def save_state(halt: bool) -> bool:
         """Write the resume state at `step`; stop there if told to (`Stopped`) or at stop_after
@@ -156,6 +168,8 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
         return False
 
     try:
+        if 0 < step < total and step % per_epoch == 0 and (not history or history[-1]["step"] < step):
+            end_epoch(epoch - 1)  # saved at an epoch's last step, before its row: the row now
         while step < total and status == "ok":
             for batch in task.train_batches(epoch, step - epoch * per_epoch, ctx.rank, ctx.world):
                 lr = lr_at(step, total, recipe, per_epoch)
@@ -189,22 +203,14 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
                 if step in keep and ctx.main:
                     kept_tmp.mkdir(parents=True, exist_ok=True)
                     save_weights(model, kept_tmp / f"{kept_name(step)}.safetensors", spec)
-                if save and step % per_epoch and save_state(halt):  # at an epoch's end: after its row
+                if save and save_state(halt):  # at an epoch's end before its row: a resume writes it
                     return {}
                 if step >= total:
                     break
             # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
             if step % per_epoch == 0 or step >= total or status != "ok":
-                last = step >= total or status != "ok"
-                row = _epoch_row(task, model, autocast, meter, recipe, epoch, step, total, per_epoch,
-                                 run.elapsed_s + time.perf_counter() - t0, last, ctx, bar, log)
-                history.append(row)
-                _log_data_events(task, ctx, data_events, epoch, log)
-                record.epoch(history)
-                best = _best_of([row], task, best)
+                end_epoch(epoch)
                 epoch += 1
-                if save and status == "ok" and step % per_epoch == 0 and save_state(halt):
-                    return {}
         bar.close()
 
         # ------------------------------------------------------------ outputs
