@@ -88,7 +88,7 @@ def section_conditioning(work: Path, samples: int = 16) -> dict:
     chunk = probe_chunk(4096, 256, 4096, 2, limit)
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    kappas = layer_kappas(model, x, heads=4096, limit_bytes=limit)
+    kappas = layer_kappas(model, x, chunk)
     torch.cuda.synchronize()
     seconds, peak = time.perf_counter() - t0, torch.cuda.max_memory_allocated() / 2**30
     card = torch.cuda.get_device_properties(0).total_memory / 2**30

@@ -262,26 +262,28 @@ def test_jacobian_of_a_padded_sequence_is_the_real_tokens_block(tmp_path):
     assert got["kappa"] == pytest.approx(float(sv[0] / sv[-1]), rel=1e-9)
 
 
-def test_the_probe_in_chunks_sized_from_a_memory_limit_equals_it_unchunked():
-    """P2 at toy size, 40 probe inputs: with a limit that fits 3 inputs at a time the chunks are
-    the Jacobian's 2 inputs, then 3s; every kappa, the Jacobian's included, is the one-chunk run's,
-    bit for bit. At figN's largest shape (4,096 heads a layer, N 256) one input needs ~6.4 GB, so
-    16 GB measures 2 at a time where 64 at once would need ~412 GB."""
-    from leaner.conditioning import _layer_kappas, float64_probe, probe_bytes, probe_chunk
+def test_the_probe_in_chunks_sized_from_a_memory_limit():
+    """P2 at toy size, 40 probe inputs in chunks of 3 (the first holding the Jacobian's 2 inputs):
+    every kappa, the Jacobian's included, is the one-chunk run's, bit for bit here (in general a
+    batch's size can move a float64 forward pass's last bits, so chunks stay 64 wherever that
+    fits). At figN's largest shape (4,096 heads a layer, N 256) one input needs ~6.4 GB, so 16 GB
+    measures 2 at a time where 64 at once would need ~412 GB; ViT-B fits 64 in 16 GB."""
+    from leaner.conditioning import _layer_kappas, float64_probe, probe_bytes, probe_chunk, probe_shape
 
     m = {"arch": "nearest_point_encoder", "depth": 2, "heads": 4, "modules": 8, "dim": 8, "tokens": 16,
          "posn": "none", "d_model": 16, "head_dim": 4, "ff": 16, "posn_dim": 64}
     torch.manual_seed(0)
     model, x = build_model(m), torch.randn(40, 16, 8)
     jac = {"samples": 2, "exact_max": 10_000, "lanczos_steps": 8}
-    heads, per = 32, probe_bytes(32, 16, 16, 2)
+    tokens, heads, cols = probe_shape(m)
+    chunk = probe_chunk(heads, tokens, cols, 2, 3.5 * probe_bytes(heads, tokens, cols, 2))
     sizes: list[int] = []
     with float64_probe(model, x) as probe:
         whole = _layer_kappas(model, probe, 64, None, jac)
         hook = model.register_forward_hook(lambda mod, args, out: sizes.append(len(args[0])))
-        parts = _layer_kappas(model, probe, 64, None, jac, heads, limit_bytes=3.5 * per)
+        parts = _layer_kappas(model, probe, chunk, None, jac)
         hook.remove()
-    assert sizes == [2] + [3] * 12 + [2]
+    assert (tokens, heads, cols, chunk) == (16, 32, 128, 3) and sizes == [3] * 13 + [1]
     for layer in whole:
         for name in whole[layer]:
             assert torch.equal(whole[layer][name]["kappas"], parts[layer][name]["kappas"]), (layer, name)

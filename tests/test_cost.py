@@ -235,7 +235,10 @@ def test_the_paper_vit_grid_is_46_vit_b_in_flops():
     assert 45 < vit.total("train_flops") / base["train_flops"] < 47.5
     assert 6.7 < big["train_flops"] / base["train_flops"] < 7.1
     assert base["steps"] == 300 * math.ceil(1_281_167 / 1024)  # ImageNet-1k's training set, known without a download
-    assert base["mfu"] == 0.36 and base["priced_by"] == "FLOPs (measured: ViT-B/16, H200, torch.compile)"
+    assert base["mfu"] == 0.36
+    # at its step, a GPU would take more images/s than 7 Pillow workers give: priced at its loader
+    assert base["images_per_s_needed"] > base["images_per_s_fed"]
+    assert base["priced_by"] == "loader (decode: pil, 7 workers a GPU)"
     assert all(r["fits"] for r in vit.rows)  # 128 images per GPU (1024 over 8)
 
 
@@ -301,8 +304,8 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
     """nearest_figN's L2-H64-W64 at N 256: one probe input takes ~6.4 GB in float64, so an H100
     measures 8 at a time (~52 GB with the model and context), where 64 at once would need ~412 GB;
     its hours are bound by memory traffic, not FLOPs. ViT-B's conditioning is FLOP-bound."""
-    from leaner.conditioning import probe_bytes
-    from leaner.cost import conditioning_price, jobs, probe_shape
+    from leaner.conditioning import probe_bytes, probe_shape
+    from leaner.cost import conditioning_price, jobs
     from leaner.footprint import footprint
 
     plan = load_plan(REPO / "configs" / "paper.yaml")

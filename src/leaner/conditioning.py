@@ -38,9 +38,24 @@ def probe_bytes(heads: int, tokens: int, cols: int, layers: int) -> float:
     return 8.0 * (SCORE_COPIES * heads * tokens**2 + 2 * layers * tokens * cols)
 
 
+def probe_shape(model: dict) -> tuple[int, int, int]:
+    """(tokens N, heads a layer, columns h*d) of the probe's head-output matrix, from the model spec
+    (padded sequences: their full length)."""
+    heads = model["heads"] * model.get("modules", 1)
+    if model["arch"] == "vit":
+        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
+    elif model["arch"] == "nearest_point_encoder":
+        tokens = model["tokens"]
+    else:
+        tokens = model["max_len"]
+    return tokens, heads, heads * model["head_dim"]
+
+
 def probe_chunk(heads: int, tokens: int, cols: int, layers: int, limit_bytes: float | None) -> int:
     """How many probe inputs to measure at once within `limit_bytes` (None: PROBE_BATCH); at least
-    one. Each input's kappas are its own: a chunk's size changes no result (tested)."""
+    one. Each input's kappas are its own, but a batch's size can move the last bits of a float64
+    forward pass (other BLAS blocking), which an ill-conditioned Jacobian amplifies: chunks stay
+    PROBE_BATCH wherever that fits, so smaller models measure as they always did."""
     if limit_bytes is None:
         return PROBE_BATCH
     return max(1, min(PROBE_BATCH, int(limit_bytes // probe_bytes(heads, tokens, cols, layers))))
@@ -173,28 +188,26 @@ def jacobian_kappas(attn, x: torch.Tensor, kwargs: dict, lengths: torch.Tensor |
 
 
 def layer_kappas(model, inputs: torch.Tensor, batch_size: int = PROBE_BATCH,
-                 lengths: torch.Tensor | None = None, heads: int = 1,
-                 limit_bytes: float | None = None) -> dict[int, dict[str, torch.Tensor]]:
+                 lengths: torch.Tensor | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Per-sample kappa of the head-output concat and the block output, every layer, float64:
-    {layer: {matrix: tensor (samples,)}}; in chunks of `batch_size`, or sized from `limit_bytes`
-    (`probe_chunk`, `heads` a layer)."""
+    {layer: {matrix: tensor (samples,)}}; `batch_size` inputs at a time (see `probe_chunk`)."""
     with float64_probe(model, inputs) as probe:
-        rows = _layer_kappas(model, probe, batch_size, lengths, {}, heads, limit_bytes)
+        rows = _layer_kappas(model, probe, batch_size, lengths, {})
     return {layer: {name: r["kappas"] for name, r in mats.items()} for layer, mats in rows.items()}
 
 
 @torch.no_grad()
 def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.Tensor | None,
-                  jacobian: dict, heads: int = 1, limit_bytes: float | None = None) -> dict[int, dict[str, dict]]:
+                  jacobian: dict) -> dict[int, dict[str, dict]]:
     """{layer: {matrix: {"kappas": per-sample tensor, "shape": (tokens, cols), and for the
-    Jacobian "method", "rel_residual" (largest), "converged_fraction"}}}. `jacobian`: samples
-    (0: none), exact_max, lanczos_steps. With `limit_bytes`, the first chunk holds the Jacobian's
-    inputs (at least one), and the rest are sized from the shapes it showed (`probe_chunk`)."""
+    Jacobian "method", "rel_residual" (largest), "converged_fraction"}}}, `batch_size` inputs at
+    a time; the first chunk holds at least the Jacobian's inputs. `jacobian`: samples (0: none),
+    exact_max, lanczos_steps."""
     from .models import attention_modules
 
     modules = dict(attention_modules(model))
     out: dict[int, dict[str, dict]] = {}
-    i, size = 0, batch_size if limit_bytes is None else max(1, min(jacobian.get("samples", 0), batch_size))
+    i, size = 0, max(batch_size, jacobian.get("samples", 0))
     while i < len(inputs):
         part = None if lengths is None else lengths[i:i + size]
         want_jac = i == 0 and jacobian.get("samples", 0) > 0
@@ -216,10 +229,7 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                     "method": methods.pop() if len(methods) == 1 else "mixed",
                     "rel_residual": max(r["rel_residual"] for r in res),
                     "converged_fraction": sum(r["converged"] for r in res) / len(res)}
-        i += size
-        if limit_bytes is not None:  # every later chunk from the shapes the first showed
-            tokens, cols = max(mats["heads_concat"]["shape"] for mats in out.values())
-            size = probe_chunk(heads, tokens, cols, len(out), limit_bytes)
+        i, size = i + size, batch_size
     for mats in out.values():
         for slot in mats.values():
             slot["kappas"] = torch.cat(slot["kappas"])
@@ -265,10 +275,11 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
         model = build_model(m)
         load_weights(model, path)
         model.to(dev)
-        limit = probe_limit(dev, memory_mb, sum(p.numel() for p in model.parameters()))
+        tokens, heads, cols = probe_shape(m)
+        chunk = probe_chunk(heads, tokens, cols, m["depth"],
+                            probe_limit(dev, memory_mb, sum(p.numel() for p in model.parameters())))
         with float64_probe(model, inputs) as probe:
-            measured = _layer_kappas(model, probe, PROBE_BATCH, lengths, jacobian, m["heads"] * m.get("modules", 1),
-                                     limit)
+            measured = _layer_kappas(model, probe, chunk, lengths, jacobian)
         for layer, mats in measured.items():
             for matrix, slot in mats.items():
                 tokens, cols = slot["shape"]

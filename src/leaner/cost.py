@@ -228,7 +228,7 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
     from .data.splits import worker_count
 
     dataset = plan.datasets.get(spec["dataset"]) or {}
-    if spec["model"].get("arch") != "vit" or dataset.get("decode", "pil") != "pil":
+    if spec["model"].get("arch") != "vit" or dataset.get("decode") != "pil":  # image files, decoded by Pillow
         return None
     threads = plan.studies[spec["study"]].resources["threads"]
     workers = worker_count(spec["recipe"].get("num_workers", 0), cores=threads, local_world=gpus)
@@ -277,18 +277,6 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     return row
 
 
-def probe_shape(model: dict) -> tuple[int, int, int]:
-    """(tokens N, heads a layer, columns h*d) of the conditioning probe's head-output matrix."""
-    heads = model["heads"] * model.get("modules", 1)
-    if model["arch"] == "vit":
-        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
-    elif model["arch"] == "nearest_point_encoder":
-        tokens = model["tokens"]
-    else:
-        tokens = model["max_len"]
-    return tokens, heads, heads * model["head_dim"]
-
-
 def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     """(GB, GPU-hours) of the variant's conditioning job on `gpu`: the float64 model, and the probe
     in the chunks that fit MEMORY_SHARE of the card (conditioning.probe_chunk; more than the card
@@ -298,7 +286,7 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     conditioning.steps, final) runs the forward pass of every probe input (a third of training's
     FLOPs), and the Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian
     (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
-    from .conditioning import MEMORY_SHARE, probe_bytes, probe_chunk
+    from .conditioning import MEMORY_SHARE, probe_bytes, probe_chunk, probe_shape
 
     model, cond = spec["model"], spec["conditioning"]
     tokens, heads, cols = probe_shape(model)
