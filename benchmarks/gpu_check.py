@@ -61,12 +61,6 @@ P2_SHAPES = [("fig1 L5-H64-W64 N16", 5, 64, 64, 64, 16, 256),
              ("figN L2-H64-W64 N256", 2, 64, 64, 64, 256, 64)]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def out_folder(given: str | None, env=os.environ) -> Path:
     """$OUT/gpu-check where a GPU job hands back $OUT, else --out, else benchmarks/gpu-check."""
     if given:
@@ -315,6 +309,8 @@ def main(argv=None) -> int:
         return 2
     import torch
 
+    from leaner.io import write_text
+
     if not torch.cuda.is_available():
         print("gpu-check: error: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine")
         return 2
@@ -324,7 +320,7 @@ def main(argv=None) -> int:
     print(head, flush=True)
     results = {}
     for name in (s for s in SECTIONS if s in a.only):
-        write_atomic(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
+        write_text(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
         left = a.budget - (time.monotonic() - start)
         if left < NEEDS[name]:
             results[name] = {"status": "not run", "summary": f"{left:.0f} s of the budget left, needs ~{NEEDS[name]}"}
@@ -347,7 +343,7 @@ def main(argv=None) -> int:
         res["seconds"] = round(time.monotonic() - t0, 1)
         results[name] = res
         print(f"gpu-check: {name}: {res['status']} ({res['seconds']} s)", flush=True)
-    write_atomic(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
+    write_text(out / "check.json", json.dumps({"machine": head, "sections": results}, indent=1))
     print("\n" + "=" * 100 + f"\n{head}; {time.monotonic() - start:.0f} s in all")
     for name, res in results.items():
         print(f"{name:<10} {res['status']:<8} {res.get('seconds', '-'):>6} s  {res['summary']}")

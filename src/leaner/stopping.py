@@ -97,14 +97,13 @@ class Attempts:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return []
 
-    def check_and_record(self, step: int, main: bool) -> None:
+    def check_and_record(self, step: int) -> None:
         """Record that an attempt resumes at `step`; refuse (one line) if the attempt before
-        resumed at the same step: it saved nothing, and another would do the same."""
+        resumed at the same step: it saved nothing, and another would do the same. Rank 0 only."""
         seen = self.resumed_at()
         if seen and seen[-1] == step:
             raise RuntimeError(
                 f"no progress: the last attempt also resumed at step {step} and saved nothing before it ended "
                 f"(a time limit shorter than start-up plus one step, or a crash at every start); stopping instead "
                 f"of trying again (see its log; to try once more, delete {self.path})")
-        if main:
-            write_json(self.path, {"resumed_at": seen + [step]})
+        write_json(self.path, {"resumed_at": seen + [step]})

@@ -353,7 +353,7 @@ def _resume(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -
     refused = None
     if ctx.main:  # an attempt that saved nothing since the last one ends the run (stopping.Attempts)
         try:
-            Attempts(out / RESUME_DIR).check_and_record(state.step, ctx.main)
+            Attempts(out / RESUME_DIR).check_and_record(state.step)
         except RuntimeError as exc:
             refused = str(exc)
     if ctx.from_main(refused):
