@@ -168,8 +168,10 @@ def finetune_memory(wildcards):
 
 
 def conditioning_memory(wildcards):
-    """mem_mb of a conditioning job, from its variant's model size."""
-    return conditioning_mem_mb(PLAN.variant(wildcards.study, wildcards.variant).model)
+    """mem_mb of a conditioning job, from its variant's model size (and its probe, on the CPU)."""
+    v = PLAN.variant(wildcards.study, wildcards.variant)
+    on_cpu = study_of(wildcards).resources["gpu"] == 0
+    return conditioning_mem_mb(v.model, v.conditioning, on_cpu)
 
 
 def study_files(wildcards, name):

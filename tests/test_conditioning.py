@@ -268,7 +268,8 @@ def test_the_probe_in_chunks_sized_from_a_memory_limit():
     batch's size can move a float64 forward pass's last bits, so chunks stay 64 wherever that
     fits). At figN's largest shape (4,096 heads a layer, N 256) one input needs ~6.4 GB, so 16 GB
     measures 2 at a time where 64 at once would need ~412 GB; ViT-B fits 64 in 16 GB."""
-    from leaner.conditioning import _layer_kappas, float64_probe, probe_bytes, probe_chunk, probe_shape
+    from leaner.conditioning import _layer_kappas, float64_probe
+    from leaner.memory import probe_bytes, probe_chunk, probe_shape
 
     m = {"arch": "nearest_point_encoder", "depth": 2, "heads": 4, "modules": 8, "dim": 8, "tokens": 16,
          "posn": "none", "d_model": 16, "head_dim": 4, "ff": 16, "posn_dim": 64}

@@ -304,9 +304,9 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
     """nearest_figN's L2-H64-W64 at N 256: one probe input takes ~6.4 GB in float64, so an H100
     measures 8 at a time (~52 GB with the model and context), where 64 at once would need ~412 GB;
     its hours are bound by memory traffic, not FLOPs. ViT-B's conditioning is FLOP-bound."""
-    from leaner.conditioning import probe_bytes, probe_shape
     from leaner.cost import conditioning_price, jobs
     from leaner.footprint import footprint
+    from leaner.memory import probe_bytes, probe_shape
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     fig_n = next(j for j in jobs(plan.studies["nearest_figN"]) if j.name.startswith("L2-H64-W64-r1-d64-N256"))

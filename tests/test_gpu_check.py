@@ -24,7 +24,7 @@ def _check(*args: str, tmp_path) -> subprocess.CompletedProcess:
 def test_an_unknown_section_is_one_line(tmp_path):
     proc = _check("--only", "p2,speed", tmp_path=tmp_path)
     assert proc.returncode == 2
-    assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: decode, conditioning, p2, "
+    assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: decode, conditioning, vit, p2, "
                                    "precision, ddp, tests, bench)")
 
 
@@ -33,7 +33,8 @@ def test_without_cuda_it_says_so_in_one_line(tmp_path):
     proc = _check(tmp_path=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout.strip().splitlines() == [
-        "gpu-check: error: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine"]
+        "gpu-check: error: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine "
+        "(or rehearse the command on the CPU: --cpu)"]
     assert not (tmp_path / "gc" / "check.json").exists()
 
 
@@ -105,3 +106,15 @@ def test_outputs_go_to_OUT_and_check_json_is_written_after_every_section(tmp_pat
     final = json.loads((tmp_path / "gpu-check" / "check.json").read_text())["sections"]
     assert [final[s]["status"] for s in ("conditioning", "p2", "precision")] == ["pass", "fail", "pass"]
     assert final["p2"]["summary"] == "RuntimeError: a section that broke"
+
+
+def test_the_command_rehearses_on_the_cpu_with_its_stand_ins(tmp_path):
+    """`--cpu` runs the sections as a GPU machine would (each in its process, check.json after each),
+    with stand-ins of CPU size: conditioning at figN's largest shape, one input a chunk within the
+    stand-in's memory, every kappa a number. (The whole command's CPU time is in results.md.)"""
+    proc = _check("--cpu", "--only", "conditioning", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    check = json.loads((tmp_path / "gc" / "check.json").read_text())
+    assert check["machine"].startswith("gpu-check --cpu: a rehearsal on")
+    cond = check["sections"]["conditioning"]
+    assert cond["status"] == "pass" and cond["chunk"] == 1 and 0 < cond["peak_gib"] < 12, cond

@@ -54,8 +54,10 @@ def test_estimates_follow_the_model_and_a_larger_study_value_wins():
     params = model_params(widest)
     assert params == 608_332_776
     # loading it beside a fresh model is ~5 GB alone; the float64 probe needs more: above the profile's 4 GB
-    assert conditioning_mem_mb(widest) >= 16 * params / MIB > 9000
-    assert conditioning_mem_mb(base) < conditioning_mem_mb(widest)
+    cond = vit.variants["L12-H32-D2048-hd64-mlp8192-s0"].conditioning
+    assert conditioning_mem_mb(widest, cond, on_cpu=False) >= 16 * params / MIB > 9000
+    assert conditioning_mem_mb(base, cond) < conditioning_mem_mb(widest, cond)
+    assert conditioning_mem_mb(widest, cond) > conditioning_mem_mb(widest, cond, on_cpu=False)  # the probe's chunk
     assert training_mem_mb(widest, 8, vit.resources["mem_mb"]) == vit.resources["mem_mb"] == 256000  # study's wins
     assert training_mem_mb(widest, 1, 1000) >= 16 * params / MIB  # weights, gradients, AdamW's two moments
     assert training_mem_mb(widest, 2, 1000) > training_mem_mb(widest, 1, 1000)
@@ -104,7 +106,7 @@ conditioning_rows(spec, {{"init": (0, paths["init"]), "final": (1, paths["final"
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**20)
 """
     peak_mb = float(_python(code, {**os.environ, "PYTHONPATH": str(REPO / "src")}).split()[-1])
-    estimate = conditioning_mem_mb(spec["model"])
+    estimate = conditioning_mem_mb(spec["model"], spec["conditioning"], on_cpu=False)  # the probe aside
     assert model_params(spec["model"]) > 75_000_000
     assert peak_mb < estimate, (peak_mb, estimate)
     assert estimate < 2 * peak_mb  # and not far above it
@@ -117,3 +119,24 @@ def test_a_model_built_on_the_meta_device_at_any_depth(depth):
     model = {**small_spec()["model"], "arch": "causal_lm", "vocab_size": 257, "max_len": 16, "depth": depth,
              "drop_path_rate": 0.1}
     assert model_params(model) == count_params(model) > 0
+
+
+def test_a_cpu_conditioning_job_asks_room_for_its_probe_and_its_jacobian():
+    """P2's figN L2-H64-W64 at N 256 has 2.7M parameters but 4,096 heads a layer: one probe input
+    takes ~6.5 GB in float64 and the Jacobian's Lanczos products twice its score tensors. On the
+    CPU its job asks for both (the rehearsal measured a 13.2 GB peak); on a GPU the probe is the
+    card's, and the host memory the model's."""
+    from leaner.memory import cpu_chunk, jacobian_bytes, probe_bytes, probe_shape
+
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    v = plan.variant("nearest_figN", "L2-H64-W64-r1-d64-N256-none-s0")
+    tokens, heads, cols = probe_shape(v.model)
+    assert (tokens, heads, cols) == (256, 4096, 4096)
+    one = probe_bytes(heads, tokens, cols, 2)
+    assert 6.4e9 < one < 6.6e9 and cpu_chunk(v.model, 256) == 1
+    assert jacobian_bytes(v.model, v.conditioning) > one  # jacobian_samples 1, by Lanczos
+    assert jacobian_bytes(v.model, {**v.conditioning, "jacobian_samples": 0}) == 0
+    assert conditioning_mem_mb(v.model, v.conditioning) * MIB > jacobian_bytes(v.model, v.conditioning) > 12e9
+    assert conditioning_mem_mb(v.model, v.conditioning, on_cpu=False) < 1200
+    small = plan.variant("nearest_fig1", "L1-H1-W1-r64-d64-N16-none-s0").model  # the whole probe batch fits
+    assert cpu_chunk(small, 256) == 64 and cpu_chunk(small, 20) == 20

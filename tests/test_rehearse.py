@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pandas as pd
+import pytest
 
 from leaner.memory import model_params
 from leaner.workflow.plan import load_plan
@@ -109,5 +110,21 @@ def test_a_config_of_one_epoch_of_one_step_rehearses(tmp_path):
     spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 1, "steps_per_epoch": 1})
     row = rehearse_one(spec, manifest, tmp_path / "work")
     assert row["params"] > 0 and row["checkpoint_mb"] > 0
+    assert row["cond_chunk"] >= 1 and 0 < row["cond_peak_mb"] <= row["cond_mem_mb"]
     metrics = json.loads((tmp_path / "work" / spec["study"] / spec["variant"] / "metrics.json").read_text())
     assert metrics["steps"] == REHEARSAL_RECIPE["max_steps"] > STOP_AT and metrics["resumed_at"] == [STOP_AT]
+
+
+def test_a_conditioning_job_over_its_mem_mb_fails_the_rehearsal(tmp_path, monkeypatch):
+    """The conditioning job runs as the workflow runs it and its peak RSS is held to its mem_mb:
+    with a mem_mb below what it takes (as when the probe's chunk was left out of it), the
+    architecture fails with the line that says so."""
+    import leaner.memory
+    from leaner.rehearse import rehearse_one
+
+    from conftest import nearest_setup
+
+    monkeypatch.setattr(leaner.memory, "conditioning_mem_mb", lambda model, cond, on_cpu=True: 300)
+    spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 1, "steps_per_epoch": 1})
+    with pytest.raises(RuntimeError, match=r"the conditioning job \(chunks of \d+\) peaked at \d+ MB, over the 300 MB"):
+        rehearse_one(spec, manifest, tmp_path / "work")

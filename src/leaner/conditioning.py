@@ -25,42 +25,10 @@ from contextlib import contextmanager
 
 import torch
 
+from .memory import MEMORY_SHARE, PROBE_BATCH, probe_chunk, probe_shape
+
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
 EPS64 = float(torch.finfo(torch.float64).eps)
-PROBE_BATCH = 64  # probe inputs measured at once, at most
-SCORE_COPIES = 3  # N x N float64 tensors per head alive at once in the math kernel (scores, softmax, their product)
-MEMORY_SHARE = 0.7  # of the job's memory (or the GPU's free memory) the probe's chunks may use
-
-
-def probe_bytes(heads: int, tokens: int, cols: int, layers: int) -> float:
-    """Bytes one probe input takes in the float64 probe: SCORE_COPIES N x N score tensors for each
-    head of the layer that runs, and its captures of every layer (N x cols, twice)."""
-    return 8.0 * (SCORE_COPIES * heads * tokens**2 + 2 * layers * tokens * cols)
-
-
-def probe_shape(model: dict) -> tuple[int, int, int]:
-    """(tokens N, heads a layer, columns h*d) of the probe's head-output matrix, from the model spec
-    (padded sequences: their full length)."""
-    heads = model["heads"] * model.get("modules", 1)
-    if model["arch"] == "vit":
-        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
-    elif model["arch"] == "nearest_point_encoder":
-        tokens = model["tokens"]
-    else:
-        tokens = model["max_len"]
-    return tokens, heads, heads * model["head_dim"]
-
-
-def probe_chunk(heads: int, tokens: int, cols: int, layers: int, limit_bytes: float | None) -> int:
-    """How many probe inputs to measure at once within `limit_bytes` (None: PROBE_BATCH); at least
-    one. Each input's kappas are its own, but a batch's size can move the last bits of a float64
-    forward pass (other BLAS blocking), which an ill-conditioned Jacobian amplifies: chunks stay
-    PROBE_BATCH wherever that fits, so smaller models measure as they always did."""
-    if limit_bytes is None:
-        return PROBE_BATCH
-    return max(1, min(PROBE_BATCH, int(limit_bytes // probe_bytes(heads, tokens, cols, layers))))
-
-
 def singular_kappa(rows: int, cols: int) -> float:
     """The kappa above which an N x C float64 matrix is recorded as singular: 1 / (eps * max(N, C)).
 

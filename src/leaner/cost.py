@@ -279,21 +279,22 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
 
 def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     """(GB, GPU-hours) of the variant's conditioning job on `gpu`: the float64 model, and the probe
-    in the chunks that fit MEMORY_SHARE of the card (conditioning.probe_chunk; more than the card
-    where one input alone does not fit), plus the CUDA context; its time, the longer of its
+    in the chunks that fit MEMORY_SHARE of the card (memory.probe_chunk; more than the card
+    where one input alone does not fit) or the Jacobian's products where they take more
+    (memory.jacobian_bytes), plus the CUDA context; its time, the longer of its
     float64 FLOPs at DEFAULT_MFU of the card's fp64 peak and its memory traffic (each input's
     probe bytes written and read once) at the card's bandwidth: each kept checkpoint (init,
     conditioning.steps, final) runs the forward pass of every probe input (a third of training's
     FLOPs), and the Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian
     (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
-    from .conditioning import MEMORY_SHARE, probe_bytes, probe_chunk, probe_shape
+    from .memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
 
     model, cond = spec["model"], spec["conditioning"]
     tokens, heads, cols = probe_shape(model)
     layers, samples = model["depth"], cond["samples"]
     per = probe_bytes(heads, tokens, cols, layers)
     chunk = min(samples, probe_chunk(heads, tokens, cols, layers, MEMORY_SHARE * gpu.memory_gb * 1e9))
-    memory = 8.0 * fp.params + chunk * per + CUDA_CONTEXT_GB * 1e9
+    memory = 8.0 * fp.params + max(chunk * per, jacobian_bytes(model, cond)) + CUDA_CONTEXT_GB * 1e9
     forward = fp.flops / 3 if math.isfinite(fp.flops) else math.nan
     checkpoints = 2 + len(cond.get("steps") or [])
     flops = checkpoints * samples * forward

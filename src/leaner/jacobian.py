@@ -25,12 +25,12 @@ from collections.abc import Callable
 
 import torch
 
+from .memory import JACREV_CHUNK
+
 EXACT_MAX = 1200  # largest N*D whose Jacobian is formed and decomposed exactly (0.2 s per SVD at 1088)
 LANCZOS_STEPS = 64
 TOL = 1e-2  # converged: each extreme's residual below 1% of its own estimate
 
-
-JACREV_CHUNK = 64  # rows of the Jacobian per vmapped backward: P2's L5-H64-W64 block took >20 GB at all 1024
 
 
 @torch.no_grad()  # the transforms differentiate f; the outer no_grad only drops the weights' graph

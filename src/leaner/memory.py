@@ -6,7 +6,9 @@ counts the parameters of the model and what each stage holds per parameter:
 
   training      fp32 weights, gradients and AdamW's two moments, 16 bytes, in every process
   conditioning  a fresh fp32 model, the fp32 weights loaded into it and its float64 copy for the
-                probe, 16 bytes (measured peak: 12.3 bytes per parameter, ViTs of 76M and 151M)
+                probe, 16 bytes (measured peak: 12.3 bytes per parameter, ViTs of 76M and 151M);
+                on the CPU also the float64 probe's chunk (`probe_bytes` an input), which at
+                P2's widest shapes is GBs an input whatever the parameters
 
 plus a quarter for what that leaves out (activations, allocator slack) and the runtime itself
 (Python, torch, timm and the data at rest: 0.7-0.9 GB measured).
@@ -35,6 +37,13 @@ RUNTIME_MB = 1024
 MARGIN = 1.25
 TRAINING_BYTES = 16
 CONDITIONING_BYTES = 16
+PROBE_BATCH = 64  # probe inputs measured at once, at most
+SCORE_COPIES = 3  # N x N float64 tensors per head alive at once in the math kernel (scores, softmax, their product)
+MEMORY_SHARE = 0.7  # of the job's memory (or the GPU's free memory) the probe's chunks may use
+CPU_PROBE_BYTES = 2**30  # the chunk a CPU conditioning job asks room for, at most (one input always)
+JACREV_CHUNK = 64  # rows of the exact Jacobian per vmapped backward: P2's L5-H64-W64 block took >20 GB at all 1024
+LANCZOS_COPIES = 2  # one input's score tensors a Lanczos product holds (forward-mode, then reverse): the
+# rehearsal's figN L2-H64-W64 N256 rose 12.5 GB with 6.5 GB an input
 
 
 def _cache_file() -> Path:
@@ -99,6 +108,67 @@ def training_mem_mb(model: dict, processes: int, asked_mb: int) -> int:
     return max(asked_mb, _mb(model_params(model), TRAINING_BYTES, processes))
 
 
-def conditioning_mem_mb(model: dict) -> int:
-    """A conditioning job's mem_mb, from its model's size."""
-    return _mb(model_params(model), CONDITIONING_BYTES)
+def conditioning_mem_mb(model: dict, cond: dict, on_cpu: bool = True) -> int:
+    """A conditioning job's mem_mb, from its model's size and, where it runs on the CPU, room for
+    the larger of the probe's chunk of `cpu_chunk` inputs and the Jacobian's products
+    (`jacobian_bytes`); the chunk `conditioning.probe_limit` then sizes from this mem_mb is at
+    least `cpu_chunk`."""
+    probe = max(cpu_chunk(model, cond["samples"]) * _input_bytes(model), jacobian_bytes(model, cond)) if on_cpu else 0
+    return math.ceil(MARGIN * (model_params(model) * CONDITIONING_BYTES + probe / MEMORY_SHARE) / MIB) + RUNTIME_MB
+
+
+def jacobian_bytes(model: dict, cond: dict) -> float:
+    """Bytes the Jacobian of one attention block at one input holds (0 without jacobian_samples):
+    exactly (N*D at most jacobian_exact_max), JACREV_CHUNK backward passes at once, each with
+    that input's score tensors, and the (N*D)^2 Jacobian twice (formed, then decomposed); by
+    Lanczos, LANCZOS_COPIES of the score tensors."""
+    if not cond.get("jacobian_samples"):
+        return 0.0
+    tokens, heads, cols = probe_shape(model)
+    scores = 8.0 * SCORE_COPIES * heads * tokens**2
+    n = tokens * model.get("width", model.get("d_model", cols))
+    if n <= cond.get("jacobian_exact_max", 0):
+        return JACREV_CHUNK * scores + 2 * 8.0 * n * n
+    return LANCZOS_COPIES * scores
+
+
+def cpu_chunk(model: dict, samples: int) -> int:
+    """Probe inputs a CPU conditioning job measures at once: PROBE_BATCH (or all `samples`) where
+    they take at most CPU_PROBE_BYTES, else as many as do, at least one."""
+    return max(1, min(samples, PROBE_BATCH, int(CPU_PROBE_BYTES // _input_bytes(model))))
+
+
+def _input_bytes(model: dict) -> float:
+    tokens, heads, cols = probe_shape(model)
+    return probe_bytes(heads, tokens, cols, model["depth"])
+
+
+# ------------------------------------------------------------------------ the float64 probe's chunks
+
+def probe_bytes(heads: int, tokens: int, cols: int, layers: int) -> float:
+    """Bytes one probe input takes in the float64 probe: SCORE_COPIES N x N score tensors for each
+    head of the layer that runs, and its captures of every layer (N x cols, twice)."""
+    return 8.0 * (SCORE_COPIES * heads * tokens**2 + 2 * layers * tokens * cols)
+
+
+def probe_shape(model: dict) -> tuple[int, int, int]:
+    """(tokens N, heads a layer, columns h*d) of the probe's head-output matrix, from the model spec
+    (padded sequences: their full length)."""
+    heads = model["heads"] * model.get("modules", 1)
+    if model["arch"] == "vit":
+        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
+    elif model["arch"] == "nearest_point_encoder":
+        tokens = model["tokens"]
+    else:
+        tokens = model["max_len"]
+    return tokens, heads, heads * model["head_dim"]
+
+
+def probe_chunk(heads: int, tokens: int, cols: int, layers: int, limit_bytes: float | None) -> int:
+    """How many probe inputs to measure at once within `limit_bytes` (None: PROBE_BATCH); at least
+    one. Each input's kappas are its own, but a batch's size can move the last bits of a float64
+    forward pass (other BLAS blocking), which an ill-conditioned Jacobian amplifies: chunks stay
+    PROBE_BATCH wherever that fits, so smaller models measure as they always did."""
+    if limit_bytes is None:
+        return PROBE_BATCH
+    return max(1, min(PROBE_BATCH, int(limit_bytes // probe_bytes(heads, tokens, cols, layers))))

@@ -10,9 +10,13 @@ sets of its N and d. Each architecture, in a process of its own:
      there as a preempted job would;
   2. resumes from that checkpoint (reloaded with weights_only, the model, optimiser and RNG
      states restored) and trains a third step, writing every output a training job writes;
-  3. runs its conditioning as the study configures it (the Lanczos estimate of the Jacobian
-     where the block is large, as on ViT-B, cut to 2 steps), on one probe input, from the saved
-     weights, at every checkpoint the study keeps;
+  3. runs its conditioning job as the workflow does (`leaner conditioning`, its own process, with
+     the mem_mb its rule asks on the CPU, `memory.conditioning_mem_mb`), as the study configures it
+     (the Lanczos estimate of the Jacobian where the block is large, as on ViT-B, cut to 2 steps),
+     from the saved weights, at every checkpoint the study keeps, on the probe batch a CPU job
+     measures at once (`memory.cpu_chunk`: the study's samples up to 64, fewer where they would
+     take over 1 GiB) and one input more, so that a second chunk runs too; the job's peak RSS must
+     stay within its mem_mb, as a cluster's memory limit would hold it;
   4. measures the memory a training forward keeps for backward (the rise of the process's peak
      RSS over it), per sample.
 
@@ -43,7 +47,7 @@ REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "chec
 STOP_AT = 2  # the checkpoint step at which the first attempt is preempted
 IMAGE_SIDE = 288  # synthetic JPEGs are larger than the crop, as ImageNet's are (~400 x 350)
 COLUMNS = ("study", "variant", "params", "train_gflop_per_sample", "activation_mb_per_sample", "checkpoint_mb",
-           "seconds", "result")
+           "cond_chunk", "cond_peak_mb", "cond_mem_mb", "seconds", "result")
 
 
 def architectures(plan, studies: list[str] | None = None, ends: bool = False,
@@ -72,12 +76,14 @@ def architectures(plan, studies: list[str] | None = None, ends: bool = False,
 
 def rehearsal_spec(spec: dict) -> dict:
     """The variant's spec at its real shape, with a rehearsal's recipe (a few steps, 2 samples a
-    micro-batch)
-    and conditioning on one probe input, the Lanczos estimate (where configured) cut to 2 steps:
-    its code at the real shape, not a converged value (64 float64 steps on ViT-B's 12 layers take
-    minutes per checkpoint on a CPU)."""
-    cond = {**spec["conditioning"], "samples": 1, "lanczos_steps": 2,
-            "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
+    micro-batch) and conditioning on a CPU job's probe chunk and one input more (step 3), the
+    Lanczos estimate (where configured) cut to 2 steps: its code at the real shape, not a
+    converged value (64 float64 steps on ViT-B's 12 layers take minutes per checkpoint on a CPU)."""
+    from .memory import cpu_chunk
+
+    samples = spec["conditioning"]["samples"]
+    cond = {**spec["conditioning"], "samples": min(samples, cpu_chunk(spec["model"], samples) + 1),
+            "lanczos_steps": 2, "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
     recipe = {**spec["recipe"], **REHEARSAL_RECIPE}
     recipe["batch_size"] *= recipe["accumulate"]  # 2 samples a micro-batch
     # max_steps steps whatever the epochs and the data give an epoch (at least one step each)
@@ -135,6 +141,41 @@ def _rss_kb(field: str) -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith(field + ":"))
 
 
+def _probe_dims(model: dict) -> tuple[int, int, int, int]:
+    """(heads, tokens, cols, layers): `probe_chunk`'s arguments for the model spec."""
+    from .memory import probe_shape
+
+    tokens, heads, cols = probe_shape(model)
+    return heads, tokens, cols, model["depth"]
+
+
+def conditioning_job(out: Path, manifest: Path, mem_mb: int) -> float:
+    """The conditioning job of the run in `out` as the workflow runs it (`leaner conditioning`, in a
+    process of its own, given its mem_mb); the peak RSS of that process, MB. Raises on a failure."""
+    cmd = [sys.executable, "-m", "leaner", "conditioning", "--metrics", str(out / "metrics.json"),
+           "--init", str(out / "init.safetensors"), "--final", str(out / "model.safetensors"), "--data",
+           str(manifest), "--out", str(out / "conditioning.csv"), "--device", "cpu", "--mem-mb", str(mem_mb)]
+    with open(out / "conditioning.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        last = (out / "conditioning.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise RuntimeError(f"the conditioning job exited {proc.returncode}: {last[0][:300]}")
+    return usage.ru_maxrss / 1024  # kB on Linux
+
+
+@contextlib.contextmanager
+def peak_rise_mb():
+    """{"mb": the rise of the process's peak RSS over the block}, filled in at its end."""
+    out = {}
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # reset the peak (VmHWM) to the current RSS
+    before = _rss_kb("VmRSS")
+    yield out
+    out["mb"] = (_rss_kb("VmHWM") - before) / 1024
+
+
 def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float:
     """MB per sample that a training forward pass keeps for backward: the rise of the process's
     peak RSS over the forward (the activations are all alive at its end; the backward then frees
@@ -150,22 +191,23 @@ def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float
     model.train()
     task = make_task(spec, str(manifest), torch.device("cpu"))
     batch = next(iter(task.train_batches(0)))
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # reset the peak (VmHWM) to the current RSS
-    before = _rss_kb("VmRSS")
-    loss, _ = task.loss(model, batch)
-    peak = _rss_kb("VmHWM") - before
+    with peak_rise_mb() as peak:
+        loss, _ = task.loss(model, batch)
     loss.backward()
-    return peak / 1024 / len(batch[0])
+    return peak["mb"] / len(batch[0])
 
 
 def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
     """Steps 1-4 of the module docstring for one variant's architecture; raises on a failure."""
-    from .conditioning import write_conditioning
+    import torch
+
+    from .conditioning import probe_limit
     from .footprint import footprint
+    from .memory import conditioning_mem_mb, probe_chunk
     from .resume import RESUME_DIR, RESUME_FILE
     from .train import train
 
+    real_cond = spec["conditioning"]
     spec = rehearsal_spec(spec)
     out = work / spec["study"] / spec["variant"]
     if out.exists():
@@ -182,17 +224,23 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
         raise RuntimeError(f"the second attempt did not resume from step {STOP_AT}: {log.getvalue()[-300:]}")
     if metrics["status"] != "ok" or metrics["steps"] != REHEARSAL_RECIPE["max_steps"]:
         raise RuntimeError(f"training ended {metrics['status']} at step {metrics['steps']}")
-    write_conditioning(str(out / "metrics.json"), str(out / "init.safetensors"), str(out / "model.safetensors"),
-                       str(manifest), str(out / "conditioning.csv"), device="cpu")
+    cond_mem_mb = conditioning_mem_mb(spec["model"], real_cond)
+    limit = probe_limit(torch.device("cpu"), cond_mem_mb, metrics["params"]["total"])
+    chunk = probe_chunk(*_probe_dims(spec["model"]), limit)
+    cond_peak_mb = conditioning_job(out, manifest, cond_mem_mb)
     import pandas as pd
 
     cond = pd.read_csv(out / "conditioning.csv")
     if cond.empty:
         raise RuntimeError("conditioning wrote no rows")
+    if cond_peak_mb > cond_mem_mb:
+        raise RuntimeError(f"the conditioning job (chunks of {chunk}) peaked at {cond_peak_mb:.0f} MB, over the "
+                           f"{cond_mem_mb} MB of its mem_mb")
     activations = activation_mb_per_sample(spec, manifest, out / "model.safetensors")
     flops = footprint(spec["model"], spec["recipe"]["precision"]).flops
     return {"params": metrics["params"]["total"], "train_gflop_per_sample": flops / 1e9,
-            "activation_mb_per_sample": activations, "checkpoint_mb": checkpoint_mb,
+            "activation_mb_per_sample": activations, "checkpoint_mb": checkpoint_mb, "cond_chunk": chunk,
+            "cond_peak_mb": cond_peak_mb, "cond_mem_mb": cond_mem_mb,
             "kappa_methods": ",".join(sorted(set(cond["method"])))}
 
 
@@ -274,11 +322,12 @@ def rehearse_inline(plan, target: str, work: Path) -> dict:
     return row
 
 
-WIDTHS = (16, 38, 9, 18, 21, 13, 8)
+WIDTHS = (16, 38, 9, 18, 21, 13, 14, 8)
 
 
 def header() -> str:
-    names = ("study", "variant", "params", "train GFLOP/sample", "activations MB/sample", "checkpoint MB", "seconds")
+    names = ("study", "variant", "params", "train GFLOP/sample", "activations MB/sample", "checkpoint MB",
+             "cond MB (job)", "seconds")
     return "  ".join(f"{n:<{w}}" if i < 2 else f"{n:>{w}}" for i, (n, w) in enumerate(zip(names, WIDTHS))) + "  result"
 
 
@@ -288,6 +337,7 @@ def format_row(row: dict) -> str:
         return "-" if value is None else format(value, fmt)
 
     cells = (row["study"], row["variant"], f"{row['params'] / 1e6:.2f}M", num("train_gflop_per_sample", ".3g"),
-             num("activation_mb_per_sample", ".3g"), num("checkpoint_mb", ".4g"), num("seconds", ".1f"))
+             num("activation_mb_per_sample", ".3g"), num("checkpoint_mb", ".4g"),
+             f"{num('cond_peak_mb', '.0f')} ({num('cond_mem_mb', 'd')})", num("seconds", ".1f"))
     return "  ".join(f"{c:<{w}}" if i < 2 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, WIDTHS))) + \
         f"  {row['result']}" + (" (kept from an earlier run of this commit)" if row.get("earlier") else "")
