@@ -29,8 +29,9 @@ its own time limit (a hang or a failure stops only its section), and a one-scree
 
 --budget SECONDS (default 450: one 10-minute GPU job with its start-up) skips what would not fit
 (the summary says so). --cpu rehearses the whole command on the CPU, each section with a stand-in
-of CPU size (fewer inputs, smaller batches, eager; 207 s on 2 cores, results.md row 11). Logs and check.json go to $OUT/gpu-check when $OUT is set, else to --out;
-check.json is rewritten after every section, so a job stopped midway keeps what it measured.
+of CPU size (fewer inputs, smaller batches, eager; 207 s on 2 cores, results.md row 11). Logs
+and check.json go to $OUT/gpu-check when $OUT is set, else to --out; check.json is rewritten
+after every section, so a job stopped midway keeps what it measured.
 """
 
 from __future__ import annotations
