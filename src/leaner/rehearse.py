@@ -149,20 +149,36 @@ def _probe_dims(model: dict) -> tuple[int, int, int, int]:
     return heads, tokens, cols, model["depth"]
 
 
+# `leaner conditioning ARGS` as its console entry runs it, then the process's own peak RSS (VmHWM:
+# this process image only; ru_maxrss would also count the parent's peak, which a fork carries
+# across exec) written to the file named first
+_PEAK_OF_JOB = """import os, sys
+from leaner.cli import main
+code = main(sys.argv[2:])
+with open("/proc/self/status") as fh:
+    peak = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
+with open(sys.argv[1], "w") as fh:
+    fh.write(peak)
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)
+"""
+
+
 def conditioning_job(out: Path, manifest: Path, mem_mb: int) -> float:
     """The conditioning job of the run in `out` as the workflow runs it (`leaner conditioning`, in a
     process of its own, given its mem_mb); the peak RSS of that process, MB. Raises on a failure."""
-    cmd = [sys.executable, "-m", "leaner", "conditioning", "--metrics", str(out / "metrics.json"),
-           "--init", str(out / "init.safetensors"), "--final", str(out / "model.safetensors"), "--data",
-           str(manifest), "--out", str(out / "conditioning.csv"), "--device", "cpu", "--mem-mb", str(mem_mb)]
+    args = ["conditioning", "--metrics", str(out / "metrics.json"), "--init", str(out / "init.safetensors"),
+            "--final", str(out / "model.safetensors"), "--data", str(manifest), "--out",
+            str(out / "conditioning.csv"), "--device", "cpu", "--mem-mb", str(mem_mb)]
+    peak = out / "conditioning.peak_kb"
     with open(out / "conditioning.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+        code = subprocess.run([sys.executable, "-c", _PEAK_OF_JOB, str(peak), *args], stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    if code != 0:
         last = (out / "conditioning.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
-        raise RuntimeError(f"the conditioning job exited {proc.returncode}: {last[0][:300]}")
-    return usage.ru_maxrss / 1024  # kB on Linux
+        raise RuntimeError(f"the conditioning job exited {code}: {last[0][:300]}")
+    return int(peak.read_text()) / 1024
 
 
 @contextlib.contextmanager
