@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .memory import MEMORY_SHARE, PROBE_BATCH, probe_chunk, probe_shape
+from .memory import MEMORY_SHARE, PROBE_BATCH, model_chunk
 
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
 EPS64 = float(torch.finfo(torch.float64).eps)
@@ -243,9 +243,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
         model = build_model(m)
         load_weights(model, path)
         model.to(dev)
-        tokens, heads, cols = probe_shape(m)
-        chunk = probe_chunk(heads, tokens, cols, m["depth"],
-                            probe_limit(dev, memory_mb, sum(p.numel() for p in model.parameters())))
+        chunk = model_chunk(m, probe_limit(dev, memory_mb, sum(p.numel() for p in model.parameters())))
         with float64_probe(model, inputs) as probe:
             measured = _layer_kappas(model, probe, chunk, lengths, jacobian)
         for layer, mats in measured.items():

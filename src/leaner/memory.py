@@ -135,7 +135,13 @@ def jacobian_bytes(model: dict, cond: dict) -> float:
 def cpu_chunk(model: dict, samples: int) -> int:
     """Probe inputs a CPU conditioning job measures at once: PROBE_BATCH (or all `samples`) where
     they take at most CPU_PROBE_BYTES, else as many as do, at least one."""
-    return max(1, min(samples, PROBE_BATCH, int(CPU_PROBE_BYTES // _input_bytes(model))))
+    return max(1, min(samples, model_chunk(model, CPU_PROBE_BYTES)))
+
+
+def model_chunk(model: dict, limit_bytes: float | None) -> int:
+    """`probe_chunk` for the model spec `model`."""
+    tokens, heads, cols = probe_shape(model)
+    return probe_chunk(heads, tokens, cols, model["depth"], limit_bytes)
 
 
 def _input_bytes(model: dict) -> float:

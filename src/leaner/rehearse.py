@@ -141,14 +141,6 @@ def _rss_kb(field: str) -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith(field + ":"))
 
 
-def _probe_dims(model: dict) -> tuple[int, int, int, int]:
-    """(heads, tokens, cols, layers): `probe_chunk`'s arguments for the model spec."""
-    from .memory import probe_shape
-
-    tokens, heads, cols = probe_shape(model)
-    return heads, tokens, cols, model["depth"]
-
-
 # `leaner conditioning ARGS` as its console entry runs it, then the process's own peak RSS (VmHWM:
 # this process image only; ru_maxrss would also count the parent's peak, which a fork carries
 # across exec) written to the file named first
@@ -219,7 +211,7 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
 
     from .conditioning import probe_limit
     from .footprint import footprint
-    from .memory import conditioning_mem_mb, probe_chunk
+    from .memory import conditioning_mem_mb, model_chunk
     from .resume import RESUME_DIR, RESUME_FILE
     from .train import train
 
@@ -241,8 +233,7 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
     if metrics["status"] != "ok" or metrics["steps"] != REHEARSAL_RECIPE["max_steps"]:
         raise RuntimeError(f"training ended {metrics['status']} at step {metrics['steps']}")
     cond_mem_mb = conditioning_mem_mb(spec["model"], real_cond)
-    limit = probe_limit(torch.device("cpu"), cond_mem_mb, metrics["params"]["total"])
-    chunk = probe_chunk(*_probe_dims(spec["model"]), limit)
+    chunk = model_chunk(spec["model"], probe_limit(torch.device("cpu"), cond_mem_mb, metrics["params"]["total"]))
     cond_peak_mb = conditioning_job(out, manifest, cond_mem_mb)
     import pandas as pd
 
