@@ -33,3 +33,12 @@ onstart:
     count_gpus()
     check_gpu_memory()
     check_hub_data()
+    start_warm()
+
+
+onsuccess:
+    stop_warm()
+
+
+onerror:
+    stop_warm()

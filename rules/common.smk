@@ -14,6 +14,7 @@ from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.workflow.datasets import data_spec
 from leaner.memory import conditioning_mem_mb, training_mem_mb
+from leaner import warm
 from leaner.workflow.preflight import resource_problems, unknown_study_message
 from leaner.workflow.scheduling import gpu_share_group, job_resources, local_gpu_limits, wanted_group_components
 
@@ -282,6 +283,22 @@ def check_hub_data():
     if problems:
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
+
+
+WARM = []  # the warm process of this run, if any
+
+
+def start_warm():
+    """At the start of a local run (onstart): the warm process its training, conditioning and theory
+    jobs fork from instead of each importing torch (leaner/warm.py; LEANER_WARM=off: none)."""
+    if workflow.local_exec:
+        WARM.append(warm.start(PLAN.numerics, "logs/warm.log"))
+
+
+def stop_warm():
+    """At the end of a run (onsuccess, onerror): the warm process stops taking jobs."""
+    for proc in WARM:
+        warm.stop(proc)
 
 
 def limit_resource(name, value):

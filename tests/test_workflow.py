@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from leaner.handoff import WARM_LINE
+
 from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -31,6 +33,11 @@ def test_tiny_study_end_to_end(tiny_run):
     logs = sorted((work / "logs").rglob("*.log"))
     assert len(logs) > 20 and not [p for p in logs if p.stat().st_size == 0]  # every job says what it did
     assert all(p.read_text().splitlines()[-1].startswith("leaner ") for p in logs if "train" not in p.parts)
+    # training, conditioning and theory ran in the run's warm process, which stopped with the run
+    computed = [p for p in logs if {"train", "conditioning", "theory"} & set(p.parts) and "theory_report" not in p.name]
+    assert len(computed) == 17 and all(p.read_text().splitlines()[-1].startswith(WARM_LINE) for p in computed)
+    warm_log = (work / "logs" / "warm.log").read_text()
+    assert "leaner warm: serving" in warm_log and warm_log.rstrip().endswith("leaner warm: stopped")
     variants = [d.name for d in (work / "results" / "tiny").iterdir() if d.is_dir()]
     assert len(variants) == 6
     for v in variants:

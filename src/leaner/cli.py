@@ -583,8 +583,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console entry point. Every output is closed and fsynced when `main` returns, so skip the
-    interpreter's teardown of torch's module graph, which costs about 2 s per job."""
-    code = main()
+    interpreter's teardown of torch's module graph, which costs about 2 s per job. A job of a local
+    Snakemake run runs in the run's warm process where it can (leaner/handoff.py)."""
+    from .handoff import hand_off
+
+    code = hand_off(sys.argv[1:])
+    if code is None:
+        code = main()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

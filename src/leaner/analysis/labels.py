@@ -27,6 +27,7 @@ LABELS = {
     "error_many": "error (most heads)",
     "mc_over_formula": "Monte Carlo / formula",
     "glue_avg": "GLUE average",
+    "warm_jobs": "jobs run warm",
     "wall_s_median": "wall time (s, median)",
     "wall_s_max": "wall time (s, max)",
     "wall_s_total": "wall time (s, total)",

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from ..handoff import WARM_LINE
 from ..tasks import task_info
 from .stats import bounds_verdict, ci95, claim_verdict, gmean, interval_se, resolve, verdicts_elsewhere, welch
 from .summary import ARCH, axes, config_values, is_arch, not_learned
@@ -172,23 +174,45 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def warm_costs(log: Path) -> tuple[float, float] | None:
+    """(CPU s, peak MB) of a job that ran in the warm process, from its log's last line
+    (leaner/handoff.py); None for a job that ran in its own process."""
+    try:
+        last = log.read_text(errors="replace").rstrip().rpartition("\n")[2]
+    except OSError:
+        return None
+    found = re.match(re.escape(WARM_LINE) + r" \(pid \d+\): cpu_s ([\d.]+), peak_mb ([\d.]+)$", last)
+    return (float(found[1]), float(found[2])) if found else None
+
+
 def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
     """Snakemake's per-job benchmark files (logs/benchmarks/{rule}/{study}/...tsv) -> per rule and study:
-    jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last."""
+    jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last.
+
+    A job that ran in the warm process (leaner/handoff.py) is measured by the warm process: its
+    benchmark saw only the client. Its log (logs/{rule}/{study}/...log) ends with the child's CPU
+    time and peak RSS, which replace the benchmark's; its mean load is that CPU time over its wall
+    time. `warm_jobs` counts them."""
     rows = []
     for path in benchmark_paths:
         parts = Path(path).parts
         i = len(parts) - 1 - parts[::-1].index("benchmarks") if "benchmarks" in parts else 0
         bench = pd.read_csv(path, sep="\t")
-        rows.append({"rule": parts[i + 1], "study": parts[i + 2] if len(parts) > i + 3 else "-",
-                     "s": float(bench["s"].iloc[-1]),
-                     "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
-                     "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
-                     "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1])})
-    jobs = pd.DataFrame(rows, columns=["rule", "study", "s", "max_rss_mb", "cpu_time_s", "mean_load"])
+        row = {"rule": parts[i + 1], "study": parts[i + 2] if len(parts) > i + 3 else "-",
+               "s": float(bench["s"].iloc[-1]),
+               "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
+               "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
+               "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1]), "warm": 0}
+        warm = warm_costs(Path(*parts[:i], *parts[i + 1:]).with_suffix(".log"))
+        if warm:
+            row.update(cpu_time_s=warm[0], max_rss_mb=warm[1], warm=1,
+                       mean_load=100 * warm[0] / row["s"] if row["s"] > 0 else float("nan"))
+        rows.append(row)
+    jobs = pd.DataFrame(rows, columns=["rule", "study", "s", "max_rss_mb", "cpu_time_s", "mean_load", "warm"])
 
     def cost(rule: str, study: str, g: pd.DataFrame) -> dict:
-        return {"rule": rule, "study": study, "jobs": len(g), "wall_s_median": g["s"].median(),
+        return {"rule": rule, "study": study, "jobs": len(g), "warm_jobs": int(g["warm"].sum()),
+                "wall_s_median": g["s"].median(),
                 "wall_s_max": g["s"].max(), "wall_s_total": g["s"].sum(), "max_rss_mb": g["max_rss_mb"].max(),
                 "cpu_time_s_total": g["cpu_time_s"].sum(), "mean_load_pct": g["mean_load"].mean()}
 

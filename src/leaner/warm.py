@@ -1,0 +1,288 @@
+"""The warm process: one Python that has imported torch, timm, torchvision and the stages, and
+forks a child for each job that a `leaner` client hands it (leaner/handoff.py).
+
+A local Snakemake run starts one (rules/common.smk, `onstart`) and stops it when the run ends; it
+also ends by itself once the Snakemake that started it is gone and its last child has ended. It
+never computes: it pins the run's numerics before torch loads, as a fresh job would, and then
+only imports, so that every child starts from the state a fresh process reaches after the same
+imports (no CUDA context, no thread pool, the random generators untouched). A child adopts its
+client's standard streams, working folder, environment and argv, runs `cli.main`, and dies with
+its client (a watchdog thread reads the socket: a signal number forwards that signal, the
+socket's end is the client's death and kills the child).
+
+    python -m leaner.warm --socket PATH --numerics pinned
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from .handoff import ENV, identity, send_message
+
+PRELOAD = ("torch", "timm", "torchvision", "numpy", "leaner.cli", "leaner.train", "leaner.conditioning",
+           "leaner.jacobian", "leaner.theory")
+PRELOAD_PACKAGES = ("leaner.models", "leaner.tasks")  # every module in them
+READY_S = 10.0  # how long `start` waits for the socket to appear
+STOP_WAIT_S = 10.0
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for name in PRELOAD_PACKAGES:
+        package = importlib.import_module(name)
+        for info in pkgutil.iter_modules(package.__path__, name + "."):
+            importlib.import_module(info.name)
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A client's request (one JSON line) and the standard streams that came with it."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+    while data and not data.endswith(b"\n"):
+        more = conn.recv(1 << 20)
+        if not more:
+            break
+        data += more
+    return json.loads(data), list(fds)
+
+
+def _refusal(request: dict, me: dict, fds: list[int]) -> str | None:
+    if len(fds) != 3:
+        return f"{len(fds)} standard streams came, 3 are needed"
+    wrong = [f"{key} {request.get(key)!r} (warm: {value!r})" for key, value in me.items() if request.get(key) != value]
+    return "; ".join(wrong) or None
+
+
+def _watchdog(conn: socket.socket) -> None:
+    """In a child: deliver the signals its client forwards; the client's end is the child's."""
+    while True:
+        try:
+            data = conn.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            os.kill(os.getpid(), signal.SIGKILL)
+        for signum in data:
+            os.kill(os.getpid(), signum)
+
+
+def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:
+    """In a forked child: become the client's job and run it; its exit code."""
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = ["leaner", *request["argv"]]
+    random.seed()  # a fresh process's Python generator is seeded from the OS, not from its parent
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    threading.Thread(target=_watchdog, args=(conn,), daemon=True).start()
+    from .cli import main
+
+    try:
+        code = main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # what a fresh interpreter would print before exiting 1
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _ending(status: int, usage) -> dict:
+    code = os.waitstatus_to_exitcode(status)
+    end = {"signal": -code} if code < 0 else {"exit": code}
+    end.update(cpu_s=round(usage.ru_utime + usage.ru_stime, 3), peak_mb=round(usage.ru_maxrss / 1024, 1))
+    return end
+
+
+class Server:
+    def __init__(self, path: str, numerics: str):
+        self.path, self.numerics = path, numerics
+        self.children: dict[int, socket.socket] = {}
+        self.stopping = False
+        self.parent = os.getppid()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.wake_r, self.wake_w = socket.socketpair()
+
+    def open(self) -> None:
+        """Listen before the imports: clients queue on the socket while they run."""
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self.listener.bind(self.path)
+        self.listener.listen(64)
+        for s in (self.wake_r, self.wake_w):
+            s.setblocking(False)
+        signal.set_wakeup_fd(self.wake_w.fileno())
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+
+    def _stop(self, *_):
+        self.stopping = True
+
+    def serve(self) -> None:
+        from .numerics import pin
+
+        pin(self.numerics)
+        started = time.perf_counter()
+        preload()
+        self.me = identity(self.numerics)
+        print(f"leaner warm: serving {self.path} (pid {os.getpid()}, numerics {self.numerics}, "
+              f"imports {time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+        while True:
+            if self.stopping or os.getppid() != self.parent:
+                self._close_listener()
+                if not self.children:
+                    break
+            readable, _, _ = select.select([s for s in (self.listener, self.wake_r) if s.fileno() >= 0], [], [], 1.0)
+            if self.wake_r in readable:
+                try:
+                    self.wake_r.recv(4096)
+                except BlockingIOError:
+                    pass
+            if self.listener in readable and self.listener.fileno() >= 0:
+                conn, _ = self.listener.accept()
+                self._start_child(conn)
+            self._reap()
+        print("leaner warm: stopped", file=sys.stderr, flush=True)
+
+    def _close_listener(self) -> None:
+        if self.listener.fileno() >= 0:
+            self.listener.close()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def _start_child(self, conn: socket.socket) -> None:
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError) as exc:
+            print(f"leaner warm: a request could not be read ({exc})", file=sys.stderr, flush=True)
+            conn.close()
+            return
+        why = _refusal(request, self.me, fds)
+        if why:
+            for fd in fds:
+                os.close(fd)
+            send_message(conn, {"refused": why})
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                self.listener.close()
+                signal.set_wakeup_fd(-1)
+                self.wake_r.close()
+                self.wake_w.close()
+                for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, signal.SIG_DFL)
+                for other in self.children.values():
+                    other.close()
+                code = _run_child(conn, request, fds)
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        try:
+            send_message(conn, {"pid": pid})
+        except OSError:
+            pass  # the client is gone: the child's watchdog ends it
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            try:
+                send_message(conn, _ending(status, usage))
+            except OSError:
+                pass
+            conn.close()
+
+
+def socket_path() -> str:
+    """A socket of this user, short enough for AF_UNIX (108 bytes)."""
+    folder = Path(tempfile.gettempdir()) / f"leaner-warm-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return str(folder / f"{os.getpid()}-{int(time.time() * 1000) % 10**9}.sock")
+
+
+def start(numerics: str, log: str | Path) -> subprocess.Popen | None:
+    """Start a warm process for the jobs this process will start (it sets $LEANER_WARM), unless
+    $LEANER_WARM is `off`; None when it is off or did not come up."""
+    if os.environ.get(ENV) == "off":
+        return None
+    path = socket_path()
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "leaner.warm", "--socket", path, "--numerics", numerics],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    deadline = time.monotonic() + READY_S
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            print(f"leaner: the warm process did not start (see {log}); every job runs cold", file=sys.stderr)
+            return None
+        time.sleep(0.02)
+    os.environ[ENV] = path
+    return proc
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """Ask the warm process to stop: it stops taking jobs and ends when its last child has (waited
+    for up to STOP_WAIT_S)."""
+    os.environ.pop(ENV, None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m leaner.warm", description=__doc__.splitlines()[0])
+    p.add_argument("--socket", required=True)
+    p.add_argument("--numerics", required=True)
+    args = p.parse_args(argv)
+    server = Server(args.socket, args.numerics)
+    server.open()
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
