@@ -41,8 +41,8 @@ def warm_socket(tmp_path_factory):
     assert "leaner warm: stopped" in (folder / "warm.log").read_text()
 
 
-def leaner(args: list[str], warm: str | None, log: Path, **popen) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+def leaner(args: list[str], warm: str | None, log: Path, extra_env: dict | None = None, **popen) -> subprocess.Popen:
+    env = {**{k: v for k, v in os.environ.items() if k != ENV}, **(extra_env or {})}
     if warm:
         env[ENV] = warm
     return subprocess.Popen([str(BIN / "leaner"), *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
@@ -135,13 +135,16 @@ def test_a_child_killed_by_a_signal_kills_its_job_with_that_signal(tmp_path, dig
 
 
 def test_jobs_the_warm_process_cannot_serve_alike_run_cold(tmp_path, warm_socket):
-    """Another numerics mode than the warm process's is refused and runs cold with one line; a
-    socket nobody serves runs cold with one line; a Slurm job, a torchrun rank and the light
-    commands never ask."""
+    """Another numerics mode than the warm process's, or another setting that a library reads when
+    it loads, is refused and runs cold with one line; a socket nobody serves runs cold with one
+    line; a Slurm job, a torchrun rank and the light commands never ask."""
     log = tmp_path / "native.log"
     assert leaner(["theory", "--help", "--numerics", "native"], warm_socket, log).wait(timeout=60) == 0
     assert "refused this job (numerics 'native' (warm: 'pinned')); running cold" in log.read_text()
     assert "usage: leaner theory" in log.read_text()
+    log = tmp_path / "mkl.log"  # MKL would keep the warm process's instruction set: cold
+    assert leaner(["theory", "--help"], warm_socket, log, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}).wait(timeout=60) == 0
+    assert "refused this job (load_env" in log.read_text() and "usage: leaner theory" in log.read_text()
     log = tmp_path / "none.log"
     assert leaner(["train", "--help"], str(tmp_path / "nobody.sock"), log).wait(timeout=60) == 0
     assert "does not answer" in log.read_text() and "running cold" in log.read_text()

@@ -53,9 +53,24 @@ def numerics_of(argv: list[str]) -> str:
     return DEFAULT_MODE
 
 
-def identity(numerics: str) -> dict:
+# variables that libraries read when they load or first compute (MKL's and OpenMP's dispatch and
+# threads, ATen's capability, oneDNN's ISA, glibc's malloc, the interpreter's own): a job runs warm
+# only where its own are the warm process's (CUDA's are read in the child, when it starts CUDA)
+LOAD_TIME_ENV = ("MKL_", "OMP_", "KMP_", "GOMP_", "ATEN_", "DNNL_", "ONEDNN_", "OPENBLAS_", "MALLOC_", "LD_",
+                 "PYTHON", "TORCH_")
+
+
+def load_time_env(environ) -> str:
+    digest = hashlib.sha1()
+    for key in sorted(k for k in environ if k.startswith(LOAD_TIME_ENV)):
+        digest.update(f"{key}={environ[key]}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def identity(numerics: str, environ=os.environ) -> dict:
     """What must be the same in a job and the warm process that runs it."""
-    return {"python": sys.executable, "package": str(PACKAGE), "code": code_stamp(), "numerics": numerics}
+    return {"python": sys.executable, "package": str(PACKAGE), "code": code_stamp(), "numerics": numerics,
+            "load_env": load_time_env(environ)}
 
 
 def cold_reason(argv: list[str], environ) -> str | None:
@@ -94,7 +109,7 @@ def hand_off(argv: list[str], environ=os.environ) -> int | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(environ), **identity(numerics_of(argv))}
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(environ), **identity(numerics_of(argv), environ)}
         send_message(sock, request, [0, 1, 2])
         replies = sock.makefile("rb")
         answer = read_message(replies)

@@ -147,10 +147,11 @@ class Server:
     def serve(self) -> None:
         from .numerics import pin
 
+        me = identity(self.numerics)  # the environment as the jobs will bring it, before the pin sets its own
         pin(self.numerics)
         started = time.perf_counter()
         preload()
-        self.me = identity(self.numerics)
+        self.me = me
         print(f"leaner warm: serving {self.path} (pid {os.getpid()}, numerics {self.numerics}, "
               f"imports {time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
         while True:
