@@ -223,4 +223,6 @@ def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
 def write_job_costs(benchmark_paths: list[str], table_dir: str) -> list[Path]:
     return write_table(job_costs(benchmark_paths), Path(table_dir) / "all_studies-job_costs",
                        "What each stage cost, from Snakemake's per-job benchmark files: wall time (s), peak "
-                       "resident memory (MB), CPU time (s) and mean CPU load (%)")
+                       "resident memory (MB), CPU time (s) and mean CPU load (%); for the jobs run warm (forked "
+                       "from the run's warm process), memory and CPU time are the child's, which the warm "
+                       "process measured")
