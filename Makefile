@@ -17,10 +17,8 @@ $(STAMP): requirements.lock pyproject.toml
 study: $(STAMP)
 	$(BIN)/leaner run --cores all
 
-# the tests on TEST_WORKERS processes (pytest-xdist), each test file on one of them
-TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

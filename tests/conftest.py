@@ -56,11 +56,8 @@ def small_spec(**model_overrides) -> dict:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The default study's re-run first (under `-n 2 --dist loadfile`, `make test`, one worker runs it
-    while the other runs every other file), then the rest in file order; no CUDA: `gpu` tests skip."""
     import torch
 
-    items.sort(key=lambda item: item.get_closest_marker("study") is None)  # stable: file order kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

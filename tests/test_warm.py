@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner.handoff import ENV, WARM_LINE, cold_reason, numerics_of
+from leaner.handoff import ENV, THREAD_COUNTS, WARM_LINE, cold_reason, numerics_of
 
 from conftest import BIN, small_spec
 
@@ -54,12 +54,13 @@ def train_and_condition(out: Path, manifest: Path, warm: str | None, threads: in
     spec["recipe"].update(epochs=2)
     log = out.parent / f"{out.name}.log"
     args = ["--threads", str(threads), "--numerics", "pinned"]
+    counts = {name: str(threads) for name in THREAD_COUNTS}  # as Snakemake sets them for a job, not for its own
     assert leaner(["train", "--spec", json.dumps(spec), "--data", str(manifest), "--out", str(out), *args,
-                   "--no-progress"], warm, log).wait(timeout=240) == 0, log.read_text()
+                   "--no-progress"], warm, log, counts).wait(timeout=240) == 0, log.read_text()
     text = log.read_text()
     assert leaner(["conditioning", "--metrics", str(out / "metrics.json"), "--init", str(out / "init.safetensors"),
                    "--final", str(out / "model.safetensors"), "--data", str(manifest), "--out",
-                   str(out / "conditioning.csv"), *args], warm, log).wait(timeout=240) == 0, log.read_text()
+                   str(out / "conditioning.csv"), *args], warm, log, counts).wait(timeout=240) == 0, log.read_text()
     return text + log.read_text()
 
 

@@ -53,16 +53,19 @@ def numerics_of(argv: list[str]) -> str:
     return DEFAULT_MODE
 
 
-# variables that libraries read when they load or first compute (MKL's and OpenMP's dispatch and
-# threads, ATen's capability, oneDNN's ISA, glibc's malloc, the interpreter's own): a job runs warm
-# only where its own are the warm process's (CUDA's are read in the child, when it starts CUDA)
+# variables that libraries read when they load or first compute (MKL's and OpenMP's dispatch,
+# ATen's capability, oneDNN's ISA, glibc's malloc, the interpreter's own): a job runs warm only
+# where its own are the warm process's (CUDA's are read in the child, when it starts CUDA). Thread
+# counts (*_NUM_THREADS, which Snakemake sets per job) are not compared: the child applies its
+# job's (warm.apply_thread_counts), as a fresh process reads them when its libraries load.
 LOAD_TIME_ENV = ("MKL_", "OMP_", "KMP_", "GOMP_", "ATEN_", "DNNL_", "ONEDNN_", "OPENBLAS_", "MALLOC_", "LD_",
                  "PYTHON", "TORCH_")
+THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def load_time_env(environ) -> str:
     digest = hashlib.sha1()
-    for key in sorted(k for k in environ if k.startswith(LOAD_TIME_ENV)):
+    for key in sorted(k for k in environ if k.startswith(LOAD_TIME_ENV) and k not in THREAD_COUNTS):
         digest.update(f"{key}={environ[key]}\n".encode())
     return digest.hexdigest()[:16]
 

@@ -83,6 +83,24 @@ def _watchdog(conn: socket.socket) -> None:
             os.kill(os.getpid(), signum)
 
 
+def apply_thread_counts(environ) -> None:
+    """The job's thread counts, which a fresh process's libraries read when they load: torch's
+    (OpenMP and MKL: OMP_NUM_THREADS, else MKL_NUM_THREADS) and numpy's BLAS (OPENBLAS_NUM_THREADS).
+    Unset, the warm process's defaults are a fresh process's. `--threads` sets torch's again later."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    def count(name: str) -> int | None:
+        value = environ.get(name, "")
+        return int(value) if value.isdigit() and int(value) > 0 else None
+
+    torch_threads = count("OMP_NUM_THREADS") or count("MKL_NUM_THREADS")
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    if count("OPENBLAS_NUM_THREADS"):
+        threadpool_limits(limits=count("OPENBLAS_NUM_THREADS"), user_api="blas")
+
+
 def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:
     """In a forked child: become the client's job and run it; its exit code."""
     for target, fd in zip((0, 1, 2), fds):
@@ -92,6 +110,7 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["leaner", *request["argv"]]
+    apply_thread_counts(os.environ)
     random.seed()  # a fresh process's Python generator is seeded from the OS, not from its parent
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
