@@ -74,12 +74,9 @@ def one_side(specs_: list[dict], manifest: Path, work: Path, warm: bool) -> tupl
     return time.perf_counter() - t0, cpu_of_children() - cpu0
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
-
-
-def ratio(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+def spread(values: list[float], digits: int = 1) -> str:
+    """median (min-max)"""
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def main() -> None:
@@ -109,7 +106,7 @@ def main() -> None:
     ratio_cpu = [c[1] / w[1] for c, w in zip(got[False], got[True])]
     rows = [f"| {len(todo)} seeds of {a.variant}*: train + conditioning | {spread([x[0] for x in got[False]])} | "
             f"{spread([x[1] for x in got[False]])} | {spread([x[0] for x in got[True]])} | "
-            f"{spread([x[1] for x in got[True]])} | {ratio(ratio_wall)} | {ratio(ratio_cpu)} |"]
+            f"{spread([x[1] for x in got[True]])} | {spread(ratio_wall, 2)} | {spread(ratio_cpu, 2)} |"]
     text = "\n".join(["| jobs | fresh processes: wall s | CPU s | warm process: wall s | CPU s | wall ratio, "
                       "fresh / warm | CPU ratio |", "|---|---|---|---|---|---|---|", *rows,
                       f"\nmedian (min-max) of {a.repeats}, alternating; one thread a job, one job at a time."])

@@ -94,11 +94,11 @@ def apply_thread_counts(environ) -> None:
         value = environ.get(name, "")
         return int(value) if value.isdigit() and int(value) > 0 else None
 
-    torch_threads = count("OMP_NUM_THREADS") or count("MKL_NUM_THREADS")
+    torch_threads, blas_threads = count("OMP_NUM_THREADS") or count("MKL_NUM_THREADS"), count("OPENBLAS_NUM_THREADS")
     if torch_threads:
         torch.set_num_threads(torch_threads)
-    if count("OPENBLAS_NUM_THREADS"):
-        threadpool_limits(limits=count("OPENBLAS_NUM_THREADS"), user_api="blas")
+    if blas_threads:
+        threadpool_limits(limits=blas_threads, user_api="blas")
 
 
 def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from pathlib import Path
 
@@ -178,7 +179,9 @@ def warm_costs(log: Path) -> tuple[float, float] | None:
     """(CPU s, peak MB) of a job that ran in the warm process, from its log's last line
     (leaner/handoff.py); None for a job that ran in its own process."""
     try:
-        last = log.read_text(errors="replace").rstrip().rpartition("\n")[2]
+        with open(log, "rb") as fh:  # its tail only: a long run's log holds days of progress lines
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            last = fh.read().decode(errors="replace").rstrip().rpartition("\n")[2]
     except OSError:
         return None
     found = re.match(re.escape(WARM_LINE) + r" \(pid \d+\): cpu_s ([\d.]+), peak_mb ([\d.]+)$", last)
