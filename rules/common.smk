@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.workflow.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES, caption
+from leaner.provenance import CLAIMS_ENV
 from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
@@ -39,6 +40,8 @@ except ConfigError as err:
     raise SystemExit(2)
 
 STUDIES = list(PLAN.studies)
+# each job records its study's claims as declared now (provenance.claims_declared)
+os.environ[CLAIMS_ENV] = json.dumps({s: PLAN.studies[s].claims_digest for s in STUDIES}, sort_keys=True)
 CLAIMING_STUDIES = [s for s in STUDIES if PLAN.studies[s].claims]  # their claims make the headline
 PREPARE_RULES = ("prepare_data", "prepare_data_local")  # rules/data.smk
 FIG_EXT = ["png", "pdf"]

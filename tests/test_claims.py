@@ -109,9 +109,11 @@ def _summary() -> pd.DataFrame:
     arch = {"width": 16, "mlp_hidden": 32}
     for seed in range(4):
         rows.append({"depth": 2, "heads": 1, "head_dim": 16, **arch, "seed": seed, "params_total": 1000,
-                     "eval_acc": 0.90 + 0.002 * seed})
+                     "eval_acc": 0.90 + 0.002 * seed, "claims_digest": "d1"})
         rows.append({"depth": 1, "heads": 2, "head_dim": 8, **arch, "seed": seed, "params_total": 600,
-                     "eval_acc": [0.95, 0.96, 0.97, 0.20][seed]})  # seed 3 is not declared
+                     "eval_acc": [0.95, 0.96, 0.97, 0.20][seed], "claims_digest": "d1"})  # seed 3 is not declared
+        rows.append({"depth": 1, "heads": 1, "head_dim": 16, **arch, "seed": seed, "params_total": 600,
+                     "eval_acc": 0.80 + 0.01 * seed, "claims_digest": "d1"})  # the control
     return pd.DataFrame(rows)
 
 
@@ -166,15 +168,64 @@ def test_the_headline_is_every_studys_declared_claims_baseline_first():
 
     claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
              "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
-             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}]}
+             "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}], "declaration": "d1"}
     table = claims_table(_summary(), [claim]).assign(study="s")
     head = headline([table.iloc[:0], table])
     assert list(head["role"]) == ["baseline", "lean"] and list(head["study"]) == ["s", "s"]
     md = headline_markdown(head).splitlines()
     assert md[2].startswith("| `s` | lean | baseline | L2-H1-D16-mlp32 | 1.0k | eval_acc | 0.902 | 3 |  |")
     lean = md[3]
-    assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean and lean.endswith("| 0.01 | superior | the same |")
+    assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean
+    assert lean.endswith("| 0.01 | superior | non-inferior: yes | the same |")
     assert headline([]).empty
+    # a claim whose declaration changed after its runs, or was never recorded with them, stays out
+    changed = claims_table(_summary(), [{**claim, "name": "changed", "declaration": "d2"}]).assign(study="s")
+    unknown = claims_table(_summary().drop(columns="claims_digest"), [claim]).assign(study="t")
+    assert list(headline([changed, table, unknown])["claim"]) == ["lean", "lean"]
+
+
+def _claim(**extra) -> dict:
+    return {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
+            "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
+            "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}], "declaration": "d1",
+            **extra}
+
+
+def test_the_control_is_judged_against_the_baseline_and_each_lean_row_against_the_hypothesis():
+    control = {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
+    table = claims_table(_summary(), [_claim(control=control)])
+    assert list(table["role"]) == ["baseline", "lean", "control"]
+    lean, ctrl = table.iloc[1], table.iloc[2]
+    assert lean["hypothesis"] == "non-inferior" and lean["supported"] == "yes" and lean["verdict"] == "superior"
+    v = claim_verdict([0.80, 0.81, 0.82], [0.90, 0.902, 0.904], 0.01)
+    assert ctrl["verdict"] == v["verdict"] == "inferior" and math.isclose(ctrl["bound_lo"], v["lo"])
+    assert ctrl["configuration"] == "L1-H1-D16-mlp32" and ctrl["hypothesis"] == ctrl["supported"] == ""
+    assert (table["declaration"] == "as declared").all()
+    # superior declared: a non-inferior verdict does not support it
+    superior = claims_table(_summary().assign(eval_acc=lambda f: f["eval_acc"].where(f["heads"] != 2, 0.901)),
+                            [_claim(hypothesis="superior")]).iloc[1]
+    assert superior["verdict"] == "equivalent" and superior["supported"] == "no"
+
+
+def test_a_changed_declaration_and_other_seeds_are_said_and_seeds_get_no_verdict():
+    from leaner.analysis.tables import declaration
+
+    runs = _summary()
+    assert declaration(_claim(), runs) == "as declared"
+    assert declaration(_claim(declaration="d2"), runs) == "declared after the runs"
+    assert declaration(_claim(), runs.assign(claims_digest=[None] + ["d1"] * (len(runs) - 1))) == \
+        "not recorded with the runs"
+    # an every_study overlay runs the claim on other seeds: the plan keeps the declared ones
+    overlay = tiny([{**CLAIM, "seeds": [0]}])
+    overlay["every_study"] = {"seeds": [0, 1]}
+    plan = build_plan(overlay)
+    claim = plan.studies["tiny"].claims[0]
+    assert claim["seeds"] == [0, 1] and claim["declared_seeds"] == [0]
+    assert claim["declaration"] == plan.studies["tiny"].claims_digest == build_plan(tiny([{**CLAIM, "seeds": [0]}])) \
+        .studies["tiny"].claims_digest
+    table = claims_table(_summary(), [_claim(declared_seeds=[0, 1, 2, 3])])
+    assert (table["declaration"] == "seeds differ from the declaration").all()
+    assert table.iloc[1]["verdict"] == "seeds differ from the declaration" and table.iloc[1]["supported"] == ""
 
 
 def test_what_another_platform_could_read_moves_the_bounds_by_the_platform_reach():
@@ -215,3 +266,36 @@ def test_a_model_that_never_beat_chance_gets_no_verdict():
     lean = claims_table(summary, [claim]).iloc[1]
     assert lean["verdict"] == "did not learn (baseline)" and math.isclose(lean["lean_advantage"], 0.96 - 0.902)
     assert claims_table(_summary().assign(learned=True), [claim]).iloc[1]["verdict"] == "superior"
+
+
+def test_each_run_records_the_declaration_and_a_later_change_is_said_without_retraining(tmp_path):
+    """Through Snakemake: every run's metrics.json carries its study's claims digest; the claims
+    table reads "as declared"; a rationale edited afterwards re-runs the tables only, which then
+    read "declared after the runs", and the headline leaves the claim out."""
+    cfg = tiny([{**CLAIM, "baseline": {"depth": 2, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
+                 "control": {"depth": 1, "heads": 1}, "seeds": [0], "rationale": "first"}])
+    del cfg["studies"]["tiny_nearest"]
+    cfg["studies"]["tiny"]["grid"] = [{"protocol": ["fixed_width"], "width": [16], "depth": [1, 2], "heads": [1],
+                                       "mlp_ratio": [2], "seeds": [0]},
+                                      {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2],
+                                       "mlp_ratio": [2], "seeds": [0]}]
+    path = tmp_path / "claimed.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    targets = ["results/tables/tiny-claims.csv", "results/tables/all_studies-headline.csv"]
+    snakemake(tmp_path, *targets, "--cores", "2", configfile=path)
+    digest = build_plan(cfg).studies["tiny"].claims_digest
+    metrics = sorted((tmp_path / "results" / "tiny").glob("*/metrics.json"))
+    assert len(metrics) == 3 and all(json.loads(m.read_text())["claims_digest"] == digest for m in metrics)
+    table = pd.read_csv(tmp_path / "results" / "tables" / "tiny-claims.csv")
+    assert list(table["role"]) == ["baseline", "lean", "control"] and (table["declaration"] == "as declared").all()
+    assert len(pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv")) == 3
+    trained = {m: m.stat().st_mtime_ns for m in metrics}
+
+    cfg["studies"]["tiny"]["claims"][0]["rationale"] = "rewritten after the runs"
+    path.write_text(yaml.safe_dump(cfg))
+    out = snakemake(tmp_path, *targets, "--cores", "2", configfile=path)
+    assert "rule train" not in out.stdout + out.stderr
+    assert all(m.stat().st_mtime_ns == t for m, t in trained.items())
+    table = pd.read_csv(tmp_path / "results" / "tables" / "tiny-claims.csv")
+    assert (table["declaration"] == "declared after the runs").all()
+    assert pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv").empty

@@ -441,7 +441,7 @@ def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
                     *extra], tmp_path, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-        assert counts["train"] == ("59" if "--configfile" in extra else "68"), proc.stdout[-3000:]
+        assert counts["train"] == ("66" if "--configfile" in extra else "75"), proc.stdout[-3000:]
 
 
 def test_a_dataset_without_its_class_count_and_a_misspelt_study_are_one_line_each(tmp_path):

@@ -4,6 +4,7 @@ ticks, a y label and a legend on every panel that needs one."""
 from __future__ import annotations
 
 import copy
+import math
 import re
 
 import numpy as np
@@ -123,11 +124,14 @@ def test_training_curves_pool_the_seeds_of_each_configuration():
 
 
 def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
-    """kappa >= 1 (log scale, cut at 1), accuracy in [0, 1] (logit scale), loss > 0 (log scale):
-    seeds spread as widely as three seeds of an untrained model spread, where a t-interval on the
-    raw values leaves the range."""
-    assert stats.scale_of("eval_acc") == "logit" and stats.scale_of("eval_loss") == "log"
-    assert stats.scale_of("kappa_gmean") == "log" and stats.scale_of("glue_avg") == "linear"
+    """A figure's point is the table's: a metric's arithmetic mean with its t-interval cut to the
+    metric's range (accuracy in [0, 1], loss at least 0; the cut keeps coverage); kappa >= 1 as a
+    geometric mean on the log scale, cut at 1 (the tables' geometric means). Seeds spread as widely
+    as three seeds of an untrained model spread, where a raw t-interval leaves the range."""
+    from leaner.analysis.tables import by_config
+
+    assert stats.metric_range("eval_acc") == (0.0, 1.0) and stats.metric_range("eval_loss") == (0.0, math.inf)
+    assert stats.metric_range("glue_avg") == (0.0, 1.0) and stats.metric_range("best_train_loss")[0] == 0.0
     spread = pd.DataFrame({"heads": [1, 1, 1], "kappa": [1.05, 1.3, 40.0], "eval_acc": [0.99, 1.0, 0.9],
                            "eval_loss": [0.01, 0.02, 2.0]})
     assert stats.ci95(spread["kappa"])[1] < 1 and stats.ci95(spread["eval_acc"])[2] > 1  # raw: out of range
@@ -135,9 +139,15 @@ def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
     assert kappa["lo"] == 1.0 and kappa["hi"] > 40.0
     assert kappa["mean"] == pytest.approx(np.exp(np.log([1.05, 1.3, 40.0]).mean()))
     acc = figures.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
-    assert 0 < acc["lo"] < acc["mean"] < acc["hi"] < 1
+    mean, lo, _, _ = stats.ci95(spread["eval_acc"])
+    assert acc["mean"] == pytest.approx(mean) and acc["lo"] == pytest.approx(lo) and acc["hi"] == 1.0
     loss = figures.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
-    assert 0 < loss["lo"] < loss["mean"] < loss["hi"]
+    assert loss["mean"] == pytest.approx(np.mean([0.01, 0.02, 2.0])) and loss["lo"] == 0.0 and loss["hi"] > 2.0
+    # the table reports the very same numbers
+    summary = spread.assign(task="image_classification", depth=1, width=16, head_dim=16, mlp_hidden=32,
+                            params_total=1000, status="ok", seed=[0, 1, 2])
+    row = by_config(summary).iloc[0]
+    assert (row["eval_acc_mean"], row["eval_acc_lo"], row["eval_acc_hi"]) == (acc["mean"], acc["lo"], acc["hi"])
 
 
 def test_curve_colours_follow_the_heads_and_line_styles_the_depth():

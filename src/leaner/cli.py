@@ -289,6 +289,29 @@ def cmd_cost(a):
         write_cost_csv(a.out, costs)
 
 
+def _seed_list(text: str) -> list[int]:
+    """'100-104' or '100,101,105' (or both: '100-102,110') -> the seeds, in order, each once."""
+    seeds: list[int] = []
+    for part in filter(None, text.split(",")):
+        first, sep, last = part.partition("-")
+        try:
+            span = range(int(first), int(last) + 1) if sep else [int(first)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a seed or a range (e.g. 100-104 or 100,101)") from None
+        seeds += [s for s in span if s not in seeds]
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: no seeds, or a negative one (allowed: e.g. 100-104)")
+    return seeds
+
+
+def cmd_pilot(a):
+    from . import pilot
+    from .workflow.config import load_configs
+
+    default = "config.yaml" if os.path.exists("config.yaml") else None
+    return pilot.main(load_configs(a.config, default), a)
+
+
 def cmd_run(a):
     from .launch import run_snakemake
 
@@ -513,6 +536,21 @@ def _cost_parser(sub) -> None:
     s.set_defaults(func=cmd_cost)
 
 
+def _pilot_parser(sub) -> None:
+    s = sub.add_parser("pilot", help="a declared claim's arms on pilot seeds it never uses: their results as a CSV "
+                       "(pilots/), each arm's mean and sd, the declared test's power and the seeds 80%% needs")
+    s.add_argument("study")
+    s.add_argument("--claim", required=True, help="the claim's name (studies.STUDY.claims[].name)")
+    s.add_argument("--seeds", type=_seed_list, default=_seed_list("100-104"),
+                   help="pilot seeds, none of the claim's (default 100-104)")
+    s.add_argument("--config", nargs="+", default=["config.yaml"], help=CONFIG_FILES["help"])
+    s.add_argument("--out", default=None, help="the pilot's CSV (default pilots/STUDY-CLAIM.csv)")
+    s.add_argument("--work", default=None, help="where the pilot's runs live (default pilot_runs/STUDY)")
+    s.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
+    s.add_argument("--from-csv", action="store_true", help="train nothing: report from the pilot's CSV")
+    s.set_defaults(func=cmd_pilot)
+
+
 def _run_parser(sub) -> None:
     s = sub.add_parser("run", help="snakemake in this folder, resuming a run that died (stale lock, incomplete files)")
     s.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake, e.g. --cores all")
@@ -523,7 +561,7 @@ SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order
     _prepare_data_parser, _train_parser, _conditioning_parser, _theory_parser, _summary_parser, _glue_scores_parser,
     _tables_parser, _match_parser, _job_costs_parser, _run_config_parser, _overview_parser, _figures_parser,
     _theory_report_parser, _variants_parser, _check_config_parser, _check_data_parser, _rehearse_parser,
-    _status_parser, _cost_parser, _run_parser,
+    _status_parser, _cost_parser, _pilot_parser, _run_parser,
 )
 
 

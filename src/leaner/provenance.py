@@ -38,3 +38,20 @@ def describe() -> str:
     if s["commit"] is None:
         return f"leaner {s['version']}"
     return f"leaner {s['version']} (commit {s['commit'][:10]}{', with local changes' if s['dirty'] else ''})"
+
+
+# The Snakefile puts each study's claims digest (workflow/plan.claims_digest) here for its jobs: a
+# run records the declaration its study had when it trained (metrics.json `claims_digest`), so
+# that the claims table can tell a declaration changed after its runs.
+CLAIMS_ENV = "LEANER_CLAIMS_DIGESTS"
+
+
+def claims_declared(study: str) -> str | None:
+    """The digest of `study`'s claims block the running workflow declares; None outside one."""
+    import json
+    import os
+
+    try:
+        return json.loads(os.environ.get(CLAIMS_ENV) or "{}").get(study)
+    except ValueError:
+        return None

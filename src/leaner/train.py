@@ -36,7 +36,7 @@ from .devices import claimed, pick_device
 from .io import remove_stale_temps, sha256_file, write_json
 from .models import build_model, param_counts
 from .optim import lr_at, make_optimizer
-from .provenance import code_state, describe
+from .provenance import claims_declared, code_state, describe
 from .resume import RESUME_DIR, RunState, checkpoint_minutes, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, set_precision, sync_interval
 from .stopping import Attempts, Stopped, StopSignal, agree
@@ -237,6 +237,7 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
             "resumed_at": Attempts(out / RESUME_DIR).resumed_at(),  # the steps later attempts began at
+            "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained
         }
         write_json(out / "metrics.json", metrics)
         shutil.rmtree(out / RESUME_DIR, ignore_errors=True)

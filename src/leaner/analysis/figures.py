@@ -1,7 +1,7 @@
-"""Tables -> the papers' figures, as PNG and PDF. Every point is the mean over seeds with a
-Student-t 95% interval, taken where the interval stays inside the quantity's range (stats.scale_of:
-kappa and loss in log space, i.e. a geometric mean with its interval, kappa's cut at 1; accuracy
-on the logit scale)."""
+"""Tables -> the papers' figures, as PNG and PDF. Every point of a metric is what the tables report:
+the arithmetic mean over seeds with its Student-t 95% interval cut to the metric's range
+(stats.ci95_cut: an accuracy in [0, 1], a loss at least 0); a kappa's is the geometric mean with
+its interval taken on the log scale and cut at 1, as the tables' geometric means."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
-from .stats import KAPPA_FLOOR, ci95_on, scale_of
+from .stats import KAPPA_FLOOR, ci95_cut, ci95_on
 from .summary import explode_protocols
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
@@ -27,14 +27,12 @@ METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (
                  "glue_avg": "GLUE average score (evaluation splits)"}
 
 
-def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, scale: str | None = None) -> pd.DataFrame:
-    """Per key: mean with its 95% interval over the rows, taken on `scale` (default: the column's,
-    stats.scale_of: a kappa's or a loss's on the log scale, i.e. a geometric mean, an accuracy's on
-    the logit scale), so that it stays inside the quantity's range (a kappa's is cut at 1). A +inf
-    value (a singular kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN
-    is left out."""
-    scale = scale or scale_of(value)
-    floor = KAPPA_FLOOR if "kappa" in value else None
+def seed_agg(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Per key: the value's mean with its 95% interval over the rows, as the tables report it: a
+    metric's arithmetic mean with its t-interval cut to the metric's range (stats.ci95_cut); a
+    kappa's geometric mean with its interval on the log scale, cut at 1. A +inf value (a singular
+    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out."""
+    kappa = "kappa" in value
     rows = []
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
@@ -42,7 +40,7 @@ def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, scale: str | None
         if np.isposinf(vals).any():
             mean, lo, hi, n = math.inf, math.nan, math.nan, len(vals)
         else:
-            mean, lo, hi, n = ci95_on(vals, scale, floor)
+            mean, lo, hi, n = ci95_on(vals, "log", KAPPA_FLOOR) if kappa else ci95_cut(vals, value)
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({"mean": mean, "lo": lo, "hi": hi, "n": n,
                     "params": g["params_total"].iloc[0] if "params_total" in g else None,
@@ -326,9 +324,10 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
         points = _dodged(seed_agg(configs, ["config", "depth"], metric))
         rows = verdicts[verdicts["claim"] == claim["name"]]
         base, leans = rows[rows["role"] == "baseline"].iloc[0], rows[rows["role"] == "lean"]
-        at = points.set_index("config")["x"]
-        ring = [at[_config_of(configs, point)] for point in claim["lean"]]
-        star = at[_config_of(configs, claim["baseline"])]
+        at = points.set_index("config")[["x", "mean"]]  # star and rings sit on their own points
+        ring = at.loc[[_config_of(configs, point) for point in claim["lean"]]]
+        star = at.loc[_config_of(configs, claim["baseline"])]
+        control = at.loc[[_config_of(configs, claim["control"])]] if claim.get("control") else at.iloc[:0]
         for ax in (full, zoom):
             for _, p in points.iterrows():
                 lo = max(p["mean"] - p["lo"], 0) if not math.isnan(p["lo"]) else 0
@@ -342,10 +341,13 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
             ax.axhspan(base["mean"] - margin, base["mean"] + margin, color="0.5", alpha=0.15, linewidth=0,
                        label=f"baseline's mean +- margin {margin:g}")
             ax.axhline(base["mean"], color="0.3", linestyle="--", linewidth=1)
-            ax.scatter([star], [base["mean"]], marker="*", s=240, facecolors="none", edgecolors="black",
+            ax.scatter([star["x"]], [star["mean"]], marker="*", s=240, facecolors="none", edgecolors="black",
                        linewidths=1.2, zorder=6, label=f"baseline {base['configuration']}")
-            ax.scatter(ring, leans["mean"], marker="o", s=280, facecolors="none", edgecolors="black",
+            ax.scatter(ring["x"], ring["mean"], marker="o", s=280, facecolors="none", edgecolors="black",
                        linewidths=1.2, zorder=6, label="lean models of the claim")
+            if len(control):
+                ax.scatter(control["x"], control["mean"], marker="s", s=200, facecolors="none", edgecolors="black",
+                           linewidths=1.2, zorder=6, label="control: the lean depth at the baseline's heads")
             ax.set_xscale("log")
             ax.set_xlabel("parameters")
             ax.set_ylabel(METRIC_LABELS.get(metric, metric))
@@ -355,7 +357,8 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
         zoom.set_xlim(0.6 * min(leans["params"].min(), base["params"]), 1.6 * base["params"])
         lines = [f"{lean['configuration']}: {lean['verdict']}, {_signed(lean['lean_advantage'])}"
                  + ("" if math.isnan(lean["bound_lo"]) else f" [{lean['bound_lo']:+.3f}, {lean['bound_hi']:+.3f}]")
-                 + f", {lean['param_reduction_pct']:.0f}% fewer parameters" for _, lean in leans.iterrows()]
+                 + f", {lean['param_reduction_pct']:.0f}% fewer parameters"
+                 for _, lean in rows[rows["role"] != "baseline"].iterrows()]
         zoom.text(0.02, 0.02, "\n".join(lines), transform=zoom.transAxes, fontsize=7, va="bottom",
                   bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
         seeds = len(claim["seeds"])
@@ -363,7 +366,8 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
         zoom.set_title(f"near the baseline: {seeds} declared seed{'s' * (seeds > 1)}, margin {margin:g}, "
                        f"{'higher' if better == 'max' else 'lower'} is better", fontsize=9)
     fig.suptitle(f"{study}: {METRIC_NAMES.get(claims[0]['metric'], claims[0]['metric']) if claims else ''} against "
-                 f"parameters ({spread_note(summary)}); star: baseline, rings: lean models, band: +- margin")
+                 f"parameters ({spread_note(summary)}); star: baseline, rings: lean models, square: control, "
+                 "band: +- margin")
     fig.tight_layout()
     handles, labels = grid[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="upper left", frameon=False,

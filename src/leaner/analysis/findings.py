@@ -103,6 +103,46 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
     return paras
 
 
+NON_INFERIOR = ("superior", "equivalent", "non-inferior")
+
+
+def claim_findings(heads: pd.DataFrame) -> list[str]:
+    """A paragraph per declared claim judged as declared (overview.headline): each comparison's
+    verdict and whether it supports the declared hypothesis; where the claim has a control, what it
+    says: if the control matches the baseline too, depth alone explains the lean models' match."""
+    paras = []
+    for (study, name), rows in heads.groupby(["study", "claim"], sort=False):
+        base = rows[rows["role"] == "baseline"].iloc[0]
+        leans, control = rows[rows["role"] == "lean"], rows[rows["role"] == "control"]
+        parts = [f"{r['configuration']} {_judged(r)}, declared {r['hypothesis']}: "
+                 f"{'supported' if r['supported'] == 'yes' else 'not supported'}" for _, r in leans.iterrows()]
+        text = (f"Claim {name} ({study}, {base['metric']}, margin {base['margin']:g}, {int(base['n'])} seeds) "
+                f"against {base['configuration']}: " + "; ".join(parts) + ".")
+        if len(control):
+            c = control.iloc[0]
+            matched = leans["verdict"].isin(NON_INFERIOR).all()
+            text += f" The control {c['configuration']} (the lean depth at the baseline's heads) {_judged(c)}: "
+            if "interval" in str(c["verdict"]):
+                text += "one run a side, nothing follows from it."
+            elif not matched:
+                text += "the lean models do not all match the baseline, so there is no match for depth to explain."
+            elif c["verdict"] in NON_INFERIOR:
+                text += ("it matches the baseline too, so at this size depth alone explains the lean models' match; "
+                         "the extra heads are not what makes it.")
+            elif c["verdict"] == "inferior":
+                text += "it falls short where the lean models match, so the heads carry the match, not depth alone."
+            else:
+                text += "it neither matches nor falls short, so whether depth alone explains the match is open."
+        paras.append(text)
+    return paras
+
+
+def _judged(r: pd.Series) -> str:
+    """'non-inferior (+0.012 [-0.004, +0.029])': a compared row's verdict with its one-sided bounds."""
+    bounds = "" if math.isnan(r["bound_lo"]) else f" [{r['bound_lo']:+.3f}, {r['bound_hi']:+.3f}]"
+    return f"{r['verdict']} ({r['lean_advantage']:+.3f}{bounds})"
+
+
 def _pooled_over(per_study: pd.DataFrame, family: str) -> str:
     """What a family's pooled rho pools: its studies with an interval (MIN_N_INTERVAL configurations)."""
     names = per_study[(per_study["family"] == family) & (per_study["configurations"] >= MIN_N_INTERVAL)]["study"]

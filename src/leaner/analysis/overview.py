@@ -31,12 +31,12 @@ import pandas as pd
 from ..io import atomic_path
 from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import task_info
-from .findings import findings
+from .findings import claim_findings, findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
 from .summary import explode_protocols, not_learned
 from .table_render import write_table
-from .tables import CLAIMS_COLUMNS
+from .tables import AS_DECLARED, CLAIMS_COLUMNS
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
@@ -208,9 +208,10 @@ HEADLINE_COLUMNS = ["study", *(c for c in CLAIMS_COLUMNS if c != "seeds_missing"
 
 def headline(claims: list[pd.DataFrame]) -> pd.DataFrame:
     """The findings the README states: every study's declared claims (tables.claims_table, one CSV
-    per study that declares any), baseline first within each claim; positive difference = lean
-    better, whatever the metric."""
-    parts = [c for c in claims if len(c)]
+    per study that declares any) judged as declared before their runs (tables.AS_DECLARED),
+    baseline first within each claim; positive difference = lean better, whatever the metric."""
+    parts = [c[c["declaration"] == AS_DECLARED] if "declaration" in c else c.iloc[:0] for c in claims]
+    parts = [c for c in parts if len(c)]
     if not parts:
         return pd.DataFrame(columns=HEADLINE_COLUMNS)
     return pd.concat(parts, ignore_index=True).reindex(columns=HEADLINE_COLUMNS)
@@ -224,21 +225,24 @@ ONE_RUN = " (one run)"  # a number without an interval: what one run on one plat
 
 
 def headline_markdown(frame: pd.DataFrame) -> str:
-    """The README's claims table: each claim's baseline row, then its lean rows with the difference
-    (lean minus baseline, signed so that + is lean better) and its one-sided 95% bounds. A claim
-    over one seed has no interval: its numbers are marked as one run's."""
-    lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: lean better) "
-             "[one-sided 95% bounds] | margin | verdict | another platform could read |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The README's claims table: each claim's baseline row, then its lean rows and its control with
+    the difference (against the baseline, signed so that + is the compared model better) and its
+    one-sided 95% bounds, the verdict and whether it supports the declared hypothesis. A claim over
+    one seed has no interval: its numbers are marked as one run's."""
+    lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: better than "
+             "the baseline) [one-sided 95% bounds] | margin | verdict | declared: supported? | another platform "
+             "could read |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
-        lean, one = r["role"] == "lean", int(r["n"]) == 1
-        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if lean else "")
-        bounds = ("" if not lean or math.isnan(r["bound_lo"])
+        compared, one = r["role"] != "baseline", int(r["n"]) == 1
+        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if compared else "")
+        bounds = ("" if not compared or math.isnan(r["bound_lo"])
                   else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
+        declared = f"{r['hypothesis']}: {r['supported']}" if isinstance(r.get("hypothesis"), str) else ""
         lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
                      f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])} | "
-                     f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if lean else ''} | "
-                     f"{r['margin']:g} | {r['verdict'] if lean else ''} | {_elsewhere(r) if lean else ''} |")
+                     f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if compared else ''} | "
+                     f"{r['margin']:g} | {r['verdict'] if compared else ''} | {declared} | "
+                     f"{_elsewhere(r) if compared else ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -294,9 +298,12 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "Spearman rho of kappa after training with error, and of kappa at init with after "
                          "training, per study over configurations (Fisher-z 95% interval), and pooled")
     paths += write_table(heads, Path(table_dir) / "all_studies-headline",
-                         "The claims each study declared before its run, baseline first: the difference (+: lean "
-                         "better), its one-sided 95% bounds, the margin and the verdict")
-    paras = findings(configs, effects, corr) + [note]
+                         "The claims each study declared before its run and judged as declared (a claim changed "
+                         "after its runs, or run on other seeds, is left out: its study's claims table says which), "
+                         "baseline first, then the lean models and the control: the difference from the baseline "
+                         "(+: better), its one-sided 95% bounds, the margin, the verdict and whether it supports "
+                         "the declared hypothesis")
+    paras = findings(configs, effects, corr) + claim_findings(heads) + [note]
     sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
                 ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)

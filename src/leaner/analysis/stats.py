@@ -72,6 +72,25 @@ def ci95_on(values, scale: str = "linear", floor: float | None = None) -> tuple[
     return mean, lo, hi, n
 
 
+def metric_range(column: str) -> tuple[float, float]:
+    """The values a metric can take: an accuracy or a score in [0, 1] (a GLUE average too), a loss
+    or an MSE at least 0, anything else unbounded."""
+    if column.endswith("_acc") or column == "glue_avg" or column.startswith("glue_"):
+        return 0.0, 1.0
+    if "loss" in column or "mse" in column:
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def ci95_cut(values, column: str) -> tuple[float, float, float, int]:
+    """ci95 (the arithmetic mean and its Student-t 95% interval) with the interval cut to what
+    `column` can take (metric_range): a confidence interval intersected with the parameter space
+    keeps its coverage. What every table and figure reports for a metric over seeds."""
+    mean, lo, hi, n = ci95(values)
+    low, high = metric_range(column)
+    return mean, lo if math.isnan(lo) else max(lo, low), hi if math.isnan(hi) else min(hi, high), n
+
+
 def welch(a, b) -> tuple[float, float, float]:
     """mean(a) - mean(b) with a Welch 95% interval; NaN bounds when either side has one value."""
     from scipy import stats

@@ -64,9 +64,13 @@ def by_config(d: StudyData) -> tuple[pd.DataFrame, str]:
 
 
 def lean_vs_baseline(d: StudyData) -> tuple[pd.DataFrame, str]:
-    return tables.lean_vs_baseline(d.summary, d.baseline, *d.metric), (
+    frame = tables.with_claim_verdicts(tables.lean_vs_baseline(d.summary, d.baseline, *d.metric), d.summary,
+                                       d.claims)
+    return frame, (
         f"{d.study}: shallower variants against the deepest baseline (difference with Welch 95% interval; "
-        f"parameter reduction)")
+        f"parameter reduction). Its question is whether there is a difference at all (two-sided 95%, called only "
+        f"clear of zero); a declared claim asks whether a lean model is within its margin of the baseline "
+        f"(one-sided bounds): for a pair a claim declares, `claim_verdict` is that claim's verdict")
 
 
 def glue_tasks(d: StudyData) -> tuple[pd.DataFrame, str]:
@@ -88,4 +92,6 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"{d.study}: the claims declared in the config, baseline first; difference positive where the lean model "
         f"is better, with its one-sided 95% Welch bounds; superior: lower bound above 0; equivalent: both bounds "
         f"within the margin; non-inferior: lower bound above -margin; inferior: upper bound below -margin; else "
-        f"inconclusive")
+        f"inconclusive. The control (the lean depth at the baseline's heads) is judged against the baseline the "
+        f"same way. supported: whether the verdict supports the declared hypothesis. declaration: whether the "
+        f"claim is judged as declared before its runs trained (else it is left out of the headline)")

@@ -13,19 +13,20 @@ import pandas as pd
 
 from ..handoff import WARM_LINE
 from ..tasks import task_info
-from .stats import bounds_verdict, ci95, claim_verdict, gmean, interval_se, resolve, verdicts_elsewhere, welch
+from .stats import bounds_verdict, ci95, ci95_cut, claim_verdict, gmean, interval_se, resolve, verdicts_elsewhere, welch
 from .summary import ARCH, axes, config_values, is_arch, not_learned
 from .table_render import write_table
 
 
 def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
-    """Per architecture: mean with its 95% interval, min, max and n over seeds (P2 reports the
-    min over seeds and the range); kappa as geometric means."""
+    """Per architecture: mean with its 95% interval cut to the metric's range (stats.ci95_cut, as
+    the figures draw it), min, max and n over seeds (P2 reports the min over seeds and the range);
+    kappa as geometric means."""
     task = summary["task"].iloc[0]
     keys, metric = axes(task), metric or task_info(task).metric[0]
     rows = []
     for key, g in summary.groupby(keys, sort=True):
-        mean, lo, hi, n = ci95(g[metric])
+        mean, lo, hi, n = ci95_cut(g[metric], metric)
         row = dict(zip(keys, key))
         if "protocols" in g and is_arch(task):
             row["protocols"] = g["protocols"].iloc[0]
@@ -112,6 +113,19 @@ def lean_vs_baseline(summary: pd.DataFrame, baseline: dict, metric: str = "eval_
     return pd.DataFrame(rows)
 
 
+def with_claim_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
+    """lean_vs_baseline's rows with `claim_verdict`: for a pair a claim declares (this lean model
+    against that claim's baseline), the claim's verdict ("name: verdict"), else empty."""
+    if not len(frame) or not claims:
+        return frame.assign(claim_verdict="")
+    judged = {}
+    for claim in claims:
+        table = claims_table(summary, [claim])
+        for _, row in table[table["role"] != "baseline"].iterrows():
+            judged[(arch_label(claim["baseline"]), row["configuration"])] = f"{claim['name']}: {row['verdict']}"
+    return frame.assign(claim_verdict=[judged.get((r["baseline"], arch_label(r)), "") for _, r in frame.iterrows()])
+
+
 def arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
 
@@ -124,43 +138,82 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
 
 
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
-                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict", "elsewhere"]
+                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict", "elsewhere",
+                  "hypothesis", "supported", "declaration"]
+
+# What a claim's declaration was, checked after its runs (`declaration` in the claims table): only
+# AS_DECLARED claims make the headline. A run records its study's claims digest when it trains
+# (metrics.json `claims_digest`, provenance.claims_declared); a claim run on other seeds than it
+# declared (an `every_study` overlay) gets no verdict.
+AS_DECLARED = "as declared"
+DECLARED_AFTER = "declared after the runs"
+NOT_RECORDED = "not recorded with the runs"
+SEEDS_DIFFER = "seeds differ from the declaration"
+SUPPORTS = {"non-inferior": ("superior", "equivalent", "non-inferior"), "superior": ("superior",)}
+
+
+def declaration(claim: dict, runs: pd.DataFrame) -> str:
+    """Whether `claim` is judged as it was declared before `runs` (its arms' runs) trained."""
+    if claim.get("declared_seeds", claim["seeds"]) != claim["seeds"]:
+        return SEEDS_DIFFER
+    recorded = runs["claims_digest"] if "claims_digest" in runs else pd.Series([None] * len(runs), dtype=object)
+    if recorded.isna().any() or not claim.get("declaration"):
+        return NOT_RECORDED
+    return AS_DECLARED if (recorded == claim["declaration"]).all() else DECLARED_AFTER
+
+
+def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFrame, role: str,
+              base_params: int | None) -> dict:
+    """A lean model's (or the control's) row of the claims table: lean - baseline with its
+    one-sided bounds and verdict, and whether the verdict supports the declared hypothesis."""
+    lean = _claim_rows(summary, point, claim["seeds"])
+    vals, base_vals = lean[claim["metric"]].to_numpy(float), base[claim["metric"]].to_numpy(float)
+    v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
+    se = interval_se(v["lo"], v["hi"], len(vals), len(base_vals), 0.90)
+    elsewhere = verdicts_elsewhere(v["lo"], v["hi"], se, functools.partial(bounds_verdict, margin=claim["margin"]))
+    stuck = [name for name, rows in (("baseline", base), (role, lean)) if not_learned(rows) > 0]
+    if stuck:  # no verdict on a model that never beat chance (summary.learned)
+        v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
+    params = int(lean["params_total"].iloc[0]) if len(lean) else None
+    mean, _, _, n = ci95(vals)
+    hypothesis = claim.get("hypothesis", "non-inferior") if role == "lean" else ""
+    return {"role": role, "configuration": arch_label(point), "params": params,
+            "param_reduction_pct": 100.0 * (1 - params / base_params) if params and base_params else math.nan,
+            "mean": mean, "n": n, "seeds_missing": len(claim["seeds"]) - n, "lean_advantage": v["diff"],
+            "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"],
+            "elsewhere": " / ".join(elsewhere) if not stuck else "", "hypothesis": hypothesis,
+            "supported": ("yes" if v["verdict"] in SUPPORTS[hypothesis] else "no") if hypothesis else "",
+            "_runs": lean}
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     """The study's declared claims (plan._claims), baseline first: per claim its baseline row,
     then one row per lean configuration with the difference (positive: lean better), its one-sided
-    95% bounds, the margin, the verdict (stats.claim_verdict) and the verdicts another platform
-    could read (`elsewhere`, stats.verdicts_elsewhere; empty without an interval). Only the declared seeds count; a
-    declared seed without a finished run is counted as missing, never replaced."""
+    95% bounds, the margin, the verdict (stats.claim_verdict), the verdicts another platform
+    could read (`elsewhere`, stats.verdicts_elsewhere; empty without an interval), the declared
+    hypothesis and whether the verdict supports it; then the control (the lean depth at the
+    baseline's heads), judged against the baseline the same way, which tells whether depth alone
+    explains a match. Only the declared seeds count; a declared seed without a finished run is
+    counted as missing, never replaced. `declaration` (every row of a claim): whether the claim
+    is judged as declared before its runs (`declaration()`); one that is not gets no verdict
+    when its seeds differ, and stays out of the headline otherwise."""
     rows = []
     for claim in claims:
-        metric, seeds = claim["metric"], claim["seeds"]
-        base = _claim_rows(summary, claim["baseline"], seeds)
-        base_vals = base[metric].to_numpy(float)
+        base = _claim_rows(summary, claim["baseline"], claim["seeds"])
         base_params = int(base["params_total"].iloc[0]) if len(base) else None
-        common = {"claim": claim["name"], "metric": metric, "margin": claim["margin"]}
-        mean, lo, hi, n = ci95(base_vals)
+        common = {"claim": claim["name"], "metric": claim["metric"], "margin": claim["margin"]}
+        mean, _, _, n = ci95(base[claim["metric"]].to_numpy(float))
+        arms = [_compared(summary, claim, point, base, "lean", base_params) for point in claim["lean"]]
+        if claim.get("control"):
+            arms.append(_compared(summary, claim, claim["control"], base, "control", base_params))
+        stated = declaration(claim, pd.concat([base, *(a.pop("_runs") for a in arms)]))
         rows.append({**common, "role": "baseline", "configuration": arch_label(claim["baseline"]),
                      "params": base_params, "param_reduction_pct": 0.0, "mean": mean, "n": n,
-                     "seeds_missing": len(seeds) - n})
-        for point in claim["lean"]:
-            lean = _claim_rows(summary, point, seeds)
-            vals = lean[metric].to_numpy(float)
-            v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
-            se = interval_se(v["lo"], v["hi"], len(vals), len(base_vals), 0.90)
-            verdict_of = functools.partial(bounds_verdict, margin=claim["margin"])
-            elsewhere = verdicts_elsewhere(v["lo"], v["hi"], se, verdict_of)
-            stuck = [name for name, rows in (("baseline", base), ("lean", lean)) if not_learned(rows) > 0]
-            if stuck:  # no verdict on a model that never beat chance (summary.learned)
-                v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
-            params = int(lean["params_total"].iloc[0]) if len(lean) else None
-            reduction = 100.0 * (1 - params / base_params) if params and base_params else math.nan
-            mean, _, _, n = ci95(vals)
-            rows.append({**common, "role": "lean", "configuration": arch_label(point), "params": params,
-                         "param_reduction_pct": reduction, "mean": mean, "n": n, "seeds_missing": len(seeds) - n,
-                         "lean_advantage": v["diff"], "bound_lo": v["lo"], "bound_hi": v["hi"],
-                         "verdict": v["verdict"], "elsewhere": " / ".join(elsewhere) if not stuck else ""})
+                     "seeds_missing": len(claim["seeds"]) - n, "declaration": stated})
+        for arm in arms:
+            if stated == SEEDS_DIFFER:
+                arm.update(verdict=SEEDS_DIFFER, elsewhere="", supported="")
+            rows.append({**common, **arm, "declaration": stated})
     return pd.DataFrame(rows).reindex(columns=CLAIMS_COLUMNS)
 
 

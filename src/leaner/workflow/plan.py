@@ -11,6 +11,7 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,7 @@ class Study:
     acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
     finetune: dict | None = None  # glue: {dataset, tasks, recipe}
     claims: tuple[dict, ...] = ()  # declared comparisons, checked against the grid (_claims)
+    claims_digest: str = ""  # claims_digest() of the study's claims block as the config declares it
 
     def outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(figure names, table names) with something to show on this study's grid; the claims
@@ -131,6 +133,7 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     """Validate `config` (schema, then semantics; `every_study` laid over each study) and expand
     it. Raises ConfigError."""
     validate_schema(config)
+    declared = {name: st.get("claims") or [] for name, st in config["studies"].items() if isinstance(st, dict)}
     if config.get("every_study"):  # the studies it changed are checked again
         config = apply_every_study(config)
         validate_schema(config)
@@ -143,7 +146,7 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
 
     studies: dict[str, Study] = {}
     for name, st in config["studies"].items():
-        study = _build_study(name, st, datasets, problems)
+        study = _build_study(name, st, datasets, problems, declared.get(name, []))
         if study is not None:
             studies[name] = study
 
@@ -188,8 +191,16 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
 RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # folders of results/ itself
 
 
-def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> Study | None:
-    """One study of the config, expanded and checked; None (with the problems said) when it cannot be."""
+def claims_digest(claims: list[dict]) -> str:
+    """The fingerprint of a study's claims block as declared (rationale included): what each run
+    records when it trains, so that a table can tell a declaration changed after its runs."""
+    return hashlib.sha256(json.dumps(claims, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _build_study(name: str, st: dict, datasets: dict, problems: list[str],
+                 declared: list[dict] = ()) -> Study | None:
+    """One study of the config, expanded and checked; None (with the problems said) when it cannot be.
+    `declared`: its claims block before any `every_study` overlay."""
     task = st["task"]
     info = task_info(task)
     ds = _study_dataset(name, st, datasets, problems)
@@ -216,13 +227,16 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str]) -> St
                         f"or jobs_per_gpu: 1)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune, baseline=baseline,
                  resources={**RESOURCE_DEFAULTS, **res}, acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)),
-                 claims=_claims(name, st, info, variants, problems))
+                 claims=_claims(name, st, info, variants, problems, list(declared)),
+                 claims_digest=claims_digest(list(declared)))
 
 
-def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: list[str]) -> tuple[dict, ...]:
+def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: list[str],
+            declared: list[dict]) -> tuple[dict, ...]:
     """The study's declared claims, each point resolved to the one configuration of the grid it
     names (its axes: {depth, heads, width, ...}), the metric and which way is better filled in
-    from the task, the seeds checked against the grid's."""
+    from the task, the seeds checked against the grid's. Each keeps the seeds its declaration
+    names (`declared_seeds`: an `every_study` overlay may run others) and the block's digest."""
     out = []
     axes = GRID_AXES[info.grid]
     configs = {json.dumps({k: v.model[k] for k in axes}, sort_keys=True): v for v in variants.values()}
@@ -241,17 +255,22 @@ def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: l
         if missing:
             problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
         resolved = {}
-        for role, point in [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]:
+        points = [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]
+        for role, point in points + ([("control", claim["control"])] if "control" in claim else []):
             found = _claim_config(point, configs)
             if len(found) != 1:
                 problems.append(f"{where}.{role}: {json.dumps(point)} matches {len(found) or 'no'} configurations of "
                                 f"the grid{', name more axes' if found else ''} (allowed: {options})")
             else:
                 resolved[role] = {k: found[0].model[k] for k in axes}
-        if len(resolved) == 1 + len(claim["lean"]):
+        if len(resolved) == len(points) + ("control" in claim):
+            as_declared = next((c for c in declared if c.get("name") == claim["name"]), claim)
             out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
-                        "seeds": sorted(claim["seeds"]), "baseline": resolved["baseline"],
+                        "hypothesis": claim.get("hypothesis", "non-inferior"),
+                        "seeds": sorted(claim["seeds"]), "declared_seeds": sorted(as_declared["seeds"]),
+                        "baseline": resolved["baseline"],
                         "lean": [resolved[f"lean[{j}]"] for j in range(len(claim["lean"]))],
+                        "control": resolved.get("control"), "declaration": claims_digest(declared),
                         "rationale": claim.get("rationale", "")})
     names = [c["name"] for c in st.get("claims") or []]
     for dup in sorted({n for n in names if names.count(n) > 1}):
