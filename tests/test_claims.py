@@ -299,3 +299,22 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
     table = pd.read_csv(tmp_path / "results" / "tables" / "tiny-claims.csv")
     assert (table["declaration"] == "declared after the runs").all()
     assert pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv").empty
+
+
+def test_the_findings_say_what_the_control_shows():
+    """A control that matches the baseline too: the lost layer alone costs nothing measurable; one
+    that falls short: the heads carry the match; one seed a side: no verdict."""
+    from leaner.analysis.findings import claim_findings
+
+    control = {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
+    falls_short = claims_table(_summary(), [_claim(control=control)]).assign(study="s")
+    assert "so the heads carry the match, not depth alone" in claim_findings(falls_short)[0]
+    matches = claims_table(_summary().assign(eval_acc=lambda f: f["eval_acc"].where(f["heads"] != 1, 0.90)
+                                             .where(f["depth"] != 1, 0.95)),
+                           [_claim(control=control)]).assign(study="s")
+    assert matches.iloc[2]["verdict"] in ("superior", "equivalent", "non-inferior")
+    assert "the lost layer alone costs nothing measurable" in claim_findings(matches)[0]
+    one = claims_table(_summary(), [_claim(control=control, seeds=[0])]).assign(study="s")
+    assert claim_findings(one) == ["Claim lean (s, eval_acc, one seed) against L2-H1-D16-mlp32: L1-H2-D16-mlp32 "
+                                   "+0.050; control L1-H1-D16-mlp32 -0.100 (+: better); one run a side, no verdict."]
+    assert (one.loc[one["role"] == "lean", "supported"] == "n/a").all()

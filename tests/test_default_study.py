@@ -69,7 +69,7 @@ def test_the_readmes_claims_hold_within_the_platform_tolerance(default_run):
         list(zip(ref["study"], ref["claim"], ref["role"], ref["configuration"], ref["n"]))
     for _, rows in ref.groupby(["study", "claim"], sort=False):
         base = rows[rows["role"] == "baseline"].iloc[0]
-        for i, r in rows[rows["role"] == "lean"].iterrows():
+        for i, r in rows[rows["role"] != "baseline"].iterrows():  # the lean models and the control
             o = ours.loc[i]
             if math.isnan(r["bound_lo"]) or str(r["verdict"]).startswith("did not learn"):
                 assert o["verdict"] == r["verdict"], (r["configuration"], o["verdict"])

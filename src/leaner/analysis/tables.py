@@ -13,7 +13,18 @@ import pandas as pd
 
 from ..handoff import WARM_LINE
 from ..tasks import task_info
-from .stats import bounds_verdict, ci95, ci95_cut, claim_verdict, gmean, interval_se, resolve, verdicts_elsewhere, welch
+from .stats import (
+    CLAIM_VERDICTS,
+    bounds_verdict,
+    ci95,
+    ci95_cut,
+    claim_verdict,
+    gmean,
+    interval_se,
+    resolve,
+    verdicts_elsewhere,
+    welch,
+)
 from .summary import ARCH, axes, config_values, is_arch, not_learned
 from .table_render import write_table
 
@@ -152,6 +163,14 @@ SEEDS_DIFFER = "seeds differ from the declaration"
 SUPPORTS = {"non-inferior": ("superior", "equivalent", "non-inferior"), "superior": ("superior",)}
 
 
+def _supported(verdict: str, hypothesis: str) -> str:
+    """yes / no where the verdict decides the declared hypothesis; n/a where there is no verdict
+    (one seed, a model that did not learn); empty for a row that declares nothing (the control)."""
+    if not hypothesis:
+        return ""
+    return ("yes" if verdict in SUPPORTS[hypothesis] else "no") if verdict in CLAIM_VERDICTS[:5] else "n/a"
+
+
 def declaration(claim: dict, runs: pd.DataFrame) -> str:
     """Whether `claim` is judged as it was declared before `runs` (its arms' runs) trained."""
     if claim.get("declared_seeds", claim["seeds"]) != claim["seeds"]:
@@ -182,7 +201,7 @@ def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFram
             "mean": mean, "n": n, "seeds_missing": len(claim["seeds"]) - n, "lean_advantage": v["diff"],
             "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"],
             "elsewhere": " / ".join(elsewhere) if not stuck else "", "hypothesis": hypothesis,
-            "supported": ("yes" if v["verdict"] in SUPPORTS[hypothesis] else "no") if hypothesis else "",
+            "supported": _supported(v["verdict"], hypothesis),
             "_runs": lean}
 
 
