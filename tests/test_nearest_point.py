@@ -61,16 +61,70 @@ def test_the_stream_reseeds_one_generator_per_batch():
     assert s.device.type == "cpu" and first.device.type == "cpu"
 
 
-def test_replay_repeats_one_epoch_of_the_fresh_stream():
-    """P2's loader as it ran: every epoch the same batches, batch k of epoch e being batch k of the
-    fresh stream (its 7-worker structure kept); the evaluation set is the fresh stream's."""
-    fresh, replay = PointStream(8, 4, 16, data_seed=2), PointStream(8, 4, 16, data_seed=2, replay=10)
-    for k in (0, 3, 9):
-        assert torch.equal(replay.batch(k)[0], fresh.batch(k)[0])
-        assert torch.equal(replay.batch(k + 10)[0], fresh.batch(k)[0])
-        assert torch.equal(replay.batch(k + 370)[0], fresh.batch(k)[0])
-    assert not torch.equal(fresh.batch(13)[0], fresh.batch(3)[0])
+def _authors_epoch(data_seed: int, dim: int, tokens: int, batch: int, batches: int, workers: int = 7) -> list:
+    """P2's loader as its code ran, written from its description (papers.md 2.1): each of 7 workers
+    iterates a dataset whose generator is seeded data_seed + worker and yields one point set at a
+    time, `torch.randn((d, N))` normalised per point (column); the DataLoader batches `batch`
+    consecutive sets of one worker, taking batch k from worker k mod 7. Returns one epoch's batches
+    as the authors' (B, d, N) tensors."""
+    def worker_sets(w):
+        g = torch.Generator()
+        g.manual_seed(data_seed + w)
+        while True:
+            x = torch.randn((dim, tokens), generator=g)
+            yield x / x.norm(dim=0)
+
+    iterators = [worker_sets(w) for w in range(workers)]
+    return [torch.stack([next(iterators[k % workers]) for _ in range(batch)]) for k in range(batches)]
+
+
+def test_replay_draws_the_authors_points_every_epoch_and_after_a_resume():
+    """`replay`: batch k of every epoch is the authors' batch k, bit for bit (in our (B, N, d)
+    layout), also when a fresh stream is asked for a late batch first (a resumed run); the
+    evaluation set is the fresh stream's."""
+    authors = _authors_epoch(2, 8, 4, 16, 10)
+    replay = PointStream(8, 4, 16, data_seed=2, replay=10)
+    for k in range(10):
+        assert torch.equal(replay.batch(k)[0], authors[k].transpose(1, 2))
+        assert torch.equal(replay.batch(k + 10)[0], authors[k].transpose(1, 2))  # the next epoch replays it
+    resumed = PointStream(8, 4, 16, data_seed=2, replay=10)
+    assert torch.equal(resumed.batch(379)[0], authors[9].transpose(1, 2))
+    assert torch.equal(resumed.batch(2)[0], authors[2].transpose(1, 2))
+    x, y = replay.batch(3)
+    assert torch.equal(y, farthest_targets(x)) and x.is_contiguous()
+    fresh = PointStream(8, 4, 16, data_seed=2)
     assert torch.equal(next(replay.eval_batches())[0], next(fresh.eval_batches())[0])
+    # the authors' data seeds 2 and 3 share 6 of 7 workers: seed 3's worker 0 is seed 2's worker 1
+    assert torch.equal(PointStream(8, 4, 16, data_seed=3, replay=10).batch(0)[0], replay.batch(1)[0])
+
+
+def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
+    """`replicates: independent`: no training batch of one data seed is another's, in either regime,
+    and each run starts from its own init; `paper`: every run starts from init seed 613."""
+    from leaner.tasks.nearest import NearestPoint
+    from leaner.train import _initial_model
+
+    for replay in (None, 10):
+        a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
+        seen = {a.batch(k)[0].numpy().tobytes() for k in range(20)}
+        assert not seen & {b.batch(k)[0].numpy().tobytes() for k in range(20)}
+    inits = {}
+    for replicates in ("paper", "independent"):
+        for seed in (0, 1):
+            spec, manifest = nearest_setup(tmp_path / f"{replicates}{seed}", seed=seed,
+                                           recipe={"replicates": replicates})
+            task = NearestPoint(spec, str(manifest), torch.device("cpu"))
+            assert task.data_info()["replicates"] == replicates and task.stream.independent == (replicates != "paper")
+            model, _ = _initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
+            inits[replicates, seed] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.equal(inits["paper", 0], inits["paper", 1])
+    assert not torch.equal(inits["independent", 0], inits["independent", 1])
+
+
+class _SingleProcess:
+    """What _initial_model reads of a run's processes: one, the main one."""
+
+    main, active, world, rank = True, False, 1, 0
 
 
 def _p2_reference(dim, tokens, depth, heads, modules, ff, posn, posn_dim):
@@ -264,3 +318,57 @@ def test_the_replay_regime_reaches_the_training_batches(tmp_path):
         assert len(first) == len(second) == spec["recipe"]["steps_per_epoch"]
         assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second)) == same
         assert task.data_info()["stream"].startswith(stream)
+
+
+def test_p2_tables_say_what_a_replicate_is_and_give_intervals_only_over_independent_ones(tmp_path):
+    """Under P2's own replicates (init 613 shared, streams shared) by_config and the heads effect give
+    no interval across seeds and say why; under independent replicates they give one; every
+    table's caption names what a replicate is."""
+    import pandas as pd
+
+    from leaner.analysis.overview import NOT_INDEPENDENT, configurations, heads_effect
+    from leaner.analysis.study_tables import write_study_tables
+    from leaner.analysis.tables import by_config
+
+    rows = [{"depth": 1, "heads": h, "head_dim": 16 // h, "tokens": 8, "seed": s, "best_train_loss": mse + 0.01 * s,
+             "error": mse + 0.01 * s, "variant": f"v{h}{s}", "study": "p2"}
+            for h, mse in ((1, 0.05), (2, 0.6)) for s in range(3)]
+    for replicates, independent in (("paper", False), ("independent", True)):
+        summary = _summary([{**r, "replicates": replicates} for r in rows])
+        table = by_config(summary)
+        assert table["best_train_loss_lo"].notna().all() == independent
+        effect = heads_effect(configurations([summary])).iloc[0]
+        assert (effect["verdict"] == NOT_INDEPENDENT) == (not independent)
+        assert effect["replicate"] == ("independent seed" if independent else
+                                       "P2 data seed (shared init 613 and streams)")
+        path = tmp_path / f"{replicates}.csv"
+        summary.to_csv(path, index=False)
+        write_study_tables(str(path), "p2", {}, str(tmp_path / replicates), ["by_config"])
+        caption = (tmp_path / replicates / "p2-by_config.md").read_text().split("\n")[0]
+        assert ("not independent and no interval" in caption) != independent
+        assert ("a replicate is an independent seed" in caption.lower()) == independent
+    assert pd.isna(by_config(_summary(rows)).iloc[0]["best_train_loss_lo"])  # unrecorded: the paper's regime
+
+
+def test_replicates_is_checked_before_any_job():
+    import yaml
+
+    from leaner.workflow.config import ConfigError
+    from leaner.workflow.plan import build_plan
+
+    from conftest import TINY
+
+    cfg = yaml.safe_load(TINY.read_text())
+    cfg["studies"]["tiny_nearest"]["recipe"]["replicates"] = "independent"
+    plan = build_plan(cfg)
+    assert {v.recipe["replicates"] for v in plan.studies["tiny_nearest"].variants.values()} == {"independent"}
+    for study, value, message in (
+            ("tiny_nearest", "indep", 'config error: studies.tiny_nearest.recipe.replicates: "indep" is not allowed '
+                                      "(allowed: one of paper, independent)"),
+            ("tiny", "independent", "config error: studies.tiny.recipe.replicates: not used by task "
+                                    "image_classification (allowed: leave it out; it is for task nearest_point)")):
+        bad = yaml.safe_load(TINY.read_text())
+        bad["studies"][study]["recipe"]["replicates"] = value
+        with pytest.raises(ConfigError) as err:
+            build_plan(bad)
+        assert message in str(err.value)

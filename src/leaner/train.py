@@ -304,7 +304,8 @@ def _initial_model(spec: dict, out: Path, ctx, log):
     """The model at initialisation (seeded; pretrained body for fine-tuning), its parameter counts
     checked against the config, written as init.safetensors by rank 0; then each rank's own seed."""
     recipe = spec["recipe"]
-    seed_everything(spec["seed"] if recipe.get("init_seed") is None else recipe["init_seed"])
+    shared = recipe.get("init_seed") is not None and recipe.get("replicates") != "independent"
+    seed_everything(recipe["init_seed"] if shared else spec["seed"])  # independent replicates: the run's own
     model = build_model(spec["model"])
     if spec.get("init_from"):
         fresh = load_pretrained(model, spec["init_from"])

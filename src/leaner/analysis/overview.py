@@ -34,7 +34,7 @@ from ..tasks import task_info
 from .findings import claim_findings, findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
-from .summary import explode_protocols, not_learned
+from .summary import explode_protocols, not_learned, replicates_of
 from .table_render import write_table
 from .tables import AS_DECLARED, CLAIMS_COLUMNS
 
@@ -75,7 +75,8 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "kappa_init": gmean(g.get("kappa_init_gmean", [])),
                      "kappa_final": gmean(g.get("kappa_final_gmean", [])),
                      "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", [])),
-                     "numerics": join_labels(g.get("numerics", pd.Series([UNRECORDED] * len(g))))})
+                     "numerics": join_labels(g.get("numerics", pd.Series([UNRECORDED] * len(g)))),
+                     "replicate": REPLICATE_LABELS[replicates_of(g.assign(task=task))]})
     return pd.DataFrame(rows)
 
 
@@ -127,6 +128,12 @@ def _relative_to(configs: pd.DataFrame, group: str, axis: str, column: str = "er
     return pd.Series(rel)
 
 
+# what the n of a comparison counts (summary.REPLICATES); only independent ones get an interval
+REPLICATE_LABELS = {"P1": "seed", "independent": "independent seed",
+                    "paper": "P2 data seed (shared init 613 and streams)"}
+NOT_INDEPENDENT = "n/a (replicates not independent)"
+
+
 def verdict(lo: float, hi: float) -> str:
     """On an error difference (more heads minus fewer heads): lower error is better; called only
     with the margin of `aggregate.resolve`, else unresolved."""
@@ -142,6 +149,9 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
             continue
         few, many = g.loc[g["heads"].idxmin()], g.loc[g["heads"].idxmax()]
         diff, lo, hi = welch(many["errors"], few["errors"])
+        shared = REPLICATE_LABELS["paper"] in (few.get("replicate"), many.get("replicate"))
+        if shared:  # P2's data seeds share one init and most streams: no interval across them
+            lo = hi = math.nan
         se = interval_se(lo, hi, len(many["errors"]), len(few["errors"]), 0.95)
         stuck = [f"L{r['depth']}/H{r['heads']}" for r in (few, many) if r.get("not_learned", 0) > 0]
         rows.append({"study": study, "family": few["family"], "group": group,
@@ -151,7 +161,9 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
                      "error_few": few["error_mean"], "error_many": many["error_mean"],
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
                      "n": f"{len(few['errors'])}, {len(many['errors'])}",
-                     "verdict": f"did not learn: {', '.join(stuck)}" if stuck else verdict(lo, hi),
+                     "replicate": many.get("replicate", REPLICATE_LABELS["P1"]),
+                     "verdict": f"did not learn: {', '.join(stuck)}" if stuck else
+                     NOT_INDEPENDENT if shared and len(many["errors"]) > 1 else verdict(lo, hi),
                      # what another platform could read (stats.verdicts_elsewhere); empty without an interval
                      "elsewhere": "" if stuck else " / ".join(verdicts_elsewhere(lo, hi, se, verdict)),
                      # the two sides' results were computed under different numerics (the caption names them)
@@ -292,7 +304,9 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "Every study: heads, rank, depth, error (mean, 95% interval, n) and kappa per configuration. "
                          + note)
     paths += write_table(effects, Path(table_dir) / "all_studies-heads_effect",
-                         "Most against fewest heads in each comparison group: error difference, Welch 95% interval; "
+                         "Most against fewest heads in each comparison group: error difference, Welch 95% interval "
+                         "over replicates (`replicate`: what n counts; P2's data seeds under its code's shared init "
+                         "and streams are not independent and get no interval); "
                          "numerics_mixed: its two sides were computed under different numerics. " + note)
     paths += write_table(corr, Path(table_dir) / "all_studies-kappa_error_correlation",
                          "Spearman rho of kappa after training with error, and of kappa at init with after "

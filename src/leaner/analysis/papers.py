@@ -15,7 +15,7 @@ import pandas as pd
 from ..entry import resolve
 from ..tasks import task_info
 from .stats import fmt_ci, spearman_ci, welch
-from .summary import config_values, explode_protocols
+from .summary import config_values, explode_protocols, replicate_note
 from .tables import acceptance_checks, by_config, lean_vs_baseline, pick_baseline
 
 COLUMNS = ["quantity", "paper", "paper setting", "ours", "our setting", "difference", "check"]
@@ -187,13 +187,14 @@ def glue_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
 
 
 def p2_setting(summary: pd.DataFrame) -> str:
-    """our_setting, plus what P2's seeds vary (the data only: one model init, seed 613) and which
-    data regime trained the runs (P2's replayed set, or fresh points)."""
+    """our_setting, plus what P2's seeds vary (summary.replicate_note: P2's data seeds from one
+    model init, seed 613, or independent replicates) and which data regime trained the runs (P2's
+    replayed set, or fresh points)."""
     regimes = sorted(summary["stream"].dropna().unique()) if "stream" in summary else []
     regime = {"replay": "P2's replayed set of 100 batches: train MSE is a training-set MSE",
               "fresh": "fresh points every batch: train MSE is the population risk"}
     text = "; ".join(regime.get(r, r) for r in regimes) or "data regime not recorded"
-    return f"{our_setting(summary)} (data seeds; every run starts from init seed 613); {text}"
+    return f"{our_setting(summary)}; {replicate_note(summary).rstrip('.')}; {text}"
 
 
 def nearest_point_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:

@@ -14,6 +14,7 @@ from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
 from ..tasks import task_info
 from . import papers, tables
 from .study_data import StudyData
+from .summary import replicate_note
 from .table_render import write_table
 
 
@@ -28,7 +29,7 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no table {', '.join(unknown)} for task {data.task} (allowed: {', '.join(known)})")
-    paths, note = [], numerics_note(data.summary)
+    paths, note = [], f"{replicate_note(data.summary)} {numerics_note(data.summary)}"
     for name in names:
         frame, caption = resolve(TABLES[name].make)(data)
         paths += write_table(frame, Path(table_dir) / f"{study}-{name}", f"{caption}. {note}")

@@ -143,6 +143,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             row["total_heads"] = model["heads"] * model["modules"]
             row["error"] = row["best_train_loss"]
             row["stream"] = m["data"]["stream"]  # fresh, or P2's replayed set (then eval_mse is the fresh-point MSE)
+            row["replicates"] = m["data"].get("replicates", "paper")  # what a seed varies (data/nearest_point.py)
         for key, values in (m.get("diagnostics") or {}).items():
             if values:
                 row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))
@@ -228,3 +229,32 @@ def config_values(summary: pd.DataFrame, cfg: pd.Series, metric: str) -> np.ndar
         mask &= summary[k].to_numpy() == cfg[k]
     v = summary.loc[mask, metric].to_numpy(float)
     return v[np.isfinite(v)]
+
+
+REPLICATES = {
+    "paper": "a replicate is a data seed as in P2's code: every run starts from init seed 613 and data seeds s "
+             "and s+1 share 6 of 7 loader streams, so seeds are not independent and no interval is taken across "
+             "them",
+    "independent": "a replicate is an independent seed: its own initialisation and data streams no other seed "
+                   "shares",
+    "P1": "a replicate is a seed: its own initialisation, data order and augmentation",
+}
+
+
+def replicates_of(summary: pd.DataFrame) -> str:
+    """What a seed varies in `summary`'s runs: paper or independent (P2's `replicates`), P1 for
+    the other tasks; joined with ' + ' where runs differ."""
+    if "replicates" not in summary or summary["replicates"].isna().all():
+        return "P1" if is_arch(summary["task"].iloc[0]) else "paper"
+    return " + ".join(sorted(summary["replicates"].dropna().unique()))
+
+
+def replicate_note(summary: pd.DataFrame) -> str:
+    """A caption's sentence: what a replicate is in these runs."""
+    kinds = replicates_of(summary).split(" + ")
+    return "; ".join(REPLICATES[k] for k in kinds).capitalize() + "."
+
+
+def independent_replicates(summary: pd.DataFrame) -> bool:
+    """Whether seeds are replicates an interval may be taken over (not P2's shared init and streams)."""
+    return "paper" not in replicates_of(summary).split(" + ")

@@ -25,7 +25,7 @@ from .stats import (
     verdicts_elsewhere,
     welch,
 )
-from .summary import ARCH, axes, config_values, is_arch, not_learned
+from .summary import ARCH, axes, config_values, independent_replicates, is_arch, not_learned
 from .table_render import write_table
 
 
@@ -36,8 +36,11 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     task = summary["task"].iloc[0]
     keys, metric = axes(task), metric or task_info(task).metric[0]
     rows = []
+    independent = independent_replicates(summary)
     for key, g in summary.groupby(keys, sort=True):
         mean, lo, hi, n = ci95_cut(g[metric], metric)
+        if not independent:  # P2's seeds share init and streams: no interval across them
+            lo = hi = math.nan
         row = dict(zip(keys, key))
         if "protocols" in g and is_arch(task):
             row["protocols"] = g["protocols"].iloc[0]

@@ -10,16 +10,28 @@ s and s+1 share 6 of 7 streams; `streams: 7` keeps that structure (batch k comes
 data_seed + k mod 7), `streams: 1` makes every data seed independent.
 
 Two regimes (`stream` in the dataset's settings). `fresh`: batch k as above for every k, so the
-training MSE is the population risk. `replay`: P2's code as it ran (papers.md 2.1): its loader
-re-seeds each worker every epoch, so every epoch replays the same steps_per_epoch batches (25,600
-sequences at batch 256) and the reported MSE is a training-set MSE; batch k is then batch
-k mod steps_per_epoch of the fresh stream. Either way the evaluation set holds points no run trains
-on: under replay it is the fresh-point (population) MSE reported beside the authors' metric.
+training MSE is the population risk. `replay`: P2's code as it ran (papers.md 2.1), with the
+authors' own points: loader worker w (of `streams`, P2: 7) owns a CPU `torch.Generator` seeded
+data_seed + w and draws each point set as `torch.randn((d, N))` normalised per point (a column),
+a batch being `batch_size` consecutive sets of one worker and batch k coming from worker k mod 7
+(its (k // 7)-th batch). The loader re-seeds every worker each epoch, so every epoch replays the
+same steps_per_epoch batches (25,600 sequences at batch 256) and the reported MSE is a
+training-set MSE. The stream keeps each worker's generator state at the start of each of its
+batches (5 KB each), so batch k stays a pure function of (data seed, k) and a resumed run draws
+it without replaying the run. Either way the evaluation set holds points no run trains on: under
+replay it is the fresh-point (population) MSE reported beside the authors' metric.
 
-On a GPU the training batches are drawn there (`device`), from a CUDA generator seeded the same
-way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox numbers are
-not the CPU's Mersenne Twister ones, so a GPU run sees other points than a CPU run of the same
-seed (same distribution). metrics.json records where the points were drawn. The evaluation set is
+Replicates (`replicates` in the recipe, papers.md 2.1). `paper`: as above, so data seeds s and s+1
+share 6 of 7 streams (under replay, 85 of their 100 batches), and every run starts from the same
+init seed: not independent replicates. `independent`: every stream and worker is seeded from the
+data seed through numpy's SeedSequence (no two data seeds share one) and the model's
+initialisation from the run's own seed (train.py).
+
+On a GPU the fresh regime's batches are drawn there (`device`), from a CUDA generator seeded the
+same way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox
+numbers are not the CPU's Mersenne Twister ones, so a GPU run sees other points than a CPU run of
+the same seed (same distribution). The replay regime draws the authors' points on the CPU
+wherever the run trains. metrics.json records where the points were drawn. The evaluation set is
 always drawn on the CPU: every run, wherever it trained, is scored on the same points.
 """
 
@@ -57,27 +69,60 @@ def _generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(_seed(*keys))
 
 
+def authors_point_set(dim: int, tokens: int, generator: torch.Generator) -> torch.Tensor:
+    """One point set as P2's code draws it: (d, N) Gaussians, each point (column) normalised."""
+    x = torch.randn((dim, tokens), generator=generator)
+    return x / x.norm(dim=0)
+
+
 class PointStream:
     """The training stream of one run and its fixed evaluation set."""
 
     def __init__(self, dim: int, tokens: int, batch_size: int, data_seed: int, streams: int = 7,
                  eval_samples: int = 4096, eval_seed: int = 12345, device: str | torch.device = "cpu",
-                 replay: int | None = None):
-        """replay: the number of batches every epoch replays (None: a fresh stream)."""
+                 replay: int | None = None, independent: bool = False):
+        """replay: the number of batches every epoch replays (None: a fresh stream); independent:
+        streams seeded from the data seed alone (no stream shared with another data seed)."""
         self.dim, self.tokens, self.batch_size = dim, tokens, batch_size
         self.data_seed, self.streams, self.replay = data_seed, streams, replay
+        self.independent = independent
         self.eval_samples, self.eval_seed = eval_samples, eval_seed
         self.device = torch.device(device)
         self._train_gen = torch.Generator(self.device)  # re-seeded for every batch
+        self._worker_gen = torch.Generator()  # replay: the authors' worker generators live on the CPU
+        self._worker_states: dict[tuple[int, int], torch.Tensor] = {}  # (worker, its batch) -> state at its start
 
     def batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Training batch k, on the stream's device (seeding a CUDA generator needs no sync)."""
         if self.replay is not None:
-            k %= self.replay
-        stream, position = self.data_seed + k % self.streams, k // self.streams
-        self._train_gen.manual_seed(_seed(stream, position))
+            x = self._authors_batch(k % self.replay).to(self.device, non_blocking=True)
+            return x, farthest_targets(x)
+        if self.independent:
+            self._train_gen.manual_seed(_seed(self.data_seed, k))
+        else:
+            stream, position = self.data_seed + k % self.streams, k // self.streams
+            self._train_gen.manual_seed(_seed(stream, position))
         x = sample_sphere(self.batch_size, self.tokens, self.dim, self._train_gen)
         return x, farthest_targets(x)
+
+    def worker_seed(self, worker: int) -> int:
+        """P2's worker seed, data_seed + worker; independent replicates: one no other data seed shares."""
+        return _seed(self.data_seed, worker) if self.independent else self.data_seed + worker
+
+    def _authors_batch(self, k: int) -> torch.Tensor:
+        """Batch k of an epoch of P2's loader: the (k // streams)-th batch of worker k mod streams,
+        from the worker's generator state at that batch's start (drawn forward and kept once)."""
+        worker, j = k % self.streams, k // self.streams
+        start = max((i for (w, i) in self._worker_states if w == worker and i <= j), default=None)
+        if start is None:
+            self._worker_gen.manual_seed(self.worker_seed(worker))
+            start = 0
+        else:
+            self._worker_gen.set_state(self._worker_states[(worker, start)])
+        for i in range(start, j + 1):
+            self._worker_states.setdefault((worker, i), self._worker_gen.get_state())
+            sets = [authors_point_set(self.dim, self.tokens, self._worker_gen) for _ in range(self.batch_size)]
+        return torch.stack(sets).transpose(1, 2).contiguous()  # (B, d, N) -> our (B, N, d)
 
     def batches(self, first: int, last: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for k in range(first, last):
@@ -110,4 +155,5 @@ def open_point_stream(manifest_path: str, spec: dict, device) -> PointStream:
     meta, recipe, model = read_json(manifest_path), spec["recipe"], spec["model"]
     return PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"], streams=meta["streams"],
                        eval_samples=meta["eval_samples"], eval_seed=meta["eval_seed"], device=device,
-                       replay=recipe["steps_per_epoch"] if meta["stream"] == "replay" else None)
+                       replay=recipe["steps_per_epoch"] if meta["stream"] == "replay" else None,
+                       independent=recipe.get("replicates") == "independent")

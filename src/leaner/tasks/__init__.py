@@ -113,7 +113,8 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         trainer="leaner.tasks.image:ImageClassification", paper_rows="leaner.analysis.papers:image_rows",
         recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
-    # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed;
+    # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed
+    # (`replicates: independent` instead: each run's own init seed and unshared data streams);
     # fp32 without TF32, as its authors trained (their MSE floors, 1e-4 to 2e-3, sit where the
     # rounding of near-hardmax scores could matter).
     TaskInfo(
@@ -123,7 +124,7 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
                  "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         tables=("by_config", "acceptance", "paper_comparison"), trainer="leaner.tasks.nearest:NearestPoint",
-        paper_rows="leaner.analysis.papers:nearest_point_rows",
+        paper_rows="leaner.analysis.papers:nearest_point_rows", recipe_keys=("replicates",),
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                 "eval_batch_size": 1024, "precision": "fp32", "tf32": False}),

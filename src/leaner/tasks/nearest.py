@@ -65,7 +65,10 @@ class NearestPoint(Task):
         regime = (f"the same {self.stream.replay} batches every epoch (P2's loader): train MSE is a training-set "
                   "MSE, eval_mse the fresh-point MSE" if replay else "new points every batch: train MSE is the "
                   "population risk")
+        if replay:
+            kind = "cpu"  # the authors' points, drawn on the CPU wherever the run trains
         return {"stream": "replay" if replay else "fresh", "stream_note": regime,
+                "replicates": "independent" if self.stream.independent else "paper",
                 "points_drawn_on": kind, "generator": "CUDA Philox" if kind == "cuda" else "CPU Mersenne Twister",
                 "note": "a pure function of (data seed, step) on either; the GPU's points differ from the CPU's"
                 if kind == "cuda" else "a pure function of (data seed, step)"}
