@@ -176,7 +176,7 @@ def test_the_headline_is_every_studys_declared_claims_baseline_first():
     assert md[2].startswith("| `s` | lean | baseline | L2-H1-D16-mlp32 | 1.0k | eval_acc | 0.902 | 3 |  |")
     lean = md[3]
     assert "| 0.6k (-40%) |" in lean and "| +0.058 [" in lean
-    assert lean.endswith("| 0.01 | superior | non-inferior: yes | the same |")
+    assert lean.endswith("| 0.01 | superior | non-inferior: yes | the same |  |")
     assert headline([]).empty
     # a claim whose declaration changed after its runs, or was never recorded with them, stays out
     changed = claims_table(_summary(), [{**claim, "name": "changed", "declaration": "d2"}]).assign(study="s")
@@ -286,6 +286,11 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
     digest = build_plan(cfg).studies["tiny"].claims_digest
     metrics = sorted((tmp_path / "results" / "tiny").glob("*/metrics.json"))
     assert len(metrics) == 3 and all(json.loads(m.read_text())["claims_digest"] == digest for m in metrics)
+    from leaner.io import unpack_outcomes
+
+    for m in map(lambda path: json.loads(path.read_text()), metrics):  # the final model, example by example
+        right = unpack_outcomes(m["eval_outcomes"])
+        assert len(right) == 359 and right.sum() / len(right) == m["final"]["eval_acc"]
     table = pd.read_csv(tmp_path / "results" / "tables" / "tiny-claims.csv")
     assert list(table["role"]) == ["baseline", "lean", "control"] and (table["declaration"] == "as declared").all()
     assert len(pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv")) == 3
@@ -318,3 +323,58 @@ def test_the_findings_say_what_the_control_shows():
     assert claim_findings(one) == ["Claim lean (s, eval_acc, one seed) against L2-H1-D16-mlp32: L1-H2-D16-mlp32 "
                                    "+0.050; control L1-H1-D16-mlp32 -0.100 (+: better); one run a side, no verdict."]
     assert (one.loc[one["role"] == "lean", "supported"] == "n/a").all()
+
+
+def test_the_bootstrap_over_seeds_and_examples_is_paired_and_adds_what_each_source_adds():
+    from leaner.analysis.stats import paired_bootstrap
+
+    rng = np.random.default_rng(3)
+    lean = (rng.random((6, 200)) < 0.9).astype(np.uint8)
+    base = (rng.random((5, 200)) < 0.85).astype(np.uint8)
+    lo, hi = paired_bootstrap(lean, base)
+    diff = lean.mean() - base.mean()
+    assert lo < diff < hi and (lo, hi) == paired_bootstrap(lean, base)  # fixed seed: the same bits
+    # every run of an arm the same: resampling the seeds adds nothing, only the examples count;
+    # an independent bootstrap over the examples alone, written here, gives the same spread
+    one_a, one_b = np.repeat(lean[:1], 6, 0), np.repeat(base[:1], 5, 0)
+    lo1, hi1 = paired_bootstrap(one_a, one_b, resamples=20_000)
+    d = lean[0].astype(float) - base[0]
+    draws = np.random.default_rng(9).integers(0, 200, (20_000, 200))
+    ref_lo, ref_hi = np.percentile(d[draws].mean(1), [5, 95])
+    assert lo1 == pytest.approx(ref_lo, abs=0.006) and hi1 == pytest.approx(ref_hi, abs=0.006)
+    # paired: where both arms get the same examples right (hard examples shared), one common
+    # resample of the examples cancels them; resampling each arm's examples apart would not
+    hard = rng.random(200) < 0.3
+    base_p = np.repeat((~hard)[None].astype(np.uint8), 5, 0)
+    lean_p = np.repeat(base_p[:1], 6, 0)
+    lean_p[:, np.flatnonzero(hard)[:6]] = 1  # 6 hard examples more, in every lean run
+    plo, phi = paired_bootstrap(lean_p, base_p)
+    draws = np.random.default_rng(7).integers(0, 200, (2, 20_000, 200))
+    apart = np.percentile(lean_p[0][draws[0]].mean(1) - base_p[0][draws[1]].mean(1), [5, 95])
+    assert plo == pytest.approx(0.03, abs=0.02) and (phi - plo) < 0.3 * (apart[1] - apart[0])
+    # the examples alone: one distinct example column each, seeds vary: the spread is the seeds'
+    col_a, col_b = lean[:, :1].repeat(200, 1), base[:, :1].repeat(200, 1)
+    lo2, hi2 = paired_bootstrap(col_a, col_b)
+    seeds = np.random.default_rng(5)
+    ref = [col_a[seeds.integers(0, 6, 6), 0].mean() - col_b[seeds.integers(0, 5, 5), 0].mean() for _ in range(20_000)]
+    assert lo2 == pytest.approx(np.percentile(ref, 5), abs=0.05) and hi2 == pytest.approx(np.percentile(ref, 95),
+                                                                                          abs=0.05)
+    assert math.isnan(paired_bootstrap(lean, base[:, :10])[0]) and math.isnan(paired_bootstrap(lean[:0], base)[0])
+    assert paired_bootstrap(lean, base, mode="min") == (-hi, -lo)
+
+
+def test_the_claims_table_bounds_the_difference_over_the_test_split_too():
+    from leaner.io import pack_outcomes, unpack_outcomes
+
+    rng = np.random.default_rng(4)
+    summary = _summary()
+    summary["eval_outcomes"] = [pack_outcomes(rng.random(120) < acc) for acc in summary["eval_acc"].clip(0, 1)]
+    assert (unpack_outcomes(summary["eval_outcomes"].iloc[0]) <= 1).all() and \
+        len(unpack_outcomes(summary["eval_outcomes"].iloc[0])) == 120
+    lean = claims_table(summary, [_claim()]).iloc[1]
+    assert lean["split_lo"] < lean["lean_advantage"] < lean["split_hi"]
+    assert lean["split_verdict"] in ("superior", "equivalent", "non-inferior", "inferior", "inconclusive")
+    # over seeds alone the bounds are narrower than with the split's share (the Welch bounds)
+    assert lean["split_hi"] - lean["split_lo"] > lean["bound_hi"] - lean["bound_lo"]
+    none = claims_table(_summary(), [_claim()]).iloc[1]
+    assert math.isnan(none["split_lo"]) and none["split_verdict"] == "n/a (no per-example results)"

@@ -238,6 +238,8 @@ def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str |
             "checkpoints": kept,
             "resumed_at": Attempts(out / RESUME_DIR).resumed_at(),  # the steps later attempts began at
             "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained
+            # which evaluation examples the final model gets right (a claim's bootstrap over them)
+            "eval_outcomes": task.eval_outcomes(model, autocast),
         }
         write_json(out / "metrics.json", metrics)
         shutil.rmtree(out / RESUME_DIR, ignore_errors=True)

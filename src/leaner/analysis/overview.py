@@ -243,7 +243,8 @@ def headline_markdown(frame: pd.DataFrame) -> str:
     one seed has no interval: its numbers are marked as one run's."""
     lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: better than "
              "the baseline) [one-sided 95% bounds] | margin | verdict | declared: supported? | another platform "
-             "could read |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "could read | with the test split's share [bounds]: verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
         compared, one = r["role"] != "baseline", int(r["n"]) == 1
         params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if compared else "")
@@ -254,8 +255,16 @@ def headline_markdown(frame: pd.DataFrame) -> str:
                      f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])} | "
                      f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if compared else ''} | "
                      f"{r['margin']:g} | {r['verdict'] if compared else ''} | {declared} | "
-                     f"{_elsewhere(r) if compared else ''} |")
+                     f"{_elsewhere(r) if compared else ''} | {_split(r) if compared else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _split(r: pd.Series) -> str:
+    """A README cell: the bounds over seeds and test examples together, and what they would read."""
+    lo, hi = r.get("split_lo", math.nan), r.get("split_hi", math.nan)
+    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+        return ""
+    return f"[{_signed(lo)}, {_signed(hi)}]: {r['split_verdict']}"
 
 
 def _elsewhere(r: pd.Series) -> str:

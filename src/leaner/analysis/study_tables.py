@@ -13,6 +13,7 @@ from ..numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
 from ..tasks import task_info
 from . import papers, tables
+from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from .study_data import StudyData
 from .summary import replicate_note
 from .table_render import write_table
@@ -95,4 +96,8 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"within the margin; non-inferior: lower bound above -margin; inferior: upper bound below -margin; else "
         f"inconclusive. The control (the lean depth at the baseline's heads) is judged against the baseline the "
         f"same way. supported: whether the verdict supports the declared hypothesis. declaration: whether the "
-        f"claim is judged as declared before its runs trained (else it is left out of the headline)")
+        f"claim is judged as declared before its runs trained (else it is left out of the headline). split_lo, "
+        f"split_hi: the difference bounded over retraining and the test split together (a paired bootstrap over "
+        f"the seeds and the test examples both arms share, {BOOTSTRAP_RESAMPLES:,} resamples from seed "
+        f"{BOOTSTRAP_SEED}, 5th and 95th percentiles); split_verdict: what those bounds would read, to show whether "
+        f"the split's size could change the verdict, which stays the declared Welch test's")

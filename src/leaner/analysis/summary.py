@@ -123,7 +123,8 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                "steps": m["steps"], "wall_time_s": m["wall_time_s"],
                "throughput_samples_per_s": m["throughput_samples_per_s"], "peak_memory_mb": m["peak_memory_mb"],
                "device": m["device"], "numerics": (m.get("numerics") or {}).get("label", UNRECORDED),
-               "claims_digest": m.get("claims_digest")}  # the study's claims as declared when it trained
+               "claims_digest": m.get("claims_digest"),  # the study's claims as declared when it trained
+               "eval_outcomes": m.get("eval_outcomes")}  # which eval examples it got right (tasks/base.py)
         gpath = glue_by_dir.get(str(Path(mpath).parent))
         if gpath:
             glue = read_json(gpath)

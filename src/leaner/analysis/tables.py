@@ -9,9 +9,11 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..handoff import WARM_LINE
+from ..io import unpack_outcomes
 from ..tasks import task_info
 from .stats import (
     CLAIM_VERDICTS,
@@ -21,6 +23,7 @@ from .stats import (
     claim_verdict,
     gmean,
     interval_se,
+    paired_bootstrap,
     resolve,
     verdicts_elsewhere,
     welch,
@@ -153,7 +156,7 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
 
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
                   "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict", "elsewhere",
-                  "hypothesis", "supported", "declaration"]
+                  "hypothesis", "supported", "declaration", "split_lo", "split_hi", "split_verdict"]
 
 # What a claim's declaration was, checked after its runs (`declaration` in the claims table): only
 # AS_DECLARED claims make the headline. A run records its study's claims digest when it trains
@@ -172,6 +175,22 @@ def _supported(verdict: str, hypothesis: str) -> str:
     if not hypothesis:
         return ""
     return ("yes" if verdict in SUPPORTS[hypothesis] else "no") if verdict in CLAIM_VERDICTS[:5] else "n/a"
+
+
+NO_OUTCOMES = "n/a (no per-example results)"
+
+
+def split_interval(lean: pd.DataFrame, base: pd.DataFrame, claim: dict) -> tuple[float, float]:
+    """The claim's difference bounded over retraining and the test split together
+    (stats.paired_bootstrap over the runs' per-example outcomes, metrics.json `eval_outcomes`);
+    NaN for a metric other than eval_acc, a run without outcomes, or fewer than two runs an arm."""
+    if claim["metric"] != "eval_acc" or "eval_outcomes" not in lean or "eval_outcomes" not in base:
+        return math.nan, math.nan
+    runs = [lean["eval_outcomes"], base["eval_outcomes"]]
+    if any(r.isna().any() or len(r) < 2 for r in runs):
+        return math.nan, math.nan
+    arms = [np.stack([unpack_outcomes(text) for text in r]) for r in runs]
+    return paired_bootstrap(*arms, mode=claim["mode"])
 
 
 def declaration(claim: dict, runs: pd.DataFrame) -> str:
@@ -199,12 +218,15 @@ def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFram
     params = int(lean["params_total"].iloc[0]) if len(lean) else None
     mean, _, _, n = ci95(vals)
     hypothesis = claim.get("hypothesis", "non-inferior") if role == "lean" else ""
+    split_lo, split_hi = split_interval(lean, base, claim)
     return {"role": role, "configuration": arch_label(point), "params": params,
             "param_reduction_pct": 100.0 * (1 - params / base_params) if params and base_params else math.nan,
             "mean": mean, "n": n, "seeds_missing": len(claim["seeds"]) - n, "lean_advantage": v["diff"],
             "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"],
             "elsewhere": " / ".join(elsewhere) if not stuck else "", "hypothesis": hypothesis,
-            "supported": _supported(v["verdict"], hypothesis),
+            "supported": _supported(v["verdict"], hypothesis), "split_lo": split_lo, "split_hi": split_hi,
+            "split_verdict": NO_OUTCOMES if math.isnan(split_lo) else bounds_verdict(split_lo, split_hi,
+                                                                                     claim["margin"]),
             "_runs": lean}
 
 

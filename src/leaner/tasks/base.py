@@ -60,12 +60,35 @@ class Task:
         epoch, counted in metrics.json. None by default."""
         return {}
 
+    def eval_outcomes(self, model, autocast) -> str | None:
+        """Which examples of the split behind `eval_acc` the final model gets right, in the split's
+        order (`pack_outcomes`), for the claims' bootstrap over test examples; None where the task
+        has no per-example accuracy."""
+        return None
+
     def chance(self) -> dict:
         """What a predictor that ignores its input scores on the evaluation set, for metrics.json:
         {"metric", "value", "n" (evaluation examples), "predictor"}; {} where the task has none (P2's
         task, whose failure to learn is the finding, and pretraining). A variant no better than this
         did not learn (analysis.summary.learned)."""
         return {}
+
+
+@torch.no_grad()
+def correct_per_example(model, batches: Iterable[tuple[Any, Any]], autocast) -> str:
+    """Which evaluation examples the model classifies correctly, in the batches' order, packed as
+    metrics.json keeps it (`pack_outcomes`); the model in eval mode, one process."""
+    import numpy as np
+
+    model.eval()
+    right = []
+    for x, y in batches:
+        with autocast():
+            right.append((model(x).float().argmax(-1) == y).cpu())
+    model.train()
+    from ..io import pack_outcomes
+
+    return pack_outcomes(torch.cat(right).numpy().astype(np.uint8) if right else np.zeros(0, np.uint8))
 
 
 def majority_chance(labels, metric: str = "eval_acc") -> dict:

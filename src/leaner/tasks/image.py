@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import Task, classification_measure, majority_chance
+from .base import Task, classification_measure, correct_per_example, majority_chance
 
 
 class ImageClassification(Task):
@@ -78,6 +78,10 @@ class ImageClassification(Task):
                    for b in self.splits.eval.eval_batches(self.eval_batch_size, part=self.eval_part))
         s = self.sums(model, batches, autocast, classification_measure)
         return {"eval_loss": s["loss"] / max(s["n"], 1), "eval_acc": s["correct"] / max(s["n"], 1)}
+
+    def eval_outcomes(self, model, autocast) -> str:
+        batches = (self._to_device(b, train=False) for b in self.splits.eval.eval_batches(self.eval_batch_size))
+        return correct_per_example(model, batches, autocast)
 
     def chance(self) -> dict:
         return majority_chance(self.splits.eval.labels())

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
-from .base import Task, classification_measure, majority_chance, trim
+from .base import Task, classification_measure, correct_per_example, majority_chance, trim
 
 UNIGRAM_TOKENS = 1 << 24  # of the training text, for the unigram a language model must beat
 
@@ -54,6 +54,11 @@ class SequenceClassification(Task):
             s = self.sums(model, batches, autocast, classification_measure)
             out.update({f"{prefix}_loss": s["loss"] / max(s["n"], 1), f"{prefix}_acc": s["correct"] / max(s["n"], 1)})
         return out
+
+    def eval_outcomes(self, model, autocast) -> str:
+        batches = ((trim(x).to(self.device), y.to(self.device))
+                   for x, y in self.splits["val"].eval_batches(self.eval_batch_size))
+        return correct_per_example(model, batches, autocast)
 
     def chance(self) -> dict:
         return majority_chance(self.splits["val"].labels())
