@@ -98,6 +98,23 @@ def test_replay_draws_the_authors_points_every_epoch_and_after_a_resume():
     assert torch.equal(PointStream(8, 4, 16, data_seed=3, replay=10).batch(0)[0], replay.batch(1)[0])
 
 
+def test_replayed_batches_are_kept_where_an_epoch_fits(monkeypatch):
+    """An epoch that fits REPLAY_KEEP_BYTES is drawn once and kept (the same tensors every epoch);
+    a larger one is drawn again every epoch from the workers' kept states: the authors' points
+    again, in the second epoch too, and the same targets."""
+    import leaner.data.nearest_point as nearest_point
+
+    kept = PointStream(8, 4, 16, data_seed=2, replay=10)
+    assert kept.batch(13)[0] is kept.batch(3)[0]
+    monkeypatch.setattr(nearest_point, "REPLAY_KEEP_BYTES", 2 * 4 * 10 * 16 * 4 * 8 - 1)  # one byte short
+    drawn = PointStream(8, 4, 16, data_seed=2, replay=10)
+    authors = _authors_epoch(2, 8, 4, 16, 10)
+    for k in (13, 3, 19, 0, 27, 10):
+        x, y = drawn.batch(k)
+        assert x is not kept.batch(k)[0] and torch.equal(x, authors[k % 10].transpose(1, 2))
+        assert torch.equal(y, kept.batch(k)[1])
+
+
 def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
     """`replicates: independent`: no training batch of one data seed is another's, in either regime,
     and each run starts from its own init; `paper`: every run starts from init seed 613."""
