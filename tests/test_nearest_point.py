@@ -379,13 +379,22 @@ def test_replicates_is_checked_before_any_job():
     cfg["studies"]["tiny_nearest"]["recipe"]["replicates"] = "independent"
     plan = build_plan(cfg)
     assert {v.recipe["replicates"] for v in plan.studies["tiny_nearest"].variants.values()} == {"independent"}
+    # each run's own init seed: the spec says so (null: the variant's seed), not P2's 613
+    assert {v.recipe["init_seed"] for v in plan.studies["tiny_nearest"].variants.values()} == {None}
+    assert {v.recipe["init_seed"] for v in build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
+            .variants.values()} == {613}
     for study, value, message in (
             ("tiny_nearest", "indep", 'config error: studies.tiny_nearest.recipe.replicates: "indep" is not allowed '
                                       "(allowed: one of paper, independent)"),
             ("tiny", "independent", "config error: studies.tiny.recipe.replicates: not used by task "
-                                    "image_classification (allowed: leave it out; it is for task nearest_point)")):
+                                    "image_classification (allowed: leave it out; it is for task nearest_point)"),
+            ("tiny_nearest", "independent", "config error: studies.tiny_nearest.recipe.init_seed: 7 with replicates: "
+                                            "independent (allowed: leave it out, each run starts from its own seed; "
+                                            "or replicates: paper)")):
         bad = yaml.safe_load(TINY.read_text())
         bad["studies"][study]["recipe"]["replicates"] = value
+        if "init_seed" in message:
+            bad["studies"][study]["recipe"]["init_seed"] = 7
         with pytest.raises(ConfigError) as err:
             build_plan(bad)
         assert message in str(err.value)
