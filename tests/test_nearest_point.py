@@ -354,6 +354,7 @@ def test_p2_tables_say_what_a_replicate_is_and_give_intervals_only_over_independ
         summary = _summary([{**r, "replicates": replicates} for r in rows])
         table = by_config(summary)
         assert table["best_train_loss_lo"].notna().all() == independent
+        assert configurations([summary])["error_lo"].notna().all() == independent  # the overview's per-config table
         effect = heads_effect(configurations([summary])).iloc[0]
         assert (effect["verdict"] == NOT_INDEPENDENT) == (not independent)
         assert effect["replicate"] == ("independent seed" if independent else
