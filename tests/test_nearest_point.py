@@ -125,6 +125,10 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
         a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
         seen = {a.batch(k)[0].numpy().tobytes() for k in range(20)}
         assert not seen & {b.batch(k)[0].numpy().tobytes() for k in range(20)}
+        # nor a paper run's: seed 2's independent stream is not P2's stream 2 (any paper seed's)
+        paper = {PointStream(8, 4, 16, data_seed=s, replay=replay).batch(k)[0].numpy().tobytes()
+                 for s in range(4) for k in range(20)}
+        assert not seen & paper
     inits = {}
     for replicates in ("paper", "independent"):
         for seed in (0, 1):

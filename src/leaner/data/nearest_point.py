@@ -26,8 +26,8 @@ authors' metric.
 Replicates (`replicates` in the recipe, papers.md 2.1). `paper`: as above, so data seeds s and s+1
 share 6 of 7 streams (under replay, 85 of their 100 batches), and every run starts from the same
 init seed: not independent replicates. `independent`: every stream and worker is seeded from the
-data seed through numpy's SeedSequence (no two data seeds share one) and the model's
-initialisation from the run's own seed (train.py).
+data seed through numpy's SeedSequence under a spawn key of their own (no two data seeds share one,
+and none is a paper stream), and the model's initialisation from the run's own seed (train.py).
 
 On a GPU the fresh regime's batches are drawn there (`device`), from a CUDA generator seeded the
 same way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox
@@ -63,8 +63,14 @@ def farthest_targets(x: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 1, j[..., None].expand_as(x))
 
 
-def _seed(*keys: int) -> int:
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0])
+def _seed(*keys: int, spawn: tuple[int, ...] = ()) -> int:
+    seq = np.random.SeedSequence([int(k) for k in keys], spawn_key=spawn)
+    return int(seq.generate_state(1, dtype=np.uint64)[0])
+
+
+# the SeedSequence spawn key of independent replicates' streams: (data seed, k) alone would be the
+# key of P2's stream data_seed at position k, so an independent run would replay a paper run's batches
+INDEPENDENT = (1,)
 
 
 def _generator(*keys: int) -> torch.Generator:
@@ -120,7 +126,7 @@ class PointStream:
                 self._kept[k] = pair
             return pair
         if self.independent:
-            self._train_gen.manual_seed(_seed(self.data_seed, k))
+            self._train_gen.manual_seed(_seed(self.data_seed, k, spawn=INDEPENDENT))
         else:
             stream, position = self.data_seed + k % self.streams, k // self.streams
             self._train_gen.manual_seed(_seed(stream, position))
@@ -129,7 +135,7 @@ class PointStream:
 
     def worker_seed(self, worker: int) -> int:
         """P2's worker seed, data_seed + worker; independent replicates: one no other data seed shares."""
-        return _seed(self.data_seed, worker) if self.independent else self.data_seed + worker
+        return _seed(self.data_seed, worker, spawn=INDEPENDENT) if self.independent else self.data_seed + worker
 
     def _authors_batch(self, k: int) -> torch.Tensor:
         """Batch k of an epoch of P2's loader: the (k // streams)-th batch of worker k mod streams,
