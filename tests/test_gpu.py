@@ -153,6 +153,19 @@ def test_the_point_stream_on_the_gpu_is_a_pure_function_of_seed_and_step():
     assert not torch.equal(PointStream(16, 8, 64, data_seed=2).batch(9)[0], x.cpu())
 
 
+def test_the_replayed_points_on_the_gpu_are_the_authors_cpu_points():
+    """`stream: replay` draws the authors' points on the CPU wherever the model trains, so a GPU run
+    trains on a CPU run's points (kept on the GPU once drawn); the targets agree with the CPU's."""
+    from leaner.data.nearest_point import PointStream
+
+    gpu, cpu = (PointStream(16, 8, 64, data_seed=2, device=d, replay=10) for d in ("cuda", "cpu"))
+    for k in (0, 9, 13):
+        x, y = gpu.batch(k)
+        assert x.is_cuda and y.is_cuda
+        assert torch.equal(x.cpu(), cpu.batch(k)[0]) and torch.equal(y.cpu(), cpu.batch(k)[1])
+    assert gpu.batch(13)[0] is gpu.batch(3)[0]
+
+
 def _nearest_on_gpu(tmp_path, name, **recipe):
     from leaner.train import train
 

@@ -98,6 +98,23 @@ def test_replay_draws_the_authors_points_every_epoch_and_after_a_resume():
     assert torch.equal(PointStream(8, 4, 16, data_seed=3, replay=10).batch(0)[0], replay.batch(1)[0])
 
 
+def test_replayed_batches_are_kept_where_an_epoch_fits(monkeypatch):
+    """An epoch that fits REPLAY_KEEP_BYTES is drawn once and kept (the same tensors every epoch);
+    a larger one is drawn again every epoch from the workers' kept states: the authors' points
+    again, in the second epoch too, and the same targets."""
+    import leaner.data.nearest_point as nearest_point
+
+    kept = PointStream(8, 4, 16, data_seed=2, replay=10)
+    assert kept.batch(13)[0] is kept.batch(3)[0]
+    monkeypatch.setattr(nearest_point, "REPLAY_KEEP_BYTES", 2 * 4 * 10 * 16 * 4 * 8 - 1)  # one byte short
+    drawn = PointStream(8, 4, 16, data_seed=2, replay=10)
+    authors = _authors_epoch(2, 8, 4, 16, 10)
+    for k in (13, 3, 19, 0, 27, 10):
+        x, y = drawn.batch(k)
+        assert x is not kept.batch(k)[0] and torch.equal(x, authors[k % 10].transpose(1, 2))
+        assert torch.equal(y, kept.batch(k)[1])
+
+
 def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
     """`replicates: independent`: no training batch of one data seed is another's, in either regime,
     and each run starts from its own init; `paper`: every run starts from init seed 613."""
@@ -108,6 +125,10 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
         a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
         seen = {a.batch(k)[0].numpy().tobytes() for k in range(20)}
         assert not seen & {b.batch(k)[0].numpy().tobytes() for k in range(20)}
+        # nor a paper run's: seed 2's independent stream is not P2's stream 2 (any paper seed's)
+        paper = {PointStream(8, 4, 16, data_seed=s, replay=replay).batch(k)[0].numpy().tobytes()
+                 for s in range(4) for k in range(20)}
+        assert not seen & paper
     inits = {}
     for replicates in ("paper", "independent"):
         for seed in (0, 1):
@@ -337,6 +358,7 @@ def test_p2_tables_say_what_a_replicate_is_and_give_intervals_only_over_independ
         summary = _summary([{**r, "replicates": replicates} for r in rows])
         table = by_config(summary)
         assert table["best_train_loss_lo"].notna().all() == independent
+        assert configurations([summary])["error_lo"].notna().all() == independent  # the overview's per-config table
         effect = heads_effect(configurations([summary])).iloc[0]
         assert (effect["verdict"] == NOT_INDEPENDENT) == (not independent)
         assert effect["replicate"] == ("independent seed" if independent else
@@ -362,13 +384,22 @@ def test_replicates_is_checked_before_any_job():
     cfg["studies"]["tiny_nearest"]["recipe"]["replicates"] = "independent"
     plan = build_plan(cfg)
     assert {v.recipe["replicates"] for v in plan.studies["tiny_nearest"].variants.values()} == {"independent"}
+    # each run's own init seed: the spec says so (null: the variant's seed), not P2's 613
+    assert {v.recipe["init_seed"] for v in plan.studies["tiny_nearest"].variants.values()} == {None}
+    assert {v.recipe["init_seed"] for v in build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
+            .variants.values()} == {613}
     for study, value, message in (
             ("tiny_nearest", "indep", 'config error: studies.tiny_nearest.recipe.replicates: "indep" is not allowed '
                                       "(allowed: one of paper, independent)"),
             ("tiny", "independent", "config error: studies.tiny.recipe.replicates: not used by task "
-                                    "image_classification (allowed: leave it out; it is for task nearest_point)")):
+                                    "image_classification (allowed: leave it out; it is for task nearest_point)"),
+            ("tiny_nearest", "independent", "config error: studies.tiny_nearest.recipe.init_seed: 7 with replicates: "
+                                            "independent (allowed: leave it out, each run starts from its own seed; "
+                                            "or replicates: paper)")):
         bad = yaml.safe_load(TINY.read_text())
         bad["studies"][study]["recipe"]["replicates"] = value
+        if "init_seed" in message:
+            bad["studies"][study]["recipe"]["init_seed"] = 7
         with pytest.raises(ConfigError) as err:
             build_plan(bad)
         assert message in str(err.value)

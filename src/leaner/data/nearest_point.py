@@ -18,14 +18,16 @@ a batch being `batch_size` consecutive sets of one worker and batch k coming fro
 same steps_per_epoch batches (25,600 sequences at batch 256) and the reported MSE is a
 training-set MSE. The stream keeps each worker's generator state at the start of each of its
 batches (5 KB each), so batch k stays a pure function of (data seed, k) and a resumed run draws
-it without replaying the run. Either way the evaluation set holds points no run trains on: under
-replay it is the fresh-point (population) MSE reported beside the authors' metric.
+it without replaying the run; it keeps the drawn batches themselves, on the training device, where
+an epoch of them fits REPLAY_KEEP_BYTES (fig1's shape does). Either way the evaluation set holds
+points no run trains on: under replay it is the fresh-point (population) MSE reported beside the
+authors' metric.
 
 Replicates (`replicates` in the recipe, papers.md 2.1). `paper`: as above, so data seeds s and s+1
 share 6 of 7 streams (under replay, 85 of their 100 batches), and every run starts from the same
 init seed: not independent replicates. `independent`: every stream and worker is seeded from the
-data seed through numpy's SeedSequence (no two data seeds share one) and the model's
-initialisation from the run's own seed (train.py).
+data seed through numpy's SeedSequence under a spawn key of their own (no two data seeds share one,
+and none is a paper stream), and the model's initialisation from the run's own seed (train.py).
 
 On a GPU the fresh regime's batches are drawn there (`device`), from a CUDA generator seeded the
 same way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox
@@ -61,12 +63,27 @@ def farthest_targets(x: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 1, j[..., None].expand_as(x))
 
 
-def _seed(*keys: int) -> int:
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0])
+def _seed(*keys: int, spawn: tuple[int, ...] = ()) -> int:
+    seq = np.random.SeedSequence([int(k) for k in keys], spawn_key=spawn)
+    return int(seq.generate_state(1, dtype=np.uint64)[0])
+
+
+# the SeedSequence spawn key of independent replicates' streams: (data seed, k) alone would be the
+# key of P2's stream data_seed at position k, so an independent run would replay a paper run's batches
+INDEPENDENT = (1,)
 
 
 def _generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(_seed(*keys))
+
+
+# replay keeps an epoch's drawn batches (points and targets) on the training device up to this
+# size: drawing one on the CPU costs 5-9 ms at d 64, N 16 (256 point sets, one thread, measured on
+# this project's CPU machine), several times a fig1 step under a CUDA graph (0.8 ms at L1-H1-W1,
+# results.md 6b); kept, an epoch costs that once. 256 MiB holds fig1's and
+# the posn study's epochs (210 MB: 6 jobs on a GPU add 1.3 GB) but not figN's N >= 64 or fig_d's
+# d >= 128, whose steps take longer than the draw, which overlaps them (no sync per step).
+REPLAY_KEEP_BYTES = 256 * 2**20
 
 
 def authors_point_set(dim: int, tokens: int, generator: torch.Generator) -> torch.Tensor:
@@ -91,14 +108,25 @@ class PointStream:
         self._train_gen = torch.Generator(self.device)  # re-seeded for every batch
         self._worker_gen = torch.Generator()  # replay: the authors' worker generators live on the CPU
         self._worker_states: dict[tuple[int, int], torch.Tensor] = {}  # (worker, its batch) -> state at its start
+        # replay: the epoch's batches (points and targets, on the device) kept once drawn, where they fit
+        epoch_bytes = 2 * 4 * (replay or 0) * batch_size * tokens * dim
+        self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = (
+            {} if replay is not None and epoch_bytes <= REPLAY_KEEP_BYTES else None)
 
     def batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training batch k, on the stream's device (seeding a CUDA generator needs no sync)."""
+        """Training batch k, on the stream's device (seeding a CUDA generator needs no sync).
+        Replayed batches that are kept are the same tensors every epoch: read them, never write."""
         if self.replay is not None:
-            x = self._authors_batch(k % self.replay).to(self.device, non_blocking=True)
-            return x, farthest_targets(x)
+            k %= self.replay
+            if self._kept is not None and k in self._kept:
+                return self._kept[k]
+            x = self._authors_batch(k)  # targets found on the CPU too: a GPU run trains on a CPU run's pairs
+            pair = (x.to(self.device, non_blocking=True), farthest_targets(x).to(self.device, non_blocking=True))
+            if self._kept is not None:
+                self._kept[k] = pair
+            return pair
         if self.independent:
-            self._train_gen.manual_seed(_seed(self.data_seed, k))
+            self._train_gen.manual_seed(_seed(self.data_seed, k, spawn=INDEPENDENT))
         else:
             stream, position = self.data_seed + k % self.streams, k // self.streams
             self._train_gen.manual_seed(_seed(stream, position))
@@ -107,7 +135,7 @@ class PointStream:
 
     def worker_seed(self, worker: int) -> int:
         """P2's worker seed, data_seed + worker; independent replicates: one no other data seed shares."""
-        return _seed(self.data_seed, worker) if self.independent else self.data_seed + worker
+        return _seed(self.data_seed, worker, spawn=INDEPENDENT) if self.independent else self.data_seed + worker
 
     def _authors_batch(self, k: int) -> torch.Tensor:
         """Batch k of an epoch of P2's loader: the (k // streams)-th batch of worker k mod streams,

@@ -377,6 +377,20 @@ def _recipe_problems(name: str, st: dict, info, problems: list[str]) -> None:
                                 f"(allowed: leave it out; it is for task {', '.join(owners[key])})")
 
 
+def _independent_init(name: str, recipe: dict, given: dict[str, dict], problems: list[str]) -> dict:
+    """`replicates: independent` (P2): every run starts from its own seed, so the recipe's init seed
+    (P2's 613 by default) becomes null, the variant's seed (train.py); one the study sets itself
+    would be ignored, so it is one line."""
+    if recipe.get("replicates") != "independent":
+        return recipe
+    for where, block in given.items():
+        line = (f"config error: studies.{name}.{where}.init_seed: {block.get('init_seed')} with replicates: "
+                f"independent (allowed: leave it out, each run starts from its own seed; or replicates: paper)")
+        if block.get("init_seed") is not None and line not in problems:
+            problems.append(line)
+    return {**recipe, "init_seed": None}
+
+
 def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
               problems: list[str]) -> dict[str, Variant]:
     """One variant per distinct model of the points (its protocols merged), each with its recipe
@@ -397,10 +411,12 @@ def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
             protocols[vid].append(p["protocol"])
         if vid in variants:
             continue
-        recipe = dict(recipe_base)
-        for ov in overrides:
+        recipe, given = dict(recipe_base), {"recipe": st.get("recipe") or {}}
+        for i, ov in enumerate(overrides):
             if _matches(ov["where"], p):
                 recipe = {**recipe, **ov["recipe"]}
+                given[f"overrides[{i}].recipe"] = ov["recipe"]
+        recipe = _independent_init(name, recipe, given, problems)
         variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
                                 model=model, recipe=recipe, conditioning=conditioning,
                                 expect_params=expect.get(vid))
