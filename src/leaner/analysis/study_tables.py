@@ -100,4 +100,5 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"split_hi: the difference bounded over retraining and the test split together (a paired bootstrap over "
         f"the seeds and the test examples both arms share, {BOOTSTRAP_RESAMPLES:,} resamples from seed "
         f"{BOOTSTRAP_SEED}, 5th and 95th percentiles); split_verdict: what those bounds would read, to show whether "
-        f"the split's size could change the verdict, which stays the declared Welch test's")
+        f"the split's size could change the verdict, which stays the declared Welch test's (with few seeds a "
+        f"bootstrap over them has no small-sample correction and can come out narrower than the Welch bounds)")
