@@ -250,7 +250,8 @@ def headline_markdown(frame: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
         compared, one = r["role"] != "baseline", int(r["n"]) == 1
-        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if compared else "")
+        fewer = compared and round(r["param_reduction_pct"]) != 0
+        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if fewer else "")
         bounds = ("" if not compared or math.isnan(r["bound_lo"])
                   else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
         declared = f"{r['hypothesis']}: {r['supported']}" if isinstance(r.get("hypothesis"), str) else ""
@@ -308,7 +309,8 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
     configs = configurations(summaries)
     effects = heads_effect(configs)
     corr = kappa_error_correlation(configs)
-    heads = headline([pd.read_csv(p).assign(study=_study_of(p)) for p in claim_csvs])
+    words = {"keep_default_na": False, "na_values": [""]}  # verdicts and "n/a" are words, not missing values
+    heads = headline([pd.read_csv(p, **words).assign(study=_study_of(p)) for p in claim_csvs])
     paths = overview_figure(configs, corr, Path(fig_dir) / "all_studies-overview")
     shown = configs.drop(columns=["errors", "numerics"], errors="ignore")
     note = numerics_paragraph(summaries)
