@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from .stats import MIN_N_INTERVAL, fmt_ci, resolve
+from .tables import SUPPORTS
 
 
 def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
@@ -103,7 +104,7 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
     return paras
 
 
-NON_INFERIOR = ("superior", "equivalent", "non-inferior")
+NON_INFERIOR = SUPPORTS["non-inferior"]  # the verdicts that mean a match: superior, equivalent, non-inferior
 
 
 def claim_findings(heads: pd.DataFrame) -> list[str]:

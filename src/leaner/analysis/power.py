@@ -70,8 +70,7 @@ def claim_arms(claim: dict) -> list[tuple[str, dict]]:
 def comparisons(claim: dict) -> list[tuple[str, str]]:
     """(arm, against) pairs a claim's report covers: each lean model against the baseline, and the
     control against the baseline where the claim names one."""
-    pairs = [(f"lean[{j}]", "baseline") for j in range(len(claim["lean"]))]
-    return pairs + ([("control", "baseline")] if claim.get("control") else [])
+    return [(role, "baseline") for role, _ in claim_arms(claim)[1:]]
 
 
 def report(pilot: pd.DataFrame, claim: dict, label) -> list[str]:

@@ -135,11 +135,10 @@ def with_claim_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, claims: list
     against that claim's baseline), the claim's verdict ("name: verdict"), else empty."""
     if not len(frame) or not claims:
         return frame.assign(claim_verdict="")
-    judged = {}
-    for claim in claims:
-        table = claims_table(summary, [claim])
-        for _, row in table[table["role"] != "baseline"].iterrows():
-            judged[(arch_label(claim["baseline"]), row["configuration"])] = f"{claim['name']}: {row['verdict']}"
+    baselines = {claim["name"]: arch_label(claim["baseline"]) for claim in claims}
+    table = claims_table(summary, claims)
+    judged = {(baselines[row["claim"]], row["configuration"]): f"{row['claim']}: {row['verdict']}"
+              for _, row in table[table["role"] != "baseline"].iterrows()}
     return frame.assign(claim_verdict=[judged.get((r["baseline"], arch_label(r)), "") for _, r in frame.iterrows()])
 
 
