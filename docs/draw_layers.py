@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("analysis", "data", "models", "tasks", "workflow")
+PACKAGES = tuple(sorted(p.parent.name for p in (REPO / "src" / "leaner").glob("*/__init__.py")))
 # what each unit is, in a few words (units not named here get none)
 ROLE = {"cli": "commands", "workflow": "config, plan, scheduling", "analysis": "summary, tables, figures",
-        "train": "the one loop", "conditioning": "kappa of trained blocks", "tasks": "task catalogue + classes",
-        "data": "kind catalogue + loaders", "models": "ViT, sequence, P2", "outputs": "figure/table catalogue",
-        "match": "lean variants", "grid": "architecture axes", "rehearse": "paper shapes on CPU",
-        "cost": "GPU-hours", "footprint": "FLOPs, memory"}
+        "training": "the one loop", "measure": "kappa, Jacobians, theory", "tasks": "task catalogue + classes",
+        "data": "kind catalogue + loaders", "models": "ViT, sequence, P2; memory", "outputs": "figure/table catalogue",
+        "compute": "devices, ranks, numerics", "grid": "architecture axes", "planning": "cost, rehearsal, pilot",
+        "running": "leaner run, status", "warm": "warm start"}
 
 
 def unit_graph() -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.workflow.datasets import data_spec
-from leaner.memory import conditioning_mem_mb, training_mem_mb
+from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import warm
 from leaner.workflow.preflight import resource_problems, unknown_study_message
 from leaner.workflow.scheduling import gpu_share_group, job_resources, local_gpu_limits, wanted_group_components
@@ -245,7 +245,7 @@ def count_gpus():
 def check_gpu_memory():
     """At the start of a run (onstart: not in dry runs), before any job: a GPU study whose jobs cannot
     fit the memory of the card they will run on, or whose jobs_per_gpu jobs cannot fit it together,
-    stops the run with one line (`leaner cost --check`, leaner/cost.py). The card: $LEANER_GPU_MEM_GB,
+    stops the run with one line (`leaner cost --check`, leaner/planning/cost.py). The card: $LEANER_GPU_MEM_GB,
     else locally the CUDA devices here, else on a cluster the study's gpu_model; where none is known,
     no check. It runs in a child process: the estimate opens a CUDA context where CUDA is present,
     which this process, alive for the whole sweep, must not hold."""
@@ -253,7 +253,7 @@ def check_gpu_memory():
     import tempfile
 
     import yaml
-    from leaner.cost import may_know_a_card
+    from leaner.planning.cost import may_know_a_card
 
     where = "local" if workflow.local_exec else "cluster"
     if not may_know_a_card(PLAN, where):

@@ -79,7 +79,7 @@ def _cpu_unless_a_gpu_test(request, monkeypatch):
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", str(Path(os.environ.get("PYTEST_HF_HOME", "/tmp/leaner-test-hf"))))
-# Parameter counts kept for the job memory estimates (leaner/memory.py): the session's own.
+# Parameter counts kept for the job memory estimates (leaner/models/memory.py): the session's own.
 os.environ.setdefault("LEANER_CACHE_DIR", "/tmp/leaner-test-cache")
 
 
@@ -148,7 +148,7 @@ def nearest_setup(root: Path, model: dict | None = None, recipe: dict | None = N
 def saved_checkpoint(ckpt: Path) -> Path | None:
     """The resume checkpoint a killed run left: state.pt, or state.prev.pt if the kill landed
     between the rotation of the old one and the rename of the new one."""
-    from leaner.resume import PREVIOUS_FILE
+    from leaner.training.resume import PREVIOUS_FILE
 
     for path in (ckpt, ckpt.with_name(PREVIOUS_FILE)):
         if path.exists():

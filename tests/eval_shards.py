@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from leaner import distributed
+from leaner.compute import distributed
 from leaner.models import build_model
-from leaner.resume import seed_everything
-from leaner.step import autocast_for
 from leaner.tasks import make_task
+from leaner.training.resume import seed_everything
+from leaner.training.step import autocast_for
 
 
 def main(spec_json: str, data: str, out: str) -> None:

@@ -93,11 +93,11 @@ def check_study_outputs(results: Path, pattern: str = "*/*/metrics.json") -> int
     the same probe batch (asserted with `agrees`). Returns how many medians were compared."""
     import pandas as pd
 
-    from leaner.conditioning import singular_kappa
     from leaner.io import read_json
+    from leaner.measure.conditioning import singular_kappa
     from leaner.models import build_model
     from leaner.tasks import make_task
-    from leaner.weights import load_weights
+    from leaner.training.weights import load_weights
 
     checked = 0
     for metrics_path in sorted(results.glob(pattern)):

@@ -61,8 +61,8 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     from leaner.analysis.study_figures import write_study_figures
     from leaner.analysis.study_tables import write_study_tables
     from leaner.analysis.summary import write_summary
-    from leaner.conditioning import write_conditioning
-    from leaner.train import train
+    from leaner.measure.conditioning import write_conditioning
+    from leaner.training.train import train
     from leaner.workflow.plan import build_plan
 
     config = yaml.safe_load(TINY.read_text())
@@ -170,7 +170,7 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_o
     import yaml
 
     from leaner.data import prepare
-    from leaner.train import train
+    from leaner.training.train import train
     from leaner.workflow.config import ConfigError
     from leaner.workflow.plan import build_plan
 

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from leaner.conditioning import capture_attention, conditioning_rows, kappa, layer_kappas, singular_kappa, summarize
-from leaner.jacobian import block_kappa, exact_singular_values, lanczos_extremes
+from leaner.measure.conditioning import (
+    capture_attention,
+    conditioning_rows,
+    kappa,
+    layer_kappas,
+    singular_kappa,
+    summarize,
+)
+from leaner.measure.jacobian import block_kappa, exact_singular_values, lanczos_extremes
 from leaner.models import build_model
 
 from conftest import small_spec
@@ -95,7 +102,7 @@ def test_more_heads_lower_kappa_at_init():
 
 
 def test_conditioning_rows_cover_every_layer_matrix_and_checkpoint(tmp_path, digits_manifest):
-    from leaner.weights import save_weights
+    from leaner.training.weights import save_weights
 
     spec = small_spec(depth=2)
     torch.manual_seed(0)
@@ -138,7 +145,7 @@ def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, 
     """From the saved weights, through the conditioning stage: per sample and in the median, kappa
     within 1e-6 where it is <= 1e8 and within 1e-3 up to 1e12 (the models reach 1e9-1e10)."""
     from leaner.tasks import make_task
-    from leaner.weights import save_weights
+    from leaner.training.weights import save_weights
 
     spec, model = _single_head_vit(bias_scale)
     path = tmp_path / "w.safetensors"
@@ -156,7 +163,7 @@ def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, 
 
 
 def load_and_build(spec, path):
-    from leaner.weights import load_weights
+    from leaner.training.weights import load_weights
 
     model = build_model(spec["model"])
     load_weights(model, path)
@@ -166,7 +173,7 @@ def load_and_build(spec, path):
 def test_a_single_full_width_head_is_singular_at_init(tmp_path, digits_manifest):
     """The construction of the issue: float64 says ~1e17, so the stage records +inf and a
     singular fraction of 1, never a magnitude; the summary counts it."""
-    from leaner.weights import save_weights
+    from leaner.training.weights import save_weights
 
     spec, model = _single_head_vit(0.0)
     path = tmp_path / "init.safetensors"
@@ -248,7 +255,7 @@ def test_jacobian_of_a_padded_sequence_is_the_real_tokens_block(tmp_path):
     the full Jacobian of the padded input."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from leaner.conditioning import jacobian_kappas
+    from leaner.measure.conditioning import jacobian_kappas
 
     attn, x = _attention_block(tokens=8)
     n = 5
@@ -268,8 +275,8 @@ def test_the_probe_in_chunks_sized_from_a_memory_limit():
     batch's size can move a float64 forward pass's last bits, so chunks stay 64 wherever that
     fits). At figN's largest shape (4,096 heads a layer, N 256) one input needs ~6.4 GB, so 16 GB
     measures 2 at a time where 64 at once would need ~412 GB; ViT-B fits 64 in 16 GB."""
-    from leaner.conditioning import _layer_kappas, float64_probe
-    from leaner.memory import probe_bytes, probe_chunk, probe_shape
+    from leaner.measure.conditioning import _layer_kappas, float64_probe
+    from leaner.models.memory import probe_bytes, probe_chunk, probe_shape
 
     m = {"arch": "nearest_point_encoder", "depth": 2, "heads": 4, "modules": 8, "dim": 8, "tokens": 16,
          "posn": "none", "d_model": 16, "head_dim": 4, "ff": 16, "posn_dim": 64}

@@ -14,7 +14,9 @@ import pytest
 import torch
 import yaml
 
-from leaner.cost import (
+from leaner.models import build_model, param_counts
+from leaner.models.footprint import footprint, sample, saved_tensors, training_flops
+from leaner.planning.cost import (
     CARDS,
     Card,
     card,
@@ -26,8 +28,6 @@ from leaner.cost import (
     training_rows,
     write_cost_csv,
 )
-from leaner.footprint import footprint, sample, saved_tensors, training_flops
-from leaner.models import build_model, param_counts
 from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import REPO, TINY, image_folder, snakemake
@@ -115,7 +115,7 @@ def test_memory_estimate_against_peaks_measured_on_an_h100(spec, measured):
 def test_a_job_measured_not_to_fit_an_h100_is_estimated_not_to():
     """figN L2-H64-W64 at N 256 did not fit in 80 GB (the fused kernel's backward workspace alone:
     one 64 x 64 fp32 tile per 64 queries and sample-head, 4096 heads x 256 samples x 4 x 16 KB)."""
-    from leaner.cost import job_memory_bytes
+    from leaner.planning.cost import job_memory_bytes
 
     spec = {"model": p2(2, 64, 64, tokens=256), "recipe": {"batch_size": 256, "eval_batch_size": 1024}}
     fp = footprint(spec["model"], "fp32", flops=False)
@@ -304,9 +304,9 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
     """nearest_figN's L2-H64-W64 at N 256: one probe input takes ~6.4 GB in float64, so an H100
     measures 8 at a time (~52 GB with the model and context), where 64 at once would need ~412 GB;
     its hours are bound by memory traffic, not FLOPs. ViT-B's conditioning is FLOP-bound."""
-    from leaner.cost import conditioning_price, jobs
-    from leaner.footprint import footprint
-    from leaner.memory import probe_bytes, probe_shape
+    from leaner.models.footprint import footprint
+    from leaner.models.memory import probe_bytes, probe_shape
+    from leaner.planning.cost import conditioning_price, jobs
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     fig_n = next(j for j in jobs(plan.studies["nearest_figN"]) if j.name.startswith("L2-H64-W64-r1-d64-N256"))
@@ -326,7 +326,7 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
 def test_a_cuda_graph_step_is_priced_faster_only_where_launches_bound_it():
     """P2 at L1-H1-W1 (launch-bound): recipe.cuda_graph divides its step by the measured speed-up;
     at figN's H64 N 256 (attention-bound) the graph changes nothing."""
-    from leaner.cost import P2_GRAPH_SPEEDUP, p2_step_seconds
+    from leaner.planning.cost import P2_GRAPH_SPEEDUP, p2_step_seconds
 
     small = {"depth": 1, "heads": 1, "modules": 1, "tokens": 16, "head_dim": 64}
     eager, how = p2_step_seconds(small, 256, 0.0, 1)
@@ -344,7 +344,7 @@ def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
     the loader's pace; with a loader fast enough, at its FLOPs again. A P2 job has no loader."""
     from pathlib import Path
 
-    from leaner.cost import LOADER_RATE, jobs, loader_feed, price
+    from leaner.planning.cost import LOADER_RATE, jobs, loader_feed, price
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     study = plan.studies["vit_imagenet"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from leaner.data import batch_indices, load_splits, prepare
-from leaner.train import train
+from leaner.training.train import train
 
 from conftest import small_spec
 

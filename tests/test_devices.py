@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from leaner.devices import claim_slot, pick_device, release
+from leaner.compute.devices import claim_slot, pick_device, release
 
 from conftest import REPO
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.devices
 
 HOLDER = """
 import sys, time
-from leaner.devices import claim_slot
+from leaner.compute.devices import claim_slot
 slot = claim_slot(int(sys.argv[1]), sys.argv[2], timeout_s=float(sys.argv[3]))
 print(slot, flush=True)
 time.sleep(float(sys.argv[4]))
@@ -78,7 +78,7 @@ def test_pick_device_falls_back_to_cpu(monkeypatch):
 
 MULTI = """
 import sys, time
-from leaner.devices import claim_slots
+from leaner.compute.devices import claim_slots
 print(claim_slots(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], timeout_s=float(sys.argv[4])), flush=True)
 time.sleep(30)
 """
@@ -120,7 +120,7 @@ def test_locks_are_named_after_the_physical_gpus(tmp_path, monkeypatch):
 
 
 def test_claiming_more_gpus_than_the_machine_has_is_refused(tmp_path):
-    from leaner.devices import claim_slots
+    from leaner.compute.devices import claim_slots
 
     with pytest.raises(ValueError, match=r"cannot claim 3 GPU\(s\): this machine shows 2"):
         claim_slots(3, 2, tmp_path)
@@ -128,7 +128,7 @@ def test_claiming_more_gpus_than_the_machine_has_is_refused(tmp_path):
 
 SEAT = """
 import sys, time
-from leaner.devices import claim_slots, claimed
+from leaner.compute.devices import claim_slots, claimed
 slots = claim_slots(1, int(sys.argv[1]), sys.argv[2] or None, timeout_s=float(sys.argv[3]), seats=int(sys.argv[4]))
 print(slots[0], claimed().get("seat"), flush=True)
 time.sleep(30)
@@ -182,7 +182,7 @@ def test_inside_a_slurm_job_the_locks_are_the_jobs_own(tmp_path):
 
 
 def test_gpu_share_counts_exactly_k_jobs_per_gpu():
-    from leaner.devices import MAX_JOBS_PER_GPU, SHARE_UNITS, share_of, split_share
+    from leaner.compute.devices import MAX_JOBS_PER_GPU, SHARE_UNITS, share_of, split_share
 
     for k in range(2, MAX_JOBS_PER_GPU + 1):
         share = share_of(1, k)

@@ -23,12 +23,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner import distributed
+from leaner.compute import distributed
+from leaner.compute.devices import SHARE_UNITS, pick_device
+from leaner.compute.distributed import check_split, shard, shard_bounds
 from leaner.data import batch_indices
-from leaner.devices import SHARE_UNITS, pick_device
-from leaner.distributed import check_split, shard, shard_bounds
-from leaner.resume import RESUME_DIR, RESUME_FILE
-from leaner.train import train
+from leaner.training.resume import RESUME_DIR, RESUME_FILE
+from leaner.training.train import train
 
 from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 
@@ -221,7 +221,7 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
     import os
     import signal
 
-    from leaner.stopping import STOPPED_EXIT
+    from leaner.training.stopping import STOPPED_EXIT
 
     spec = small_spec()
     spec["recipe"].update(epochs=6, checkpoint_every=10)

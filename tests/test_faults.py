@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
+from leaner.training.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
 
 from conftest import BIN, REPO, TINY, small_spec
 
@@ -213,8 +213,8 @@ def test_sigterm_mid_epoch_saves_the_step_and_leaner_run_ends_identical(tmp_path
     (held 2 s, so the moment is mid-epoch and certain): the run finishes the step in flight, saves
     at step 21 and exits with status 75 (stopped, resumable); `leaner run` resumes there and ends
     bit-identical to the uninterrupted run: no step of work was lost."""
-    from leaner.stopping import STOPPED_EXIT
-    from leaner.tracking import read_progress
+    from leaner.training.stopping import STOPPED_EXIT
+    from leaner.training.tracking import read_progress
 
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=_env(LEANER_FAULT_SLOW_RENAME="state.pt:2"),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

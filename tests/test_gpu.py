@@ -73,8 +73,8 @@ def test_conditioning_on_the_gpu_equals_the_cpu(tmp_path, digits_manifest, monke
     within 1e-3 relative wherever float64's rounding of sigma_min (about 2e-16 x kappa relative)
     is far below that: kappa <= 1e11. (This tiny ViT on 8 x 8 digits measures kappa ~1e9-5e10:
     most of its patches are blank.)"""
-    from leaner.conditioning import conditioning_rows
-    from leaner.train import train
+    from leaner.measure.conditioning import conditioning_rows
+    from leaner.training.train import train
 
     monkeypatch.delenv("LEANER_DEVICE", raising=False)
     spec = small_spec()
@@ -93,8 +93,8 @@ def test_a_killed_gpu_run_resumes_and_ends_close_to_an_uninterrupted_one(tmp_pat
     """bf16 kernels are not bit-reproducible across a restart, so the two runs are compared by
     their result: the resumed run reaches the last step, and its eval accuracy is within 0.05 of an
     uninterrupted GPU run's (same seed, same data order)."""
-    from leaner.resume import RESUME_DIR, RESUME_FILE
-    from leaner.train import train
+    from leaner.training.resume import RESUME_DIR, RESUME_FILE
+    from leaner.training.train import train
 
     monkeypatch.delenv("LEANER_DEVICE", raising=False)
     spec = small_spec()
@@ -167,7 +167,7 @@ def test_the_replayed_points_on_the_gpu_are_the_authors_cpu_points():
 
 
 def _nearest_on_gpu(tmp_path, name, **recipe):
-    from leaner.train import train
+    from leaner.training.train import train
 
     from conftest import nearest_setup
 
@@ -231,7 +231,7 @@ def test_p2_shapes_of_the_paper_config_take_a_fused_kernel_on_cuda():
 def test_the_recipe_precision_is_what_a_gpu_run_computes_in(tmp_path, digits_manifest):
     """P2 in fp32 without TF32 (its task's recipe), the ViT in bf16 with TF32 (the default): each
     recorded in metrics.json, and P2's loss is an fp32 tensor (no autocast)."""
-    from leaner.train import train
+    from leaner.training.train import train
 
     p2 = _nearest_on_gpu(tmp_path, "p2")
     assert (p2["precision"], p2["tf32"]) == ("fp32", False) and p2["device"].startswith("cuda")

@@ -118,7 +118,7 @@ def test_the_layers_picture_is_drawn_from_the_imports_with_every_unit_above_what
     finally:
         sys.path.remove(str(REPO / "docs"))
     units = draw_layers.unit_graph()
-    assert {"workflow", "tasks", "data", "analysis", "models", "train", "cli"} <= set(units)
+    assert {"workflow", "tasks", "data", "analysis", "models", "training", "cli"} <= set(units)
     row = {u: i for i, layer in enumerate(draw_layers.rows(units)) for u in layer}
     assert all(row[u] == 1 + max((row[t] for t in units[u]), default=-1) for u in units)
     svg = draw_layers.draw(tmp_path / "layers.svg").read_text()

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import yaml
 
-from leaner.match import count_params, match
 from leaner.workflow.config import ConfigError, load_yaml
+from leaner.workflow.match import count_params, match
 from leaner.workflow.plan import build_plan, study_model_base
 
 from conftest import BIN, REPO

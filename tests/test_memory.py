@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from leaner.match import count_params
-from leaner.memory import MIB, conditioning_mem_mb, model_params, training_mem_mb
+from leaner.models.memory import MIB, conditioning_mem_mb, model_params, training_mem_mb
+from leaner.workflow.match import count_params
 from leaner.workflow.plan import load_plan
 
 from conftest import REPO, small_spec
@@ -75,7 +75,7 @@ def test_kept_counts_spare_the_torch_import_for_the_same_code_only(tmp_path):
     same model code, torch and timm) is read back without importing torch."""
     env = {**os.environ, "LEANER_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO / "src")}
     models = json.dumps(_models()[:6])
-    count = (f"import json, sys; from leaner.memory import model_params; "
+    count = (f"import json, sys; from leaner.models.memory import model_params; "
              f"print(json.dumps([[model_params(m) for m in json.loads({models!r})], 'torch' in sys.modules]))")
     first, imported = json.loads(_python(count, env))
     assert imported and first == [count_params(m) for m in json.loads(models)]
@@ -95,9 +95,9 @@ def test_a_real_conditioning_run_stays_within_its_estimate(tmp_path, digits_mani
     spec["conditioning"] = {"samples": 16, "jacobian_samples": 0}
     code = f"""
 import json, resource, sys
-from leaner.conditioning import conditioning_rows
+from leaner.measure.conditioning import conditioning_rows
 from leaner.models import build_model
-from leaner.weights import save_weights
+from leaner.training.weights import save_weights
 spec = json.loads({json.dumps(spec)!r})
 paths = {{name: "{tmp_path}/" + name + ".safetensors" for name in ("init", "final")}}
 for path in paths.values():
@@ -126,7 +126,7 @@ def test_a_cpu_conditioning_job_asks_room_for_its_probe_and_its_jacobian():
     takes ~6.5 GB in float64 and the Jacobian's Lanczos products twice its score tensors. On the
     CPU its job asks for both (the rehearsal measured a 13.2 GB peak); on a GPU the probe is the
     card's, and the host memory the model's."""
-    from leaner.memory import cpu_chunk, jacobian_bytes, probe_bytes, probe_shape
+    from leaner.models.memory import cpu_chunk, jacobian_bytes, probe_bytes, probe_shape
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     v = plan.variant("nearest_figN", "L2-H64-W64-r1-d64-N256-none-s0")

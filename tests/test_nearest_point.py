@@ -13,9 +13,9 @@ from torch import nn
 from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
-from leaner.optim import lr_at
 from leaner.tasks.nearest import nearest_point_mse
-from leaner.train import train
+from leaner.training.optim import lr_at
+from leaner.training.train import train
 
 from conftest import nearest_setup
 
@@ -119,7 +119,7 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
     """`replicates: independent`: no training batch of one data seed is another's, in either regime,
     and each run starts from its own init; `paper`: every run starts from init seed 613."""
     from leaner.tasks.nearest import NearestPoint
-    from leaner.train import _initial_model
+    from leaner.training.train import _initial_model
 
     for replay in (None, 10):
         a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
@@ -186,7 +186,7 @@ def _p2_reference(dim, tokens, depth, heads, modules, ff, posn, posn_dim):
 def test_the_init_seed_gives_the_authors_initial_weights(posn, heads, modules):
     """Seed 613 through the training path's seeding and model builder gives the weights P2's code
     starts from, and the same function."""
-    from leaner.resume import seed_everything
+    from leaner.training.resume import seed_everything
 
     shape = {"dim": 8, "tokens": 5, "depth": 2, "heads": heads, "modules": modules, "ff": 16, "posn": posn,
              "posn_dim": 4}

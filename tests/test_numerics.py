@@ -1,4 +1,4 @@
-"""Pinned numerics (leaner.numerics): the same bits whatever the machine's instruction ceiling, and
+"""Pinned numerics (leaner.compute.numerics): the same bits whatever the machine's instruction ceiling, and
 the difference they protect against; what is recorded, and what summaries, tables and `leaner
 status` say when results made under different numerics meet."""
 
@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-from leaner.numerics import describe_mix, is_mixed, label, pinned_environment
+from leaner.compute.numerics import describe_mix, is_mixed, label, pinned_environment
 
 from conftest import REPO, TINY, snakemake
 
@@ -23,7 +23,7 @@ TIMINGS = ["wall_time_s", "throughput_samples_per_s", "peak_memory_mb"]
 
 def _ceiling() -> str:
     """The machine's vector ceiling, as /proc/cpuinfo says: avx512, avx2 or older."""
-    from leaner.numerics import _cpu_identity
+    from leaner.compute.numerics import _cpu_identity
 
     return _cpu_identity()[2]
 
@@ -87,7 +87,7 @@ def test_a_training_run_records_the_numerics_it_ran_under(tmp_path, digits_manif
 
 @pytest.mark.skipif(not X86, reason="the pinned settings are x86-64's")
 def test_pinning_after_torch_loaded_other_kernels_is_refused():
-    code = ("import torch; torch.ones(3).sum(); from leaner.numerics import pin\n"
+    code = ("import torch; torch.ones(3).sum(); from leaner.compute.numerics import pin\n"
             "try:\n    pin('pinned')\nexcept RuntimeError as e:\n    print('refused:', e)\n"
             "print(torch.backends.cpu.get_cpu_capability())")
     env = {k: v for k, v in __import__("os").environ.items() if k != "ATEN_CPU_CAPABILITY"}
@@ -169,7 +169,7 @@ def test_summaries_tables_and_status_say_when_numerics_are_mixed(tmp_path):
     """Two runs of a study made under different numerics: the summary's column, every table's
     caption and `leaner status` say so; one numerics: the caption names it."""
     from leaner.analysis.study_tables import numerics_note
-    from leaner.status import Row, render
+    from leaner.running.status import Row, render
 
     mixed = pd.DataFrame({"numerics": ["cpu A", "cpu A", "cpu B"], "kappa_numerics": ["cpu A", "cpu A", "cpu B"]})
     assert numerics_note(mixed) == ("Numerics: results made under 2 different numerics are compared: "

@@ -9,7 +9,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from leaner.memory import model_params
+from leaner.models.memory import model_params
 from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY
@@ -66,7 +66,7 @@ def test_a_rehearsal_run_again_in_its_folder_keeps_what_passed_on_the_same_commi
     """A whole-config rehearsal takes hours: run again with the same --work, it goes on where it
     stopped. A row is kept only if it passed on the very code here; another commit, a changed tree
     or a failure is rehearsed again."""
-    from leaner import rehearse as r
+    from leaner.planning import rehearse as r
 
     here = {"version": "0", "commit": "a" * 40, "dirty": False}
     monkeypatch.setattr(r, "code_state", lambda: here)
@@ -105,7 +105,7 @@ def test_a_config_of_one_epoch_of_one_step_rehearses(tmp_path):
     its steps, stops at its checkpoint and resumes (it rehearses any valid config)."""
     import numpy as np
 
-    from leaner.rehearse import REHEARSAL_RECIPE, STOP_AT, rehearse_one
+    from leaner.planning.rehearse import REHEARSAL_RECIPE, STOP_AT, rehearse_one
 
     from conftest import nearest_setup
 
@@ -125,12 +125,12 @@ def test_a_conditioning_job_over_its_mem_mb_fails_the_rehearsal(tmp_path, monkey
     """The conditioning job runs as the workflow runs it and its peak RSS is held to its mem_mb:
     with a mem_mb below what it takes (as when the probe's chunk was left out of it), the
     architecture fails with the line that says so."""
-    import leaner.memory
-    from leaner.rehearse import rehearse_one
+    import leaner.models.memory
+    from leaner.planning.rehearse import rehearse_one
 
     from conftest import nearest_setup
 
-    monkeypatch.setattr(leaner.memory, "conditioning_mem_mb", lambda model, cond, on_cpu=True: 300)
+    monkeypatch.setattr(leaner.models.memory, "conditioning_mem_mb", lambda model, cond, on_cpu=True: 300)
     spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 1, "steps_per_epoch": 1})
     with pytest.raises(RuntimeError, match=r"the conditioning job \(chunks of \d+\) peaked at \d+ MB, over the 300 MB"):
         rehearse_one(spec, manifest, tmp_path / "work")

@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
-from leaner.resume import RESUME_DIR, RESUME_FILE
-from leaner.train import train
+from leaner.training.resume import RESUME_DIR, RESUME_FILE
+from leaner.training.train import train
 from leaner.workflow.config import ConfigError, load_yaml
 
 from conftest import BIN, REPO, run, small_spec, snakemake
@@ -86,7 +86,8 @@ def test_a_full_disk_is_named_with_the_file_being_written(tmp_path, digits_manif
     import collections
     import errno
 
-    from leaner import io, resume
+    from leaner import io
+    from leaner.training import resume
 
     from conftest import small_spec
 

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from leaner.conditioning import kappa, kappa_of_rows
 from leaner.data import prepare
 from leaner.data.listops import decode, generate, load_listops
 from leaner.data.text import TokenStream, decode_bytes
+from leaner.measure.conditioning import kappa, kappa_of_rows
 from leaner.models import build_model, param_counts
-from leaner.weights import load_weights, save_weights
+from leaner.training.weights import load_weights, save_weights
 
 from conftest import REPO, snakemake
 

@@ -203,7 +203,7 @@ def test_k_shared_variants_are_one_slurm_job_of_one_gpu(cluster, tmp_path):
 
 HOLD_GPU_0 = """
 import json, sys, time
-from leaner.devices import claim_slot, claimed
+from leaner.compute.devices import claim_slot, claimed
 claim_slot(1, timeout_s=5)
 time.sleep(4)
 print(json.dumps({**claimed(), "released_unix": time.time()}))

@@ -1,4 +1,4 @@
-"""`leaner status` on the files a job leaves: its heartbeat (tracking.py) and its log."""
+"""`leaner status` on the files a job leaves: its heartbeat (training/tracking.py) and its log."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import re
 import time
 
-from leaner.status import STALE_S, variant_row
-from leaner.tracking import PROGRESS_FILE, mark_failed, starting
+from leaner.running.status import STALE_S, variant_row
+from leaner.training.tracking import PROGRESS_FILE, mark_failed, starting
 
 
 def _row(folder, log):
@@ -59,7 +59,7 @@ def test_a_live_snakemake_is_found_by_its_directory_relative_or_not(tmp_path):
     import subprocess
     import sys
 
-    from leaner.launch import live_snakemakes
+    from leaner.running.launch import live_snakemakes
 
     fake = tmp_path / "bin" / "snakemake"  # a process that looks like one: `python .../snakemake -d w`
     fake.parent.mkdir()

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.cost import CARDS, START_MINUTES, attempts_needed, check_plan
-from leaner.resume import RESUME_DIR, write_seconds
-from leaner.stopping import ATTEMPTS_FILE, Attempts
-from leaner.train import train
+from leaner.planning.cost import CARDS, START_MINUTES, attempts_needed, check_plan
+from leaner.training.resume import RESUME_DIR, write_seconds
+from leaner.training.stopping import ATTEMPTS_FILE, Attempts
+from leaner.training.train import train
 from leaner.workflow.plan import load_plan
 
 from conftest import BIN, TINY, small_spec
@@ -120,10 +120,10 @@ def test_a_resumed_run_keeps_no_copy_of_the_loaded_state(tmp_path, digits_manife
     not hold the checkpoint's tensors (up to 7 GB a rank at paper scale) for its whole length."""
     import torch
 
-    from leaner.distributed import Context
+    from leaner.compute.distributed import Context
     from leaner.models import build_model
-    from leaner.optim import make_optimizer
-    from leaner.train import _resume
+    from leaner.training.optim import make_optimizer
+    from leaner.training.train import _resume
 
     spec = small_spec()
     spec["recipe"].update(epochs=2, checkpoint_every=5, checkpoint_minutes=None)
@@ -140,7 +140,7 @@ def test_a_resumed_run_keeps_no_copy_of_the_loaded_state(tmp_path, digits_manife
 def test_leaner_status_shows_a_stopped_run_and_where_it_resumes(tmp_path, digits_manifest):
     """A run stopped by SIGTERM (its heartbeat says so) is `stopped`, not failed or running, with
     the step a re-run resumes from."""
-    from leaner.status import variant_row
+    from leaner.running.status import variant_row
 
     spec = small_spec()
     spec["recipe"].update(epochs=200, checkpoint_every=1000, checkpoint_minutes=None)

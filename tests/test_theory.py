@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from leaner.theory import kappa_formula, monte_carlo
+from leaner.measure.theory import kappa_formula, monte_carlo
 
 # papers.md 1.1: N=197, d=64, 5 draws: h -> (kappa MC mean, formula)
 PAPER_TABLE = {4: (14.6, 15.3), 8: (4.18, 4.27), 12: (3.00, 3.05), 16: (2.52, 2.56), 24: (2.07, 2.12),

@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner.optim import lr_at
-from leaner.resume import RESUME_DIR, RESUME_FILE, rng_state, set_rng_state
-from leaner.train import train
-from leaner.weights import kept_steps
+from leaner.training.optim import lr_at
+from leaner.training.resume import RESUME_DIR, RESUME_FILE, rng_state, set_rng_state
+from leaner.training.train import train
+from leaner.training.weights import kept_steps
 
 from conftest import BIN, kill_after_checkpoint, saved_checkpoint, small_spec
 
@@ -165,7 +165,7 @@ def test_kept_steps_are_steps_or_fractions_of_the_run():
 def test_weights_kept_during_training_are_the_weights_at_that_step(tmp_path, digits_manifest):
     """At a constant learning rate the weights kept at step 7 of a 20-step run are bit-identical
     to the final weights of the same run stopped at step 7, and conditioning measures them."""
-    from leaner.conditioning import write_conditioning
+    from leaner.measure.conditioning import write_conditioning
 
     spec = small_spec()
     spec["recipe"].update(lr=2e-3, min_lr=2e-3, warmup_frac=0.0, max_steps=20)
@@ -312,7 +312,7 @@ def test_the_log_and_metrics_say_which_code_ran(tmp_path, digits_manifest, capsy
 
 
 def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, digits_manifest):
-    from leaner.train import _LineProgress
+    from leaner.training.train import _LineProgress
 
     lines = []
     bar = _LineProgress(10, 0, lines.append, every=0.0)
@@ -385,7 +385,7 @@ def test_history_grows_each_epoch_and_a_failure_leaves_a_failed_heartbeat(tmp_pa
 def test_a_gpu_without_bf16_is_refused_in_one_line_and_fp32_sets_tf32(monkeypatch):
     """A stand-in for a GPU without bf16 (a V100): precision bf16 stops before training with one
     line; precision fp32 runs, with TF32 as the recipe says."""
-    from leaner.step import set_precision
+    from leaner.training.step import set_precision
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
@@ -407,7 +407,7 @@ def test_checkpoint_minutes_adds_checkpoints_by_wall_time(tmp_path, digits_manif
     """checkpoint_every 5 over 22 steps: a state at 5, 10, 15, 20, whatever checkpoint_minutes
     says; with a millisecond, at every step as well (each step is later than that); auto, for
     this model's 2,794 parameters, is 7 minutes (the run is far shorter)."""
-    from leaner.resume import RunState, checkpoint_minutes
+    from leaner.training.resume import RunState, checkpoint_minutes
 
     saved: list[int] = []
     real = RunState.save

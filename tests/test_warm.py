@@ -1,4 +1,4 @@
-"""The warm start (leaner/warm.py, leaner/handoff.py): a job handed to the warm process computes
+"""The warm start (leaner/warm.py, leaner/running/handoff.py): a job handed to the warm process computes
 the same bits as a fresh process, ends as its client ends, and runs cold wherever it cannot be
 served the same way."""
 
@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner.handoff import ENV, THREAD_COUNTS, WARM_LINE, cold_reason, numerics_of
+from leaner.running.handoff import ENV, THREAD_COUNTS, WARM_LINE, cold_reason, numerics_of
 
 from conftest import BIN, small_spec
 

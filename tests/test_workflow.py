@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.handoff import WARM_LINE
+from leaner.running.handoff import WARM_LINE
 
 from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake
 
@@ -366,7 +366,7 @@ def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tm
             shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy(src, copy / name)
-    train_py = copy / "src" / "leaner" / "train.py"
+    train_py = copy / "src" / "leaner" / "training" / "train.py"
     train_py.write_text(train_py.read_text().replace('"""THE training loop', '"""THE (one) training loop', 1))
     smk = copy / "rules" / "train.smk"
     smk.write_text("# an edited comment\n" + smk.read_text())

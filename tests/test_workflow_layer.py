@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from leaner.devices import SHARE_UNITS
+from leaner.compute.devices import SHARE_UNITS
 from leaner.workflow.plan import build_plan
 from leaner.workflow.preflight import resource_problems, unknown_study_message
 from leaner.workflow.scheduling import (

@@ -9,8 +9,8 @@ import os
 import sys
 import time
 
-from .devices import SHARE_UNITS
-from .numerics import DEFAULT_MODE, MODES
+from .compute.devices import SHARE_UNITS
+from .compute.numerics import DEFAULT_MODE, MODES
 
 
 def _json_arg(text: str):
@@ -57,10 +57,10 @@ def cmd_prepare_data(a):
 
 def cmd_train(a):
     """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
-    saved (stopping.py), 1 on an error."""
-    from . import distributed
-    from .stopping import STOPPED_EXIT, Stopped
-    from .tracking import mark_failed, read_progress
+    saved (training/stopping.py), 1 on an error."""
+    from .compute import distributed
+    from .training.stopping import STOPPED_EXIT, Stopped
+    from .training.tracking import mark_failed, read_progress
 
     if a.nproc > 1 and not distributed.launched_by_torchrun():
         began = time.time()
@@ -68,7 +68,7 @@ def cmd_train(a):
         beat = read_progress(a.out) or {}  # torchrun reports any rank's exit as its own failure
         stopped = code and beat.get("state") == "stopped" and beat.get("updated_unix", 0) >= began
         return STOPPED_EXIT if stopped else code
-    from .train import train
+    from .training.train import train
 
     try:
         train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
@@ -82,14 +82,14 @@ def cmd_train(a):
 
 
 def cmd_conditioning(a):
-    from .conditioning import write_conditioning
+    from .measure.conditioning import write_conditioning
 
     write_conditioning(a.metrics, a.init, a.final, a.data, a.out, device=a.device, threads=a.threads,
                        gpu_share=a.gpu_share, memory_mb=a.mem_mb)
 
 
 def cmd_theory(a):
-    from .theory import write_theory
+    from .measure.theory import write_theory
 
     write_theory(a.settings, a.out)
 
@@ -146,9 +146,9 @@ def _ints(text: str) -> list[int]:
 def cmd_match(a):
     import pandas as pd
 
-    from .match import LEAN_SEARCH_KEYS, match_lean
     from .tasks import CATALOG, task_info
     from .workflow.config import load_yaml
+    from .workflow.match import LEAN_SEARCH_KEYS, match_lean
     from .workflow.plan import study_model_base
 
     st, model_base = study_model_base(load_yaml(a.config), a.study, os.path.dirname(os.path.abspath(a.config)))
@@ -241,7 +241,7 @@ def cmd_rehearse(a):
     import tempfile
     from pathlib import Path
 
-    from .rehearse import COLUMNS, rehearse, rehearse_inline
+    from .planning.rehearse import COLUMNS, rehearse, rehearse_inline
 
     if a.inline:  # one architecture, in a process of its own
         print(json.dumps(rehearse_inline(_plan(a.config), a.only, Path(a.work))))
@@ -264,7 +264,7 @@ def cmd_rehearse(a):
 
 
 def cmd_status(a):
-    from .status import STATES, show
+    from .running.status import STATES, show
 
     unknown = [s for s in a.state if s not in STATES]
     if unknown:
@@ -273,7 +273,7 @@ def cmd_status(a):
 
 
 def cmd_cost(a):
-    from .cost import LOADER_RATE, card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
+    from .planning.cost import LOADER_RATE, card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
 
     if a.check:
         listed, problems = check_plan(_plan(a.config), a.check, card(a.gpu))
@@ -305,7 +305,7 @@ def _seed_list(text: str) -> list[int]:
 
 
 def cmd_pilot(a):
-    from . import pilot
+    from .planning import pilot
     from .workflow.config import load_configs
 
     default = "config.yaml" if os.path.exists("config.yaml") else None
@@ -313,7 +313,7 @@ def cmd_pilot(a):
 
 
 def cmd_run(a):
-    from .launch import run_snakemake
+    from .running.launch import run_snakemake
 
     return run_snakemake(a.snakemake_args)
 
@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         if getattr(args, "numerics", None):  # before anything loads torch
-            from .numerics import pin
+            from .compute.numerics import pin
 
             pin(args.numerics, getattr(args, "threads", None))
         code = args.func(args)
@@ -622,8 +622,8 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """Console entry point. Every output is closed and fsynced when `main` returns, so skip the
     interpreter's teardown of torch's module graph, which costs about 2 s per job. A job of a local
-    Snakemake run runs in the run's warm process where it can (leaner/handoff.py)."""
-    from .handoff import hand_off
+    Snakemake run runs in the run's warm process where it can (leaner/running/handoff.py)."""
+    from .running.handoff import hand_off
 
     code = hand_off(sys.argv[1:])
     if code is None:

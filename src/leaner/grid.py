@@ -1,5 +1,5 @@
 """A study's grid: the head-scaling protocols, the expansion of a grid into points, and each
-point's variant id and model. workflow/plan.py (a study's grid) and match.py (lean variants of a
+point's variant id and model. workflow/plan.py (a study's grid) and workflow/match.py (lean variants of a
 baseline) share these."""
 
 from __future__ import annotations

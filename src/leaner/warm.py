@@ -1,5 +1,5 @@
 """The warm process: one Python that has imported torch, timm, torchvision and the stages, and
-forks a child for each job that a `leaner` client hands it (leaner/handoff.py).
+forks a child for each job that a `leaner` client hands it (leaner/running/handoff.py).
 
 A local Snakemake run starts one (rules/common.smk, `onstart`) and stops it when the run ends; it
 also ends by itself once the Snakemake that started it is gone and its last child has ended. It
@@ -32,12 +32,13 @@ import time
 import traceback
 from pathlib import Path
 
-from .handoff import ENV, identity, send_message
+from .running.handoff import ENV, identity, send_message
 
 # what the warm commands import (measured: a child of these imports nothing more for a ViT, P2 or
 # sequence job); no module here may start a thread or touch CUDA at import
 PRELOAD = ("torch", "timm", "torchvision", "numpy", "pandas", "psutil", "torch.utils.tensorboard", "leaner.cli",
-           "leaner.train", "leaner.conditioning", "leaner.jacobian", "leaner.theory", "leaner.tracking")
+           "leaner.training.train", "leaner.training.tracking", "leaner.measure.conditioning",
+           "leaner.measure.jacobian", "leaner.measure.theory")
 PRELOAD_PACKAGES = ("leaner.models", "leaner.tasks", "leaner.data")  # every module in them
 READY_S = 10.0  # how long `start` waits for the socket to appear
 STOP_WAIT_S = 10.0
@@ -164,7 +165,7 @@ class Server:
         self.stopping = True
 
     def serve(self) -> None:
-        from .numerics import pin
+        from .compute.numerics import pin
 
         me = identity(self.numerics)  # the environment as the jobs will bring it, before the pin sets its own
         pin(self.numerics)

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
 from ..io import atomic_path
-from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import task_info
 from .findings import claim_findings, findings
 from .overview_figure import overview_figure

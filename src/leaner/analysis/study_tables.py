@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..compute.numerics import UNRECORDED, describe_mix
 from ..entry import resolve
-from ..numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
 from ..tasks import task_info
 from . import papers, tables

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
 from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
-from ..numerics import UNRECORDED, describe_mix, is_mixed
 from ..tasks import GRID_AXES, task_info
-from ..tracking import write_hparams
+from ..training.tracking import write_hparams
 from .stats import gmean
 
 ARCH = list(GRID_AXES["arch"])  # depth x heads x width x head_dim x MLP: P1's configurations

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..handoff import WARM_LINE
 from ..io import unpack_outcomes
+from ..running.handoff import WARM_LINE
 from ..tasks import task_info
 from .stats import (
     CLAIM_VERDICTS,
@@ -273,7 +273,7 @@ def glue_tasks_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def warm_costs(log: Path) -> tuple[float, float] | None:
     """(CPU s, peak MB) of a job that ran in the warm process, from its log's last line
-    (leaner/handoff.py); None for a job that ran in its own process."""
+    (leaner/running/handoff.py); None for a job that ran in its own process."""
     try:
         with open(log, "rb") as fh:  # its tail only: a long run's log holds days of progress lines
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
@@ -288,7 +288,7 @@ def job_costs(benchmark_paths: list[str]) -> pd.DataFrame:
     """Snakemake's per-job benchmark files (logs/benchmarks/{rule}/{study}/...tsv) -> per rule and study:
     jobs, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last.
 
-    A job that ran in the warm process (leaner/handoff.py) is measured by the warm process: its
+    A job that ran in the warm process (leaner/running/handoff.py) is measured by the warm process: its
     benchmark saw only the client. Its log (logs/{rule}/{study}/...log) ends with the child's CPU
     time and peak RSS, which replace the benchmark's; its mean load is that CPU time over its wall
     time. `warm_jobs` counts them."""

@@ -27,7 +27,7 @@ Replicates (`replicates` in the recipe, papers.md 2.1). `paper`: as above, so da
 share 6 of 7 streams (under replay, 85 of their 100 batches), and every run starts from the same
 init seed: not independent replicates. `independent`: every stream and worker is seeded from the
 data seed through numpy's SeedSequence under a spawn key of their own (no two data seeds share one,
-and none is a paper stream), and the model's initialisation from the run's own seed (train.py).
+and none is a paper stream), and the model's initialisation from the run's own seed (training/train.py).
 
 On a GPU the fresh regime's batches are drawn there (`device`), from a CUDA generator seeded the
 same way: still a pure function of (data seed, k), so resume stays exact, but CUDA's Philox

@@ -216,7 +216,7 @@ class ShardSplit:
                       world: int = 1, repeats: int = 1):
         """This process's share of each of the epoch's batches, from `skip` on (read and dropped
         before it: a resumed epoch)."""
-        from ..distributed import shard_bounds
+        from ..compute.distributed import shard_bounds
 
         start, stop = shard_bounds(batch_size, rank, world)
         order = np.random.default_rng([seed, epoch, 0x5EED]).permutation(len(self.shards))

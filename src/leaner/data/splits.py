@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..distributed import shard, shard_bounds
+from ..compute.distributed import shard, shard_bounds
 
 # What a data path reports it worked around (Task.take_data_events), by file name.
 CPU_DECODED = "decoded on the CPU"  # a JPEG the device decoder rejected

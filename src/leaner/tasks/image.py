@@ -39,7 +39,7 @@ class ImageClassification(Task):
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
         """This process's share of each global batch of `epoch`, from batch `skip` on (only the
         share is loaded and augmented)."""
-        from ..distributed import check_split
+        from ..compute.distributed import check_split
 
         check_split(len(self.splits.train), self.batch_size, world)
         return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world, self.repeats)

@@ -35,7 +35,7 @@ class NearestPoint(Task):
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
         """This process's share of each global batch of `epoch` (every rank draws the global batch
         from the stream's seed and keeps its rows: cheap next to the model)."""
-        from ..distributed import check_split, shard
+        from ..compute.distributed import check_split, shard
 
         check_split(self.stream.batch_size, self.stream.batch_size, world)
         first = epoch * self.steps_per_epoch + skip

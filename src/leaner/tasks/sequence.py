@@ -35,7 +35,7 @@ class SequenceClassification(Task):
         self.steps_per_epoch = self.splits["train"].steps_per_epoch(self.batch_size)
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
-        from ..distributed import check_split
+        from ..compute.distributed import check_split
 
         check_split(len(self.splits["train"]), self.batch_size, world)
         for x, y in self.splits["train"].train_batches(self.batch_size, self.seed, epoch, skip, rank, world):
@@ -92,7 +92,7 @@ class LanguageModeling(Task):
         self.eval_windows = self.eval.eval_starts(self.context, self.eval_tokens)
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
-        from ..distributed import check_split, shard
+        from ..compute.distributed import check_split, shard
 
         check_split(self.batch_size, self.batch_size, world)
         for step in range(epoch * self.steps_per_epoch + skip, (epoch + 1) * self.steps_per_epoch):
@@ -178,7 +178,7 @@ class MaskedLanguageModeling(Task):
         return inputs, labels
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
-        from ..distributed import check_split, shard
+        from ..compute.distributed import check_split, shard
 
         check_split(self.batch_size, self.batch_size, world)
         for step in range(epoch * self.steps_per_epoch + skip, (epoch + 1) * self.steps_per_epoch):
@@ -229,7 +229,7 @@ class GlueFinetune(Task):
         self.steps_per_epoch = self.splits["train"].steps_per_epoch(self.batch_size)
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
-        from ..distributed import check_split
+        from ..compute.distributed import check_split
 
         check_split(len(self.splits["train"]), self.batch_size, world)
         for x, y in self.splits["train"].train_batches(self.batch_size, self.seed, epoch, skip, rank, world):

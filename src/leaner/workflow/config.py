@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from ..compute.numerics import MODES
 from ..data.kinds import KINDS
-from ..numerics import MODES
 from ..tasks import CATALOG
 
 
@@ -47,7 +47,7 @@ def _defaults(section: str) -> dict[str, Any]:
 
 RECIPE_DEFAULTS = _defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
 # conditioning: jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact
-# up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (jacobian.py)
+# up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (measure/jacobian.py)
 CONDITIONING_DEFAULTS = _defaults("conditioning")
 RESOURCE_DEFAULTS = _defaults("resources")
 THEORY_DEFAULTS = _defaults("theory")

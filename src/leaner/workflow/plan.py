@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..compute.numerics import DEFAULT_MODE
 from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
 from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
-from ..numerics import DEFAULT_MODE
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
 from .config import (
@@ -106,7 +106,7 @@ class Plan:
     datasets: dict[str, dict]
     studies: dict[str, Study]
     theory: dict
-    numerics: str = DEFAULT_MODE  # what the jobs compute under (leaner.numerics)
+    numerics: str = DEFAULT_MODE  # what the jobs compute under (leaner.compute.numerics)
 
     def variant(self, study: str, variant: str) -> Variant:
         return self.studies[study].variants[variant]
@@ -326,7 +326,7 @@ def _lean_grid(name: str, st: dict, info, model_base: dict, problems: list[str])
         problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
                         f"budget, a parameter count; reduction, a fraction in (0, 1))")
         return None
-    from ..match import baseline_point, lean_grids  # builds models on the meta device: imports torch
+    from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
 
     try:
         grid = lean_grids(model_base, st["lean"])
@@ -379,7 +379,7 @@ def _recipe_problems(name: str, st: dict, info, problems: list[str]) -> None:
 
 def _independent_init(name: str, recipe: dict, given: dict[str, dict], problems: list[str]) -> dict:
     """`replicates: independent` (P2): every run starts from its own seed, so the recipe's init seed
-    (P2's 613 by default) becomes null, the variant's seed (train.py); one the study sets itself
+    (P2's 613 by default) becomes null, the variant's seed (training/train.py); one the study sets itself
     would be ignored, so it is one line."""
     if recipe.get("replicates") != "independent":
         return recipe

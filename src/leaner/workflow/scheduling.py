@@ -6,7 +6,7 @@ declare:
 
   gpu        whole GPUs: g, or 0 for a shared job. The user's `--resources gpu=N` counts GPUs, so
              a shared job must not count one whole GPU against it.
-  gpu_share  the same request in 1/SHARE_UNITS of a GPU (devices.py): g * SHARE_UNITS, or
+  gpu_share  the same request in 1/SHARE_UNITS of a GPU (compute/devices.py): g * SHARE_UNITS, or
              SHARE_UNITS // k. Locally the Snakefile caps it at N * SHARE_UNITS, so k shared jobs
              run per GPU; `leaner train --gpu-share` picks the device from it.
   gpu_model  the Slurm GPU model of a whole-GPU job (--gpus=<model>:<g>).
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..devices import SHARE_UNITS, share_of
+from ..compute.devices import SHARE_UNITS, share_of
 
 
 def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:

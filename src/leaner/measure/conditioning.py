@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .memory import MEMORY_SHARE, PROBE_BATCH, model_chunk
+from ..models.memory import MEMORY_SHARE, PROBE_BATCH, model_chunk
 
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
 EPS64 = float(torch.finfo(torch.float64).eps)
@@ -87,7 +87,7 @@ def capture_attention(model, inputs: bool = False):
     """Within the block, `captured[layer][matrix]` collects the tensors of every forward pass:
     'heads_concat' (B, N, h*d) entering attn.proj, 'attn_proj_out' (B, N, D) leaving it, and with
     `inputs` also 'input': (x, keyword arguments) each attention module was called with."""
-    from .models import attention_modules
+    from ..models import attention_modules
 
     captured: dict[int, dict[str, list]] = {}
     handles = []
@@ -171,7 +171,7 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
     Jacobian "method", "rel_residual" (largest), "converged_fraction"}}}, `batch_size` inputs at
     a time; the first chunk holds at least the Jacobian's inputs. `jacobian`: samples (0: none),
     exact_max, lanczos_steps."""
-    from .models import attention_modules
+    from ..models import attention_modules
 
     modules = dict(attention_modules(model))
     out: dict[int, dict[str, dict]] = {}
@@ -222,11 +222,11 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     the numerics they were computed under) for each named checkpoint {name: (step, safetensors
     path)}, over the fixed evaluation batch of the study (the Jacobian over its first
     `conditioning.jacobian_samples` inputs), in chunks that fit the job's memory (`probe_limit`)."""
-    from .devices import pick_device
-    from .models import build_model
-    from .numerics import in_effect
-    from .tasks import make_task
-    from .weights import load_weights
+    from ..compute.devices import pick_device
+    from ..compute.numerics import in_effect
+    from ..models import build_model
+    from ..tasks import make_task
+    from ..training.weights import load_weights
 
     dev = pick_device(device, gpu_share)
     computed = in_effect(str(dev), "fp64")["label"]  # what these kappas were computed under
@@ -266,7 +266,7 @@ def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_
     `memory_mb` on the CPU (the job's resources.mem_mb)."""
     import pandas as pd
 
-    from .io import read_json, verify_sha256, write_csv
+    from ..io import read_json, verify_sha256, write_csv
 
     if threads:
         torch.set_num_threads(threads)

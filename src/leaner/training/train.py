@@ -30,17 +30,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__, distributed, numerics
-from .data.splits import SKIPPED
-from .devices import claimed, pick_device
-from .io import remove_stale_temps, sha256_file, write_json
-from .models import build_model, param_counts
+from .. import __version__
+from ..compute import distributed, numerics
+from ..compute.devices import claimed, pick_device
+from ..data.splits import SKIPPED
+from ..io import remove_stale_temps, sha256_file, write_json
+from ..models import build_model, param_counts
+from ..provenance import claims_declared, code_state, describe
+from ..tasks import make_task
 from .optim import lr_at, make_optimizer
-from .provenance import claims_declared, code_state, describe
 from .resume import RESUME_DIR, RunState, checkpoint_minutes, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, set_precision, sync_interval
 from .stopping import Attempts, Stopped, StopSignal, agree
-from .tasks import make_task
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, load_pretrained, publish_kept, save_weights
 
@@ -385,7 +386,7 @@ def _accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, 
     once, after the last micro-batch."""
     import contextlib
 
-    from .distributed import shard
+    from ..compute.distributed import shard
 
     samples = len(batch[0])
     if samples < k:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from .analysis.power import claim_arms, merged, report
-from .io import read_json, write_csv, write_text
-from .launch import snakemake_command
-from .provenance import SOURCE_ROOT
-from .workflow.config import ConfigError, did_you_mean
-from .workflow.plan import Plan, build_plan
+from ..analysis.power import claim_arms, merged, report
+from ..io import read_json, write_csv, write_text
+from ..provenance import SOURCE_ROOT
+from ..running.launch import snakemake_command
+from ..workflow.config import ConfigError, did_you_mean
+from ..workflow.plan import Plan, build_plan
 
 PILOT_CSV = "pilots/{study}.csv"
 PILOT_RUNS = "pilot_runs/{study}"
@@ -109,7 +109,7 @@ def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: st
 
 def point_label(point: dict) -> str:
     """A claim point's configuration as the tables name it (tables.arch_label)."""
-    from .analysis.tables import arch_label
+    from ..analysis.tables import arch_label
 
     return arch_label(point) if {"depth", "heads", "width", "mlp_hidden"} <= set(point) else \
         ",".join(f"{k}={v}" for k, v in sorted(point.items()))

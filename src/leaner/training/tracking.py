@@ -23,7 +23,7 @@ import platform
 import time
 from pathlib import Path
 
-from .io import read_json, write_csv, write_json
+from ..io import read_json, write_csv, write_json
 
 PROGRESS_FILE = "progress.json"
 HEARTBEAT_S = 30.0

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 
-from .grid import PROTOCOLS, head_shape
+from ..grid import PROTOCOLS, head_shape
 
 
 def count_params(model_spec: dict) -> int:
     """Total parameters of the model `model_spec` builds (tied weights counted once)."""
     import torch
 
-    from .models import build_model, param_counts
+    from ..models import build_model, param_counts
 
     with torch.device("meta"):
         model = build_model(model_spec)

@@ -57,7 +57,7 @@ def _row(protocol: str, n: int, h: int, d: int, draws: int, rng) -> dict:
 def write_theory(settings: dict, out_csv: str) -> None:
     import pandas as pd
 
-    from .io import write_csv
+    from ..io import write_csv
 
     rows = monte_carlo(settings["tokens"], settings["head_dim"], settings["width"], settings["heads"],
                        settings["draws"], settings["seed"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .io import atomic_path
+from ..io import atomic_path
 
 RESUME_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two moments
 WRITE_BYTES_PER_S = 200e6  # a shared filesystem's sustained write for one job (conservative)

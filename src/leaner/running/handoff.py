@@ -28,7 +28,7 @@ from pathlib import Path
 ENV = "LEANER_WARM"  # the warm process's socket; unset or "off": every job runs cold
 WARM_COMMANDS = ("train", "conditioning", "theory")  # the stages that load torch and compute
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # the leaner package
 
 
 def code_stamp(package: Path = PACKAGE) -> str:
@@ -43,7 +43,7 @@ def code_stamp(package: Path = PACKAGE) -> str:
 
 def numerics_of(argv: list[str]) -> str:
     """The numerics mode a command asks for (`--numerics`), or the CLI's default."""
-    from .numerics import DEFAULT_MODE
+    from ..compute.numerics import DEFAULT_MODE
 
     for i, arg in enumerate(argv):
         if arg == "--numerics" and i + 1 < len(argv):

@@ -30,7 +30,7 @@ import math
 import os
 from pathlib import Path
 
-from .io import write_json
+from ..io import write_json
 
 MIB = 2**20
 RUNTIME_MB = 1024
@@ -57,7 +57,7 @@ def _code_version() -> str:
     from importlib.metadata import version
 
     digest = hashlib.sha256(f"torch {version('torch')} timm {version('timm')}".encode())
-    for path in sorted((Path(__file__).parent / "models").glob("*.py")):
+    for path in sorted(Path(__file__).parent.glob("*.py")):  # the models package
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -79,7 +79,7 @@ def _one_layer(shape_json: str) -> tuple[int, int]:
     if shape_json not in kept:
         import torch
 
-        from .models import build_model, param_counts
+        from . import build_model, param_counts
 
         with torch.device("meta"):
             model = build_model({**json.loads(shape_json), "depth": 1})

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .io import read_json
-from .numerics import UNRECORDED, describe_mix, is_mixed
-from .tracking import HEARTBEAT_S, read_progress
+from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
+from ..io import read_json
+from ..training.tracking import HEARTBEAT_S, read_progress
 
 STALE_S = 10 * 60 + 2 * HEARTBEAT_S  # longer than any quiet spell of a live run (an evaluation, a compile)
 STATES = ("pending", "running", "stopped", "done", "diverged", "failed")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from .memory import JACREV_CHUNK
+from ..models.memory import JACREV_CHUNK
 
 EXACT_MAX = 1200  # largest N*D whose Jacobian is formed and decomposed exactly (0.2 s per SVD at 1088)
 LANCZOS_STEPS = 64

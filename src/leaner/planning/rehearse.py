@@ -6,7 +6,7 @@ data of the real shape: JPEG-encoded images at the dataset's size through the re
 transforms, token sequences of the real context length, ListOps of LRA's lengths, P2's point
 sets of its N and d. Each architecture, in a process of its own:
 
-  1. trains 2 steps at batch 2 (`leaner.train.train`), writes its resume checkpoint and stops
+  1. trains 2 steps at batch 2 (`leaner.training.train.train`), writes its resume checkpoint and stops
      there as a preempted job would;
   2. resumes from that checkpoint (reloaded with weights_only, the model, optimiser and RNG
      states restored) and trains a third step, writing every output a training job writes;
@@ -20,7 +20,7 @@ sets of its N and d. Each architecture, in a process of its own:
   4. measures the memory a training forward keeps for backward (the rise of the process's peak
      RSS over it), per sample.
 
-The table: parameters, training FLOPs per sample (leaner.footprint), those activations per sample, the
+The table: parameters, training FLOPs per sample (leaner.models.footprint), those activations per sample, the
 resume checkpoint's size, the time taken, and `pass` or the one line that failed. What the CPU
 cannot show (CUDA kernels, NCCL, bf16, torch.compile, the loader's worker processes) is for
 `make gpu-check` on a GPU machine.
@@ -38,9 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-from .io import read_json, write_json
-from .provenance import code_state
-from .workflow.config import did_you_mean
+from ..io import read_json, write_json
+from ..provenance import code_state
+from ..workflow.config import did_you_mean
 
 REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
                     "checkpoint_minutes": None, "eval_every": 1, "num_workers": 0}
@@ -56,7 +56,7 @@ def architectures(plan, studies: list[str] | None = None, ends: bool = False,
     at most `max_params` parameters; with `ends`, only the smallest and the largest of each study
     (by parameters, then by the activation memory of a training sample: P2's variants of one width
     differ only there)."""
-    from .footprint import footprint
+    from ..models.footprint import footprint
 
     out = []
     for name, study in plan.studies.items():
@@ -79,7 +79,7 @@ def rehearsal_spec(spec: dict) -> dict:
     micro-batch) and conditioning on a CPU job's probe chunk and one input more (step 3), the
     Lanczos estimate (where configured) cut to 2 steps: its code at the real shape, not a
     converged value (64 float64 steps on ViT-B's 12 layers take minutes per checkpoint on a CPU)."""
-    from .memory import cpu_chunk
+    from ..models.memory import cpu_chunk
 
     samples = spec["conditioning"]["samples"]
     cond = {**spec["conditioning"], "samples": min(samples, cpu_chunk(spec["model"], samples) + 1),
@@ -95,7 +95,7 @@ def rehearsal_spec(spec: dict) -> dict:
 
 def synthetic_dataset(name: str, spec: dict, root: Path) -> Path:
     """A prepared dataset of `spec`'s kind and shape, small, made here; returns its manifest."""
-    from .data import prepare
+    from ..data import prepare
 
     manifest = root / name / "manifest.json"
     if manifest.exists():
@@ -190,9 +190,9 @@ def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float
     them as it allocates the gradients)."""
     import torch
 
-    from .models import build_model
-    from .tasks import make_task
-    from .weights import load_weights
+    from ..models import build_model
+    from ..tasks import make_task
+    from ..training.weights import load_weights
 
     model = build_model(spec["model"])
     load_weights(model, str(weights))
@@ -209,11 +209,11 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
     """Steps 1-4 of the module docstring for one variant's architecture; raises on a failure."""
     import torch
 
-    from .conditioning import probe_limit
-    from .footprint import footprint
-    from .memory import conditioning_mem_mb, model_chunk
-    from .resume import RESUME_DIR, RESUME_FILE
-    from .train import train
+    from ..measure.conditioning import probe_limit
+    from ..models.footprint import footprint
+    from ..models.memory import conditioning_mem_mb, model_chunk
+    from ..training.resume import RESUME_DIR, RESUME_FILE
+    from ..training.train import train
 
     real_cond = spec["conditioning"]
     spec = rehearsal_spec(spec)

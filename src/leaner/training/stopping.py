@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from .io import read_json, write_json
+from ..io import read_json, write_json
 
 STOPPED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped on request, resumable
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)

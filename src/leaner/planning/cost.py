@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .workflow.plan import Plan, Study
+from ..workflow.plan import Plan, Study
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def jobs(study: Study) -> list[Job]:
 
 
 def _read_manifest(root: Path, dataset: str) -> dict | None:
-    from .io import read_json
+    from ..io import read_json
 
     path = root / "results" / "data" / dataset / "manifest.json"
     return read_json(path) if path.is_file() else None
@@ -193,7 +193,7 @@ def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
     or FLOPs (`compute_s`, the GPU to one job), shared."""
     import torch
 
-    from .models.nearest import attention_kernel
+    from ..models.nearest import attention_kernel
 
     launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / _sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
     kernel, _ = attention_kernel(model["tokens"], model["head_dim"], torch.float32, "cuda")
@@ -225,7 +225,7 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
     dataset decodes with Pillow (decode: pil): recipe.num_workers (auto: the study's threads
     shared by its processes, less one each) x `rate` a worker (0 workers: the process itself);
     None for other jobs (decode: device is not priced: its rate on a GPU is not measured)."""
-    from .data.splits import worker_count
+    from ..data.splits import worker_count
 
     dataset = plan.datasets.get(spec["dataset"]) or {}
     if spec["model"].get("arch") != "vit" or dataset.get("decode") != "pil":  # image files, decoded by Pillow
@@ -238,7 +238,7 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
 def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader_rate: float = LOADER_RATE) -> dict:
     """One job's row of the plan: its FLOPs, GPU-hours, wall time and memory per GPU; an image job
     at the slower of its step and its loader (`loader_feed`)."""
-    from .footprint import footprint
+    from ..models.footprint import footprint
 
     spec, resources = job.spec, plan.studies[job.study].resources
     gpus = max(1, resources["gpu"])
@@ -287,7 +287,7 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     conditioning.steps, final) runs the forward pass of every probe input (a third of training's
     FLOPs), and the Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian
     (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
-    from .memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
+    from ..models.memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
 
     model, cond = spec["model"], spec["conditioning"]
     tokens, heads, cols = probe_shape(model)
@@ -321,7 +321,7 @@ def attempts_needed(wall_hours: float | None, runtime: float, params: int,
     cannot finish, or None). Each attempt pays START_MINUTES; at its time limit it saves its state
     on SIGTERM (stopping.py) if the write fits in KILL_GRACE_S, else only what its last periodic
     checkpoint (recipe.checkpoint_minutes) saved survives: up to that interval is lost."""
-    from .resume import checkpoint_minutes, write_seconds
+    from ..training.resume import checkpoint_minutes, write_seconds
 
     if wall_hours is None:
         return None, None
@@ -482,7 +482,7 @@ def _priced_note(c: StudyCost) -> str:
 def write_cost_csv(path: str | Path, costs: list[StudyCost]) -> None:
     import pandas as pd
 
-    from .io import write_csv
+    from ..io import write_csv
 
     write_csv(path, pd.DataFrame([r for c in costs for r in c.rows]))
 
@@ -534,7 +534,7 @@ def local_card() -> Card | None:
 
 def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
     """One line per study whose jobs (or jobs_per_gpu of them together) cannot fit its card."""
-    from .footprint import footprint
+    from ..models.footprint import footprint
 
     problems = []
     for name, gpu in cards.items():

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .io import atomic_path, sha256_file
+from ..io import atomic_path, sha256_file
 
 KEPT_DIR = "checkpoints"  # weights kept at conditioning.steps (in .resume/ until the run ends)
 

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from . import build_model
 from .memory import model_params
-from .models import build_model
 
 CUDA = torch.device("cuda", 0)  # an explicit index: nothing asks torch.cuda for the current device
 FUSED_BLOCK = 64  # the fused kernels' tile (queries and head dim) for their backward's accumulators
