@@ -7,8 +7,11 @@ Two uses:
   run of the default study must give these files byte for byte where its numerics label is the
   reference's, or else stay within what another platform can move (test_default_study.py);
 - refreshing them after a change that moves the numbers, from a finished run of config.yaml:
-  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files and the README's generated
-  blocks (the claims and heads-effect tables, the findings).
+  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files, the README's generated
+  blocks (the claims and heads-effect tables, the findings) and its headline figure;
+- the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
+  docs/headline.png from the reference's summaries with the overview's own code (the figure
+  `leaner overview` draws as results/figures/all_studies-overview.png).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "reference" / "default_study"
 README = REPO / "README.md"
+FIGURE = REPO / "docs" / "headline.png"
 TIMINGS = ("wall_time_s", "throughput_samples_per_s", "peak_memory_mb")  # summary columns a machine's load moves
 NOT_KEPT = ("all_studies-job_costs.csv",)  # nothing but timings
 
@@ -134,6 +138,27 @@ def readme_blocks() -> dict[str, str]:
             "findings": "\n".join(f"> {line}" if line else ">" for line in body.splitlines()) + "\n"}
 
 
+def headline_figure(path: Path = FIGURE) -> Path:
+    """Draw the overview figure of the reference run into `path` (a PNG), as `leaner overview` draws
+    it: the summaries in the run's study order, the configurations and correlations computed from
+    them (the same as the run's all_studies-kappa_rank_error and -kappa_error_correlation tables)."""
+    import shutil
+    import tempfile
+
+    import pandas as pd
+
+    from leaner.analysis.overview import configurations, kappa_error_correlation
+    from leaner.analysis.overview_figure import overview_figure
+
+    order = dict.fromkeys(pd.read_csv(REFERENCE / "tables" / "all_studies-kappa_rank_error.csv")["study"])
+    configs = configurations([pd.read_csv(REFERENCE / "summaries" / f"{study}.csv") for study in order])
+    with tempfile.TemporaryDirectory() as tmp:
+        png, = (p for p in overview_figure(configs, kappa_error_correlation(configs), Path(tmp) / "overview")
+                if p.suffix == ".png")
+        shutil.copyfile(png, path)
+    return path
+
+
 def marked(text: str, name: str) -> tuple[int, int]:
     """Where the README's block `name` lies: (start, end) of the text between its markers."""
     begin, end = f"<!-- {name}: begin -->\n", f"<!-- {name}: end -->"
@@ -167,7 +192,11 @@ def write_reference(workdir: Path, wall: str | None = None) -> None:
         start, end = marked(text, name)
         text = text[:start] + block + text[end:]
     README.write_text(text)
+    headline_figure()
 
 
 if __name__ == "__main__":
-    write_reference(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+    if sys.argv[1:] == ["--figure"]:
+        print(headline_figure())
+    else:
+        write_reference(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reference_run import README, REFERENCE, marked, provenance, readme_blocks
+from reference_run import FIGURE, README, REFERENCE, REPO, marked, provenance, readme_blocks
 
 
 def test_the_readmes_tables_and_findings_are_rendered_from_the_reference_run():
@@ -15,6 +15,12 @@ def test_the_readmes_tables_and_findings_are_rendered_from_the_reference_run():
     for name, block in readme_blocks().items():
         start, end = marked(text, name)
         assert text[start:end] == block, f"README block {name!r}: run tests/reference_run.py to render it again"
+
+
+def test_the_readme_shows_the_headline_figure_drawn_from_the_reference_run():
+    """docs/headline.png is committed and shown; `tests/reference_run.py --figure` draws it again."""
+    assert FIGURE.is_file() and FIGURE.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({FIGURE.relative_to(REPO).as_posix()})" in README.read_text()
 
 
 def test_the_reference_run_was_made_under_pinned_numerics_and_committed_code():

@@ -1,12 +1,20 @@
-"""From per-variant results to what a reader sees, each module importing only those above it:
+"""From per-variant results to what a reader sees: all 17 modules, each importing only those above it:
 
-    stats        intervals, differences, rank correlations, when a difference is resolved
-    power        a declared claim's power from a pilot (noncentral t), and the pilot's report
-    summary      summary.csv (one row per variant); a configuration's axes; the headline metric
-    tables       tables over configurations, and the one table writer
-    papers       the papers' reported numbers beside ours
-    study_tables what the tables rules write
-    plots        what every figure shares (style, saving, log axes, off-scale marks)
-    figures      each study's figures
-    overview     across studies: configurations, effects, correlations, the headline, findings
+    stats           intervals, differences, rank correlations, when a difference is resolved
+    power           a declared claim's power from a pilot (noncentral t), and the pilot's report
+    labels          readable column headers for the tables people read (the CSV keeps raw names)
+    table_render    the one table writer: CSV, Markdown, LaTeX and HTML from a data frame
+    summary         summary.csv (one row per variant); a configuration's axes; the headline metric
+    tables          tables over configurations: by config, lean vs baseline, acceptance, claims, costs
+    findings        the findings paragraphs, generated from the overview's numbers
+    papers          the papers' reported numbers beside ours
+    study_data      what a study's figures and tables are made from (its summary and its plan)
+    study_tables    what the tables rules write (a study's tables, the theory tables)
+    plots           what every figure shares (style, saving, log axes, off-scale marks)
+    curves          training curves: loss and metric against the step, one line per configuration
+    figures         a study's figures: kappa, metric vs heads and MLP, kappa in training, Pareto, theory
+    figures_p2      P2's figures: MSE and kappa against head rank, the angle of one-head models
+    study_figures   what the figures rules write (a study's figures, the theory figure)
+    overview_figure the overview figure: every configuration of every study on common axes
+    overview        across studies: configurations, effects, correlations, the headline, findings
 """
