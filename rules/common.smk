@@ -17,7 +17,13 @@ from leaner.workflow.datasets import data_spec
 from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import warm
 from leaner.workflow.preflight import resource_problems, unknown_study_message
-from leaner.workflow.scheduling import gpu_share_group, job_resources, local_gpu_limits, wanted_group_components
+from leaner.workflow.scheduling import (
+    ask_group_components,
+    gpu_share_group,
+    job_resources,
+    limit_resource,
+    local_gpu_limits,
+)
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -119,14 +125,10 @@ def gpu_resource(key, max_gpus=None):
 
 def share_group(wildcards):
     """The Snakemake group of a study whose jobs share GPUs: on a cluster it spans jobs_per_gpu
-    jobs, one allocation of one GPU per k variants (local runs ignore groups). The group sizes
-    (--group-components, unless the user gave them) are set here, when the DAG asks for its first
-    group: Snakemake replaces its group settings after this file is parsed."""
-    settings = workflow.group_settings
-    studies = {name: st.resources for name, st in PLAN.studies.items()}
-    wanted = wanted_group_components(studies, settings.group_components)
-    if wanted != dict(settings.group_components):
-        settings.group_components = wanted
+    jobs, one allocation of one GPU per k variants (local runs ignore groups). The group sizes are
+    set when the DAG asks for its first group (leaner/workflow/scheduling.py ask_group_components:
+    Snakemake 9.27 replaces its group settings after this file is parsed)."""
+    ask_group_components(workflow, {name: st.resources for name, st in PLAN.studies.items()})
     return gpu_share_group(wildcards.study, study_of(wildcards).resources)
 
 
@@ -239,7 +241,7 @@ def count_gpus():
         sys.stderr.write("\n".join(problems) + "\n")
         raise SystemExit(2)
     for name, value in limits.items():
-        limit_resource(name, value)
+        limit_resource(workflow, name, value)
 
 
 def check_gpu_memory():
@@ -302,13 +304,6 @@ def stop_warm():
     """At the end of a run (onsuccess, onerror): the warm process stops taking jobs."""
     for proc in WARM:
         warm.stop(proc)
-
-
-def limit_resource(name, value):
-    """A global resource limit set once the scheduler exists: register_resource updates what is
-    free, but not the totals the scheduler counts by (Snakemake 9.27), so set those too."""
-    workflow.register_resource(name, value)
-    workflow.scheduler.global_resources[name] = value
 
 
 # Names a target under results/ may start with (rules/refuse_unknown_studies.smk refuses any other).

@@ -111,3 +111,48 @@ def test_an_unknown_study_names_the_studies_there_are(study, hint):
     assert unknown_study_message(f"results/{study}/summary.csv", study, ["vit_digits", "nearest_rank"]) == (
         f"results/{study}/summary.csv: no study named {study!r} in the config{hint} (allowed: vit_digits, "
         f"nearest_rank; see `leaner variants <config>`)")
+
+
+SETTINGS_SNAKEFILE = '''
+from leaner.workflow.scheduling import ask_group_components, limit_resource
+
+
+def group(wildcards):
+    ask_group_components(workflow, {"s": {"gpu": 1, "jobs_per_gpu": 2, "gpu_model": ""}})
+    return "gpu_share_s"
+
+
+rule all:
+    input: expand("out/{i}", i=range(4))
+
+
+rule one:
+    output: "out/{i}"
+    group: group
+    resources: token=1
+    shell: "mkdir lock && sleep 0.3 && rmdir lock && touch {output}"
+
+
+onstart:
+    limit_resource(workflow, "token", 1)
+'''
+
+
+def test_the_two_settings_made_through_snakemakes_internals_take_effect(tmp_path):
+    """The Snakefile sets the group sizes from a group function and a resource limit at onstart,
+    through Snakemake 9's internals (workflow/scheduling.py). On a workflow of its own: the limit
+    holds (four jobs that collide if two run at once, on four cores), and on a cluster executor
+    (a dry run) four jobs of a 2-per-GPU group are two group jobs, not one per job. Fails when a
+    Snakemake release changes either under them."""
+    from conftest import BIN
+
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(SETTINGS_SNAKEFILE)
+    base = [str(BIN / "snakemake"), "-d", str(tmp_path), "-s", str(snakefile)]
+    plan = subprocess.run([*base, "-n", "--executor", "slurm", "--jobs", "4"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert (plan.stdout + plan.stderr).count("Group job gpu_share_s") == 2
+    proc = subprocess.run([*base, "--cores", "4"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0", "1", "2", "3"]

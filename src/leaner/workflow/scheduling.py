@@ -138,3 +138,26 @@ def local_gpu_limits(plan, gpus: int | None, cores: int | None, share: int | Non
     if share is None:
         limits["gpu_share"] = share_pool(gpus)
     return limits, problems
+
+
+# Two settings the Snakefile makes where Snakemake 9 gives no public door (pinned: snakemake 9.27.1;
+# tests/test_workflow_layer.py runs both on a workflow of its own and fails when Snakemake changes
+# under them).
+
+def ask_group_components(workflow, studies: Mapping[str, Mapping]) -> None:
+    """Set the group sizes GPU sharing needs (`wanted_group_components`; a size the user gave on
+    the command line or in a profile is kept). Called from a rule's `group` function, when the DAG
+    asks for its first group: Snakemake 9 replaces `workflow.group_settings` from the command line
+    after the Snakefile is parsed, so a setting made at parse time is lost."""
+    settings = workflow.group_settings
+    wanted = wanted_group_components(studies, settings.group_components)
+    if wanted != dict(settings.group_components):
+        settings.group_components = wanted
+
+
+def limit_resource(workflow, name: str, value: int) -> None:
+    """A global resource limit set at `onstart`, once the scheduler exists: Snakemake 9's
+    `register_resource` updates what is free but not the totals the scheduler counts by, so those
+    are set too."""
+    workflow.register_resource(name, value)
+    workflow.scheduler.global_resources[name] = value
