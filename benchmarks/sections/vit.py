@@ -1,0 +1,55 @@
+"""gpu-check's vit section: vit_imagenet's ViT-B/16 through `leaner train` on JPEGs read by the real
+loader, against its step alone and its loader alone (the functions of benchmarks/run.py rows 1b and 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import DEVICE, ON_CPU, REPO
+
+LOADER_OVERLAP = 0.8  # declared before any GPU run: `leaner train` keeps this share of min(step, loader)
+
+
+def section_vit(work: Path) -> dict:
+    """vit_imagenet's ViT-B/16 at its recipe's per-GPU batch (1024 over 8 GPUs: 128), compiled,
+    bf16, through `leaner train` on JPEGs read by the real loader (Pillow workers, `num_workers:
+    auto`, the DeiT augmentation), against the same step on data held on the GPU and against the
+    loader alone: images/s each. `leaner cost` prices such a job at the slower of its step and its
+    loader (cost.loader_feed); it passes when the run ends finite and keeps at least LOADER_OVERLAP
+    of that rate (the loader overlaps the step). `--cpu`: eager, batch 4, the loader at 2 workers."""
+    import math
+
+    import pandas as pd
+    from rows.gpu import _bare_vit
+    from rows.loading import _image_manifest, _loader_rate
+
+    from leaner.data.splits import worker_count
+    from leaner.training.train import train
+    from leaner.workflow.plan import load_plan
+
+    study = load_plan(REPO / "configs" / "paper.yaml").studies["vit_imagenet"]
+    spec = study.variants["L12-H12-D768-hd64-mlp3072-s0"].spec()
+    batch = 4 if ON_CPU else spec["recipe"]["batch_size"] // max(1, study.resources["gpu"])
+    workers = 2 if ON_CPU else worker_count("auto")
+    steps_per_epoch, epochs = (2, 4) if ON_CPU else (8, 5)  # steady: epochs 2 to the last but one
+    manifest = _image_manifest(work / "jpeg", batch * steps_per_epoch, 256, 224, "jpg", ("pil",))["pil"]
+    loader = _loader_rate(manifest, workers, batch, DEVICE)
+    step = _bare_vit(batch, 3, False, "cpu")[0] if ON_CPU else _bare_vit(batch, 20, True)[0]
+    recipe = {**spec["recipe"], "batch_size": batch, "epochs": epochs, "eval_every": 10_000, "repeat_aug": 1,
+              "checkpoint_every": 10_000_000, "checkpoint_minutes": None, "num_workers": workers,
+              "compile": not ON_CPU, "precision": "fp32" if ON_CPU else "bf16"}
+    run = {**spec, "dataset": "jpeg", "model": {**spec["model"], "num_classes": 4}, "recipe": recipe}
+    run.pop("expect_params", None)  # 4 classes, not 1000
+    metrics = train(run, manifest, work / "run", device=DEVICE, progress=False)
+    h = pd.read_csv(work / "run" / "history.csv")
+    a, b = h.iloc[1], h.iloc[-2]
+    ours = (b["step"] - a["step"]) * batch / (b["elapsed_s"] - a["elapsed_s"])
+    bound = min(loader, step)
+    ok = math.isfinite(metrics["final"]["train_loss"]) and ours >= LOADER_OVERLAP * bound
+    fed = "loader-bound" if loader < step else "step-bound"
+    return {"status": "pass" if ok else "fail",
+            "summary": f"ViT-B/16 batch {batch}{', compiled' if not ON_CPU else ''}: `leaner train` {ours:.0f} "
+                       f"images/s; step alone {step:.0f}, loader alone {loader:.0f} ({workers} "
+                       f"workers, {loader / workers:.0f} a worker): {fed}, {ours / bound:.2f} x the slower",
+            "images_per_s": round(ours, 1), "step_images_per_s": round(step, 1),
+            "loader_images_per_s": round(loader, 1), "workers": workers, "batch": batch}
