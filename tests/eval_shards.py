@@ -15,7 +15,7 @@ import torch
 
 from leaner.compute import distributed
 from leaner.models import build_model
-from leaner.tasks import make_task
+from leaner.tasks.trainers import make_task
 from leaner.training.resume import seed_everything
 from leaner.training.step import autocast_for
 

@@ -96,7 +96,7 @@ def check_study_outputs(results: Path, pattern: str = "*/*/metrics.json") -> int
     from leaner.io import read_json
     from leaner.measure.conditioning import singular_kappa
     from leaner.models import build_model
-    from leaner.tasks import make_task
+    from leaner.tasks.trainers import make_task
     from leaner.training.weights import load_weights
 
     checked = 0

@@ -1,7 +1,8 @@
 """A task is added in one place: a record in the task catalogue and its training class in one
-module. Here a toy task (digit parity: is the digit odd?) lives in a module of the test's own and
-one record put into the catalogue, and it runs through every stage: config expansion, training,
-summary.csv, its tables and figures."""
+module, registered there under the task's name. Here a toy task (digit parity: is the digit odd?)
+lives in a module of the test's own and one record put into the catalogue, and it runs through
+every stage: config expansion, training, summary.csv, its tables and figures. A toy dataset kind,
+a toy figure and the registry itself follow."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 from conftest import REPO, TINY
 
 TOY_MODULE = '''
-from leaner.tasks.base import Task, classification_measure, evaluation_sums
+from leaner.tasks.base import Task, classification_measure, evaluation_sums, trains
 from leaner.tasks.image import ImageClassification
 
 
+@trains("digit_parity")
 class DigitParity(ImageClassification):
     """Digits -> odd or even: the digits data with labels y % 2."""
 
@@ -35,23 +37,33 @@ class DigitParity(ImageClassification):
 
 
 def _parity_model(given: dict, ds: dict, problem) -> dict:
-    from leaner.tasks import VIT_DEFAULTS
+    return {"arch": "vit", **given, "img_size": ds["img_size"], "in_chans": ds["in_chans"], "num_classes": 2}
 
-    return {"arch": "vit", **VIT_DEFAULTS, **given, "img_size": ds["img_size"], "in_chans": ds["in_chans"],
-            "num_classes": 2}
+
+def _fresh(monkeypatch, *registries) -> None:
+    """Registrations made during the test are undone after it."""
+    for registry in registries:
+        monkeypatch.setattr(registry, "code", dict(registry.code))
 
 
 @pytest.fixture
 def toy_task(tmp_path, monkeypatch):
-    from leaner.tasks import CATALOG, TaskInfo
+    import importlib
+    import sys
 
+    from leaner.tasks import CATALOG, TaskInfo
+    from leaner.tasks.trainers import TRAINERS
+
+    _fresh(monkeypatch, TRAINERS)
+    model_keys = ("patch_size", "qkv_bias", "drop_path_rate", "global_pool")
+    info = TaskInfo("digit_parity", "P1", "arch", ("digits",), model_keys, _parity_model,
+                    metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
+                    figures=("accuracy_vs_heads", "kappa_vs_heads"), tables=("by_config", "lean_vs_baseline"))
+    monkeypatch.setitem(CATALOG, "digit_parity", info)
     (tmp_path / "toy_task.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    info = TaskInfo("digit_parity", "P1", "arch", ("digits",), ("patch_size",), _parity_model,
-                    metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
-                    figures=("accuracy_vs_heads", "kappa_vs_heads"), tables=("by_config", "lean_vs_baseline"),
-                    trainer="toy_task:DigitParity")
-    monkeypatch.setitem(CATALOG, "digit_parity", info)
+    monkeypatch.delitem(sys.modules, "toy_task", raising=False)
+    importlib.import_module("toy_task")  # registers DigitParity under its task's name
     return info
 
 
@@ -100,14 +112,15 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
 
 
 def test_an_unknown_task_is_refused_with_the_catalogue_names(toy_task):
-    from leaner.tasks import make_task
+    from leaner.tasks.trainers import make_task
 
     with pytest.raises(ValueError, match="unknown task 'nope' .*digit_parity"):
         make_task({"task": "nope"}, "", None)
 
 
-# A dataset kind is added in one place too: one record in the kind catalogue, with its preparation
-# and its opening (here the test's own functions: bright or dark 4x4 noise images).
+# A dataset kind is added in one place too: one record in the kind catalogue, and its preparation,
+# opening, rehearsal sample and training rows registered under its name (here the test's own
+# functions: bright or dark 4x4 noise images).
 
 def _prepare_bright(name: str, spec: dict, out_manifest: str) -> dict:
     import numpy as np
@@ -143,30 +156,43 @@ def _even(name: str, given: dict, out: dict, base_dir) -> list[str]:
                                                 f"(allowed: an even number, halved into train and eval)"]
 
 
+def _bright_sample(name: str, entry: dict, folder) -> dict:
+    return {**entry, "n_train": 16}
+
+
+def _bright_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
+    return entry["n_train"] // 2  # the other half is evaluated on
+
+
 @pytest.fixture
 def toy_kind(monkeypatch):
-    import sys
-
-    from leaner.data.kinds import KINDS, DatasetKind
+    from leaner.data import builtin_kinds
+    from leaner.data.kinds import KINDS, OPEN, PREPARE, ROWS, SAMPLE, DatasetKind
     from leaner.tasks import CATALOG, TaskInfo
+    from leaner.tasks.image import ImageClassification
+    from leaner.tasks.trainers import TRAINERS
 
-    module = type(sys)("toy_kind")
-    module.prepare, module.open = _prepare_bright, _open_bright
-    monkeypatch.setitem(sys.modules, "toy_kind", module)
+    builtin_kinds()
+    _fresh(monkeypatch, PREPARE, OPEN, SAMPLE, ROWS, TRAINERS)
     kind = DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
-                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, "toy_kind:prepare",
-                       "toy_kind:open", required=("n_train",), check=_even)
+                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, required=("n_train",),
+                       check=_even)
     monkeypatch.setitem(KINDS, "bright", kind)
-    # a task that reads it: the image task's record, for this kind (the catalogue's own is left alone)
+    PREPARE.register("bright")(_prepare_bright)
+    OPEN.register("bright")(_open_bright)
+    SAMPLE.register("bright")(_bright_sample)
+    ROWS.register("bright")(_bright_rows)
+    # a task that reads it: the image task's record and class, for this kind (the catalogue's own is left alone)
     image = CATALOG["image_classification"]
     monkeypatch.setitem(CATALOG, "bright_images", TaskInfo(
         "bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base, metric=image.metric,
-        train_metric=image.train_metric, figures=("accuracy_vs_heads",), tables=("by_config",),
-        trainer=image.trainer))
+        train_metric=image.train_metric, figures=("accuracy_vs_heads",), tables=("by_config",)))
+    TRAINERS.register("bright_images")(ImageClassification)
     return kind
 
 
-def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_on(tmp_path, toy_kind):
+def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_trained_on_priced_and_rehearsed(
+        tmp_path, toy_kind, monkeypatch):
     import yaml
 
     from leaner.data import prepare
@@ -200,9 +226,33 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_and_trained_o
     metrics = train(variant.spec(), str(manifest), tmp_path / "run", progress=False)
     assert metrics["status"] == "ok" and metrics["final"]["eval_acc"] > 0.9  # brightness is easy to read
 
+    # priced: its steps from the rows its kind counts (256 at batch 32, three epochs), before it is prepared
+    from leaner.planning.cost import card, plan_cost
 
-# A figure is added in one place too: one record in the output catalogue, naming the function
-# that draws it, what it needs from the grid, and its caption.
+    (cost,) = plan_cost(plan, card("h100"), root=tmp_path / "elsewhere")
+    assert [row["steps"] for row in cost.rows] == [3 * 256 // 32] and cost.rows[0]["gpu_hours"] > 0
+
+    # rehearsed: its small sample prepared, trained to a preemption, resumed, and its kappa measured (the
+    # conditioning job in this process, where the toy kind is registered, instead of a child's)
+    from leaner.cli import main
+    from leaner.planning import rehearse
+
+    def conditioning_here(out, manifest, mem_mb):
+        assert main(["conditioning", "--metrics", str(out / "metrics.json"), "--init", str(out / "init.safetensors"),
+                     "--final", str(out / "model.safetensors"), "--data", str(manifest), "--out",
+                     str(out / "conditioning.csv"), "--device", "cpu", "--mem-mb", str(mem_mb),
+                     "--numerics", "native"]) == 0  # torch is loaded here already: nothing to pin
+        return 0.0
+
+    monkeypatch.setattr(rehearse, "conditioning_job", conditioning_here)
+    sample = rehearse.synthetic_dataset("noise", plan.datasets["noise"], tmp_path / "rehearsal" / "data")
+    assert json.loads(sample.read_text())["kind"] == "bright"
+    row = rehearse.rehearse_one(variant.spec(), sample, tmp_path / "rehearsal")
+    assert row["params"] == metrics["params"]["total"] and row["kappa_methods"]
+
+
+# A figure is added in one place too: one record in the output catalogue (what it needs from the
+# grid, its caption), and the function that draws it registered under its name.
 
 def _depth_histogram(data, prefix):
     import matplotlib
@@ -224,19 +274,16 @@ def _depth_histogram(data, prefix):
 def test_a_figure_added_in_the_catalogue_is_listed_where_the_grid_shows_it_and_drawn(tmp_path, toy_task,
                                                                                      monkeypatch):
     import dataclasses
-    import sys
 
-    from leaner.analysis.study_figures import write_study_figures
+    from leaner.analysis.study_figures import FIGURE_CODE, draws, write_study_figures
     from leaner.outputs import FIGURES, Has, Shown, caption, study_outputs
     from leaner.tasks import CATALOG
 
-    module = type(sys)("toy_figure")
-    module.depth_histogram = _depth_histogram
-    monkeypatch.setitem(sys.modules, "toy_figure", module)
+    _fresh(monkeypatch, FIGURE_CODE)
     (tmp_path / "depth_histogram.rst").write_text("How deep the variants are.\n")
-    record = Shown("depth_histogram", "toy_figure:depth_histogram", (Has((("depth", 3),)),),
-                   str(tmp_path / "depth_histogram.rst"))
+    record = Shown("depth_histogram", (Has((("depth", 3),)),), str(tmp_path / "depth_histogram.rst"))
     monkeypatch.setitem(FIGURES, "depth_histogram", record)
+    draws("depth_histogram")(_depth_histogram)
     monkeypatch.setitem(CATALOG, "digit_parity", dataclasses.replace(toy_task, figures=("depth_histogram",)))
     shallow, deep = [{"depth": 1, "heads": 1}, {"depth": 2, "heads": 1}], [{"depth": 3, "heads": 1}]
     assert study_outputs("digit_parity", shallow)[0] == ()  # its requirement unmet: neither made nor listed
@@ -249,20 +296,46 @@ def test_a_figure_added_in_the_catalogue_is_listed_where_the_grid_shows_it_and_d
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_every_figure_table_and_dataset_kind_is_registered_with_functions_that_import():
-    from leaner.data.kinds import KINDS
-    from leaner.entry import resolve
+def test_every_record_has_its_code_registered_and_every_figure_and_table_its_caption():
+    from leaner.analysis.papers import PAPER_ROWS
+    from leaner.analysis.study_figures import FIGURE_CODE
+    from leaner.analysis.study_tables import TABLE_CODE
+    from leaner.data import builtin_kinds
+    from leaner.data.kinds import KINDS, OPEN, PREPARE, ROWS, SAMPLE
     from leaner.outputs import CLAIMS_OUTPUTS, FIGURES, TABLES
-    from leaner.tasks import CATALOG
+    from leaner.tasks import CATALOG, trainer_names
+    from leaner.tasks.trainers import TRAINERS
 
     rules = REPO / "rules"
-    for (kind, registry), claims in zip((("figures", FIGURES), ("tables", TABLES)), CLAIMS_OUTPUTS):
+    for (kind, registry, code), claims in zip((("figures", FIGURES, FIGURE_CODE), ("tables", TABLES, TABLE_CODE)),
+                                              CLAIMS_OUTPUTS):
         named = {n for info in CATALOG.values() for n in getattr(info, kind)} | {claims}
-        assert named & set(registry) == named, (kind, named - set(registry))
+        assert named <= set(registry), (kind, named - set(registry))
+        assert set(code.code) == set(registry), kind
         for name, record in registry.items():
-            assert record.name == name and callable(resolve(record.make)), name
-            assert (rules / record.caption).resolve().is_file(), record.caption
-    for info in CATALOG.values():
-        assert info.paper_rows is None or callable(resolve(info.paper_rows)), info.name
-    for kind in KINDS.values():
-        assert callable(resolve(kind.prepare)) and callable(resolve(kind.open)), kind.name
+            assert record.name == name and (rules / record.caption).resolve().is_file(), record.caption
+    assert set(TRAINERS.code) == set(trainer_names())
+    assert set(PAPER_ROWS.code) <= set(CATALOG)
+    builtin_kinds()
+    for registry in (PREPARE, OPEN, SAMPLE):
+        assert set(registry.code) == set(KINDS), registry.what
+    assert set(ROWS.code) <= set(KINDS)
+
+
+def test_the_registry_refuses_a_name_without_a_record_a_second_registration_and_names_what_there_is():
+    from leaner.registry import Registry
+
+    records = ["a", "b"]
+    registry = Registry("toy", lambda: records)
+
+    @registry.register("a")
+    def first():
+        return 1
+
+    assert registry["a"] is first and "a" in registry and "b" not in registry
+    with pytest.raises(ValueError, match="toy 'c' of .*: no record of that name \\(allowed: a, b\\)"):
+        registry.register("c")(first)
+    with pytest.raises(ValueError, match="toy 'a': registered twice"):
+        registry.register("a")(lambda: 2)
+    with pytest.raises(ValueError, match="toy 'b': none registered \\(allowed: a\\)"):
+        registry["b"]

@@ -144,7 +144,7 @@ def _lower_median(values) -> float:
 def test_the_stage_agrees_with_an_independent_float64_recomputation(bias_scale, tmp_path, digits_manifest):
     """From the saved weights, through the conditioning stage: per sample and in the median, kappa
     within 1e-6 where it is <= 1e8 and within 1e-3 up to 1e12 (the models reach 1e9-1e10)."""
-    from leaner.tasks import make_task
+    from leaner.tasks.trainers import make_task
     from leaner.training.weights import save_weights
 
     spec, model = _single_head_vit(bias_scale)

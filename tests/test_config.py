@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import pytest
@@ -330,7 +331,9 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     import jsonschema
 
     from leaner.data.kinds import KINDS, kind_defaults
-    from leaner.workflow.config import _defaults, _schema, _schema_file, validate_schema
+    from leaner.schema import defaults as _defaults
+    from leaner.schema import schema_file as _schema_file
+    from leaner.workflow.config import _schema, validate_schema
 
     dataset_schema = {**_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
     for kind in KINDS:
@@ -467,3 +470,38 @@ def test_a_dataset_without_its_class_count_and_a_misspelt_study_are_one_line_eac
                        "(allowed: tiny, tiny_nearest)")):
         proc = run([str(BIN / "leaner"), *cmd], cwd=tmp_path, check=False)
         assert proc.returncode in (1, 2) and proc.stderr.strip().splitlines() == [line], proc.stderr
+
+
+def test_a_models_defaults_live_in_the_schema_under_its_tasks_own(monkeypatch):
+    """A model key's default is the schema's (tasks' own over it, for keys they use), so changing
+    it there changes what a variant trains; img_size alone has none (the dataset's)."""
+    from leaner.schema import defaults, schema_file
+    from leaner.tasks import CATALOG
+    from leaner.workflow import plan as planning
+
+    props = schema_file()["$defs"]["model"]["properties"]
+    assert set(props) - set(defaults("model")) == {"img_size"}
+    assert all(prop.get("description") for prop in props.values())
+    assert all(set(info.model) <= set(info.model_keys) for info in CATALOG.values())
+    config = yaml.safe_load(TINY.read_text())
+    (tiny_nearest,) = [v for v in build_plan(config).studies["tiny_nearest"].variants.values()][:1]
+    assert tiny_nearest.model["ff"] == config["studies"]["tiny_nearest"]["model"].get("ff", 2048)
+    monkeypatch.setitem(planning.MODEL_DEFAULTS, "posn_dim", 7)
+    monkeypatch.setitem(planning.MODEL_DEFAULTS, "context", 99)
+    changed = build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
+    assert {v.model["posn_dim"] for v in changed.variants.values()} == {7}
+    problems: list[str] = []
+    assert planning._model_base("lm", {"task": "glue"}, {}, problems)["max_len"] == 128  # glue's own goes over
+    assert planning._model_base("lm", {"task": "language_model"}, {}, problems)["max_len"] == 99 and not problems
+
+
+def test_a_run_reads_its_recipe_typed_with_the_schemas_defaults_and_refuses_a_key_there_is_not():
+    from leaner.schema import Recipe, defaults
+
+    recipe = Recipe.of({"lr": 0.5})
+    assert recipe.lr == 0.5 and recipe.eval_batch_size == defaults("recipe")["eval_batch_size"] == 256
+    assert dataclasses.asdict(Recipe.of(defaults("recipe"))) == defaults("recipe")
+    with pytest.raises(ValueError, match="recipe.eval_batch: not a recipe key \\(allowed: epochs, "):
+        Recipe.of({"eval_batch": 64})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.lr = 1.0

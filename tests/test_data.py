@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from leaner.data import batch_indices, load_splits, prepare
+from leaner.schema import Recipe
 from leaner.training.train import train
 
 from conftest import small_spec
@@ -103,7 +104,7 @@ def test_the_training_loader_keeps_its_workers_across_epochs_and_follows_each_ep
 
 
 def test_the_image_task_draws_its_batches_with_the_recipes_repeats(digits_manifest):
-    from leaner.tasks import make_task
+    from leaner.tasks.trainers import make_task
     from leaner.workflow.config import RECIPE_DEFAULTS
 
     assert RECIPE_DEFAULTS["repeat_aug"] == 1
@@ -220,7 +221,7 @@ def test_randaugment_posterize_at_full_magnitude_gives_a_black_image_not_an_erro
 
     from leaner.data.images import build_transforms
 
-    train_tf, _ = build_transforms({**IMAGE_SPEC, "img_size": 32}, {"augment": True})
+    train_tf, _ = build_transforms({**IMAGE_SPEC, "img_size": 32}, Recipe.of({"augment": True}))
     randaug = next(t for t in train_tf.transforms if type(t).__name__ == "RandAugment")
     op = next(o for o in randaug.ops if o.name == "PosterizeIncreasing")
     op.prob, op.magnitude_std = 1.0, 0

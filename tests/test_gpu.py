@@ -17,6 +17,8 @@ import pytest
 import torch
 import yaml
 
+from leaner.schema import Recipe
+
 from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
 from test_sequence import _write_glue
 
@@ -300,7 +302,7 @@ def test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode(tm
         Image.fromarray(rng.integers(0, 255, (224, 224, 3), dtype=np.uint8)).save(buf, format="JPEG", quality=90)
         data.append(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
     meta = {"img_size": 224, "in_chans": 3, "mean": [0.5] * 3, "std": [0.5] * 3}
-    t, dev = DeviceTransforms(meta, {}), torch.device("cuda")
+    t, dev = DeviceTransforms(meta, Recipe.of({})), torch.device("cuda")
     idle = [img.cpu() for img in t._decode_jpegs(data, dev)]
     cpu = t._decode_jpegs(data, torch.device("cpu"))
     assert all((a.int() - b.int()).abs().max() <= 8 for a, b in zip(idle, cpu))

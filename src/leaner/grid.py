@@ -90,7 +90,7 @@ def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) 
     Rank (head dim) = d_model / heads, d_model = d (+ posn_dim for concatenated positions)."""
     for req in ("dim", "tokens"):
         if req not in grid:
-            problems.append(f"config error: {key}.{req}: required by task nearest_point")
+            problems.append(f"config error: {key}.{req}: required by a nearest-point grid (allowed: a list of values)")
     points = []
     for depth, heads, modules, dim, tokens, posn, seed in itertools.product(
             grid["depth"], grid["heads"], grid.get("modules", [1]), grid.get("dim", []), grid.get("tokens", []),

@@ -4,9 +4,9 @@ function that makes it, what it needs from the grid, its caption); a study shows
 its grid gives something to show. Also the run's overview and theory tables. Light (no torch,
 no pandas): the Snakefile lists outputs from here.
 
-To add a figure or table: one `Shown` below, its function (analysis/study_figures.py or
-study_tables.py for the built-in ones), its caption in report/, and its name in the tasks'
-`figures` or `tables` (tasks/__init__.py)."""
+To add a figure or table: one `Shown` below, its function registered under its name where it is
+defined (`@draws("name")` in analysis/study_figures.py, `@makes("name")` in study_tables.py), its
+caption in report/, and its name in the tasks' `figures` or `tables` (tasks/__init__.py)."""
 
 from __future__ import annotations
 
@@ -78,13 +78,12 @@ MLP_VARIES = (Varies("mlp_hidden", ("protocol", "depth", "heads")),)
 
 @dataclass(frozen=True)
 class Shown:
-    """A figure or table a study may show, registered once: its name, the analysis function that
-    makes it ("module:function"; a figure's is called with (StudyData, path prefix) and returns
-    the files it wrote, a table's with (StudyData) and returns (data frame, caption line): see
-    analysis/study_data.py), what it needs from the grid, and the caption of the report's entry."""
+    """A figure or table a study may show, registered once: its name, what it needs from the grid,
+    and the caption of the report's entry. The function that makes it registers under its name
+    where it is defined (analysis/study_figures.py `draws`: (StudyData, path prefix) -> the files
+    written; analysis/study_tables.py `makes`: (StudyData) -> (data frame, caption line))."""
 
     name: str
-    make: str
     requires: tuple = ()
     caption: str = ""  # the report's caption file, relative to rules/ (default: ../report/<figures|tables>/<name>.rst)
 
@@ -93,13 +92,13 @@ class Shown:
 
 
 def _figure(name: str, requires: tuple = ()) -> Shown:
-    """A built-in figure: drawn by analysis/study_figures.py's function of its name."""
-    return Shown(name, f"leaner.analysis.study_figures:{name}", requires, f"../report/figures/{name}.rst")
+    """A built-in figure (drawn in analysis/study_figures.py), captioned in report/figures/."""
+    return Shown(name, requires, f"../report/figures/{name}.rst")
 
 
 def _table(name: str, requires: tuple = ()) -> Shown:
-    """A built-in table: made by analysis/study_tables.py's function of its name."""
-    return Shown(name, f"leaner.analysis.study_tables:{name}", requires, f"../report/tables/{name}.rst")
+    """A built-in table (made in analysis/study_tables.py), captioned in report/tables/."""
+    return Shown(name, requires, f"../report/tables/{name}.rst")
 
 
 FIGURES: dict[str, Shown] = {f.name: f for f in (

@@ -12,8 +12,8 @@ import math
 
 import pandas as pd
 
-from ..entry import resolve
-from ..tasks import task_info
+from ..registry import Registry
+from ..tasks import CATALOG, task_info
 from .stats import fmt_ci, spearman_ci, welch
 from .summary import config_values, explode_protocols, replicate_note
 from .tables import acceptance_checks, by_config, lean_vs_baseline, pick_baseline
@@ -108,6 +108,13 @@ def _p1_start(summary: pd.DataFrame, baseline: dict):
     return metric, our_setting(summary), _best_lean(summary, baseline, metric, mode)
 
 
+
+# each task's rows of the paper-comparison table, registered under the task's name:
+# (summary, baseline, acceptance checks) -> rows
+PAPER_ROWS = Registry("paper-comparison rows of task", lambda: CATALOG)
+paper_rows = PAPER_ROWS.register
+
+@paper_rows("image_classification")
 def image_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     """P1's ImageNet rows (the image task's comparison)."""
     metric, setting, best = _p1_start(summary, baseline)
@@ -129,6 +136,7 @@ def image_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     return rows + _kappa_trend(summary)
 
 
+@paper_rows("listops")
 def listops_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     """P1's LRA ListOps rows."""
     metric, setting, _ = _p1_start(summary, baseline)
@@ -157,6 +165,7 @@ def listops_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     return rows + _kappa_trend(summary)
 
 
+@paper_rows("language_model")
 def language_model_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     """P1's TinyStories row."""
     metric, setting, best = _p1_start(summary, baseline)
@@ -170,6 +179,7 @@ def language_model_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[d
     return rows + _kappa_trend(summary)
 
 
+@paper_rows("glue")
 def glue_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     """P1's crammed-BERT GLUE row."""
     metric, setting, best = _p1_start(summary, baseline)
@@ -197,6 +207,7 @@ def p2_setting(summary: pd.DataFrame) -> str:
     return f"{our_setting(summary)}; {replicate_note(summary).rstrip('.')}; {text}"
 
 
+@paper_rows("nearest_point")
 def nearest_point_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
     """P2's rows: fig1's MSE at full rank and the cost of halving it, the perfect angle, and the
     acceptance checks named in `checks`."""
@@ -237,10 +248,10 @@ def nearest_point_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[di
 
 
 def paper_comparison(summary: pd.DataFrame, baseline: dict, checks) -> pd.DataFrame:
-    """The study's comparison table (COLUMNS): the rows of its task's `paper_rows` (the task
-    catalogue's hook; none for a task without one)."""
-    hook = task_info(summary["task"].iloc[0]).paper_rows
-    return pd.DataFrame(resolve(hook)(summary, baseline, checks) if hook else [], columns=COLUMNS)
+    """The study's comparison table (COLUMNS): the rows its task registered (`paper_rows`; none for
+    a task without any)."""
+    task = summary["task"].iloc[0]
+    return pd.DataFrame(PAPER_ROWS[task](summary, baseline, checks) if task in PAPER_ROWS else [], columns=COLUMNS)
 
 
 def theorem_comparison(theory: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """What the figures rules write: a study's figures (the names its plan gives, outputs.study_outputs)
-and the theory figure. Each figure of the catalogue (outputs.FIGURES) names its function here:
-(StudyData, path prefix) -> the files written."""
+and the theory figure. Each figure of the catalogue (outputs.FIGURES) registers its function here, under its name
+(`draws`): (StudyData, path prefix) -> the files written."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..entry import resolve
 from ..outputs import CLAIMS_OUTPUTS, FIGURES
+from ..registry import Registry
 from ..tasks import task_info
 from . import curves, figures, figures_p2
 from .study_data import StudyData
@@ -26,42 +26,48 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, names: list[
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no figure {', '.join(unknown)} for task {data.task} (allowed: {', '.join(known)})")
-    return [p for name in names for p in resolve(FIGURES[name].make)(data, Path(fig_dir) / f"{study}-{name}")]
+    return [p for name in names for p in FIGURE_CODE[name](data, Path(fig_dir) / f"{study}-{name}")]
 
 
 def write_theory_figure(theory_csv: str, fig_dir: str) -> list[Path]:
     return figures.theory_curves(pd.read_csv(theory_csv), Path(fig_dir) / "theory-gaussian_conditioning")
 
 
-# The catalogue's figures (outputs.FIGURES).
-
-def _of_summary(draw, **options):
-    """A figure drawn from the study's summary: draw(summary, prefix, study, **options)."""
-    return lambda d, prefix: draw(d.summary, prefix, d.study, **options)
+# The catalogue's figures (outputs.FIGURES), each registered under its name.
+FIGURE_CODE = Registry("figure", lambda: FIGURES)
+draws = FIGURE_CODE.register
 
 
-kappa_vs_heads = _of_summary(figures.kappa_vs_heads)
-accuracy_vs_heads = _of_summary(figures.metric_vs_heads)
-loss_vs_heads = _of_summary(figures.metric_vs_heads, metric="eval_loss")
-glue_vs_heads = _of_summary(figures.metric_vs_heads, metric="glue_avg")
-accuracy_vs_mlp = _of_summary(figures.metric_vs_mlp)
-loss_vs_mlp = _of_summary(figures.metric_vs_mlp, metric="eval_loss")
-glue_vs_mlp = _of_summary(figures.metric_vs_mlp, metric="glue_avg")
-mse_vs_rank = _of_summary(figures_p2.mse_vs_rank, hue="modules")
-mse_vs_rank_by_tokens = _of_summary(figures_p2.mse_vs_rank, hue="tokens", log=False)
-mse_vs_rank_by_dim = _of_summary(figures_p2.mse_vs_rank, hue="dim")
-mse_vs_rank_by_posn = _of_summary(figures_p2.mse_vs_rank, hue="posn")
-perfect_angle = _of_summary(figures_p2.perfect_angle)
-kappa_vs_rank = _of_summary(figures_p2.kappa_vs_rank)
+def _of_summary(name: str, draw, **options) -> None:
+    """Figure `name`, drawn from the study's summary: draw(summary, prefix, study, **options)."""
+    draws(name)(lambda d, prefix: draw(d.summary, prefix, d.study, **options))
 
 
+_of_summary("kappa_vs_heads", figures.kappa_vs_heads)
+_of_summary("accuracy_vs_heads", figures.metric_vs_heads)
+_of_summary("loss_vs_heads", figures.metric_vs_heads, metric="eval_loss")
+_of_summary("glue_vs_heads", figures.metric_vs_heads, metric="glue_avg")
+_of_summary("accuracy_vs_mlp", figures.metric_vs_mlp)
+_of_summary("loss_vs_mlp", figures.metric_vs_mlp, metric="eval_loss")
+_of_summary("glue_vs_mlp", figures.metric_vs_mlp, metric="glue_avg")
+_of_summary("mse_vs_rank", figures_p2.mse_vs_rank, hue="modules")
+_of_summary("mse_vs_rank_by_tokens", figures_p2.mse_vs_rank, hue="tokens", log=False)
+_of_summary("mse_vs_rank_by_dim", figures_p2.mse_vs_rank, hue="dim")
+_of_summary("mse_vs_rank_by_posn", figures_p2.mse_vs_rank, hue="posn")
+_of_summary("perfect_angle", figures_p2.perfect_angle)
+_of_summary("kappa_vs_rank", figures_p2.kappa_vs_rank)
+
+
+@draws("kappa_through_training")
 def kappa_through_training(d: StudyData, prefix: Path) -> list[Path]:
     return figures.kappa_through_training(d.kappa, prefix, d.study)
 
 
+@draws("training_curves")
 def training_curves(d: StudyData, prefix: Path) -> list[Path]:
     return curves.training_curves(curves.read_histories(d.histories), prefix, d.study, d.task)
 
 
+@draws("pareto")
 def pareto(d: StudyData, prefix: Path) -> list[Path]:
     return figures.pareto(d.summary, prefix, d.study, d.claims)

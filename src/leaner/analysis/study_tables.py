@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..compute.numerics import UNRECORDED, describe_mix
-from ..entry import resolve
 from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
+from ..registry import Registry
 from ..tasks import task_info
 from . import papers, tables
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
@@ -32,7 +32,7 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
         raise ValueError(f"no table {', '.join(unknown)} for task {data.task} (allowed: {', '.join(known)})")
     paths, note = [], f"{replicate_note(data.summary)} {numerics_note(data.summary)}"
     for name in names:
-        frame, caption = resolve(TABLES[name].make)(data)
+        frame, caption = TABLE_CODE[name](data)
         paths += write_table(frame, Path(table_dir) / f"{study}-{name}", f"{caption}. {note}")
     return paths
 
@@ -58,13 +58,18 @@ def write_theory_table(theory_csv: str, table_dir: str) -> list[Path]:
                     "Theorem 3.2: our Monte Carlo against papers.md 1.1 (N = 197, d = 64); pass within 10%")
 
 
-# The catalogue's tables (outputs.TABLES).
+# The catalogue's tables (outputs.TABLES), each registered under its name.
+TABLE_CODE = Registry("table", lambda: TABLES)
+makes = TABLE_CODE.register
 
+
+@makes("by_config")
 def by_config(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.by_config(d.summary), (f"{d.study}: {d.metric[0]} per configuration over seeds "
                                          f"(mean, 95% interval, min, max, n)")
 
 
+@makes("lean_vs_baseline")
 def lean_vs_baseline(d: StudyData) -> tuple[pd.DataFrame, str]:
     frame = tables.with_claim_verdicts(tables.lean_vs_baseline(d.summary, d.baseline, *d.metric), d.summary,
                                        d.claims)
@@ -75,20 +80,24 @@ def lean_vs_baseline(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"(one-sided bounds): for a pair a claim declares, `claim_verdict` is that claim's verdict")
 
 
+@makes("glue_tasks")
 def glue_tasks(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.glue_tasks_table(d.summary), (f"{d.study}: GLUE score per task after fine-tuning, and the average "
                                                 f"(mean over seeds, with the average's 95% interval)")
 
 
+@makes("acceptance")
 def acceptance(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.acceptance_checks(d.summary, d.checks), f"{d.study}: P2's acceptance checks (min over seeds)"
 
 
+@makes("paper_comparison")
 def paper_comparison(d: StudyData) -> tuple[pd.DataFrame, str]:
     return papers.paper_comparison(d.summary, d.baseline, d.checks), (
         f"{d.study}: the paper's reported numbers beside ours, with the setting of each")
 
 
+@makes("claims")
 def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.claims_table(d.summary, d.claims), (
         f"{d.study}: the claims declared in the config, baseline first; difference positive where the lean model "

@@ -1,34 +1,58 @@
 """Data for every task: preparation (once, by the data rule) and what a run reads (splits.py).
 One module per data family; the kinds of dataset and what each does are in kinds.py, and this
-package's two doors, `prepare` and `open_data`, go through it for every kind."""
+package's doors (`prepare`, `open_data`, `rehearsal_sample`, `train_rows`) go through the code
+each kind registered where it is defined, for every kind."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..entry import resolve
-from .kinds import dataset_kind
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE, dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
 __all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
-           "prepare"]
+           "prepare", "rehearsal_sample", "train_rows"]
+
+
+def builtin_kinds() -> None:
+    """Import the built-in kinds' modules: each registers its kinds' code where it is defined."""
+    from . import digits, glue, images, listops, nearest_point, shards, text  # noqa: F401
 
 
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
-    return resolve(dataset_kind(spec["kind"]).prepare)(dataset_name, spec, out_manifest)
+    builtin_kinds()
+    return PREPARE[dataset_kind(spec["kind"]).name](dataset_name, spec, out_manifest)
 
 
 def open_data(manifest_path: str, spec: dict, device: Any = "cpu") -> Any:
     """What a run of `spec` reads from a prepared dataset (its kind's `open`: kinds.py says what)."""
     from ..io import read_json
 
+    builtin_kinds()
     kind = read_json(manifest_path)["kind"]
     try:
-        opener = dataset_kind(kind).open
+        opener = OPEN[dataset_kind(kind).name]
     except ValueError as err:
         raise ValueError(f"{manifest_path}: {err}") from None
-    return resolve(opener)(manifest_path, spec, device)
+    return opener(manifest_path, spec, device)
+
+
+def rehearsal_sample(dataset_name: str, spec: dict, folder) -> dict:
+    """The entry to prepare as a small sample of dataset `dataset_name` (its config `spec`), of its
+    kind and shape, for `leaner rehearse`; files it needs are made under `folder`."""
+    builtin_kinds()
+    return SAMPLE[dataset_kind(spec["kind"]).name](dataset_name, spec, folder)
+
+
+def train_rows(spec: dict, manifest: dict | None, job_spec: dict) -> int | None:
+    """The training rows of a job (`job_spec`) on dataset `spec`, from its prepared manifest where
+    there is one; None where not known."""
+    builtin_kinds()
+    kind = dataset_kind(spec["kind"]).name
+    if kind in ROWS:
+        return ROWS[kind](spec, manifest, job_spec)
+    return int(manifest["n_train"]) if manifest and "n_train" in manifest else None
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:

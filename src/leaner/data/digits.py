@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, write_json
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 
+@PREPARE.register("digits")
 def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
     from sklearn.datasets import load_digits
 
@@ -59,6 +61,24 @@ def load_digits_splits(manifest_path: str, manifest: dict | None = None):
     return Splits(train=train, eval=test, meta=manifest)
 
 
+@OPEN.register("digits")
 def open_digits(manifest_path: str, spec: dict, device):
     """What a run reads (the kind's `open`): both splits in memory."""
     return load_digits_splits(manifest_path)
+
+
+DIGITS_ROWS = 1797  # scikit-learn's bundled digits
+
+
+@ROWS.register("digits")
+def digits_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
+    """Its manifest's, else what the test fraction leaves of the bundled digits."""
+    if manifest and "n_train" in manifest:
+        return int(manifest["n_train"])
+    return DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
+
+
+@SAMPLE.register("digits")
+def digits_sample(name: str, entry: dict, folder: Path) -> dict:
+    """The bundled data itself (it is small)."""
+    return entry

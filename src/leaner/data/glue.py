@@ -17,6 +17,7 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from .hub import load_hub_split
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260
@@ -59,6 +60,7 @@ def _load(spec: dict, task: str, split: str):
     return load_hub_split(spec, task, split)
 
 
+@PREPARE.register("glue")
 def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,27 @@ def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     return {k: (0.0 if v != v else v) for k, v in out.items()}  # constant predictions: correlation 0
 
 
+@OPEN.register("glue")
 def open_glue_task(manifest_path: str, spec: dict, device) -> dict:
     """What a run reads (the kind's `open`): the GLUE task of its spec (`glue_task`)."""
     return load_glue_task(manifest_path, spec["glue_task"])
+
+
+# Each task's training rows where no prepared manifest says (`leaner cost`)
+GLUE_TRAIN_ROWS = {"cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, "qqp": 363_846, "mnli": 392_702,
+                   "qnli": 104_743, "rte": 2_490, "wnli": 635}
+
+
+@ROWS.register("glue")
+def glue_rows(entry: dict, manifest: dict | None, spec: dict) -> int | None:
+    """The fine-tuning job's GLUE task's: its manifest's, else the task's known size; at most the
+    entry's `max_train_examples`."""
+    task = spec["glue_task"]
+    rows = (manifest["glue_tasks"][task]["train"]["rows"] if manifest and task in manifest["glue_tasks"]
+            else GLUE_TRAIN_ROWS.get(task))
+    return min(rows, entry.get("max_train_examples") or rows) if rows else None
+
+
+@SAMPLE.register("glue")
+def glue_sample(name: str, entry: dict, folder: Path) -> dict:
+    raise ValueError(f"dataset {name}: GLUE is only fine-tuned on, which the rehearsal leaves out")

@@ -13,6 +13,8 @@ def load_hub_split(spec: dict, subset: str | None, split: str):
 
 
 def hub_subsets(spec: dict) -> list[str | None]:
-    """The subsets (configurations) a dataset from the hub is loaded with: each GLUE task, or the
-    one subset."""
-    return list(spec["tasks"]) if spec["kind"] == "glue" else [spec.get("subset")]
+    """The subsets (configurations) a dataset from the hub is loaded with (its kind's record says:
+    e.g. each GLUE task, or the one subset)."""
+    from .kinds import dataset_kind
+
+    return dataset_kind(spec["kind"]).hub_subsets(spec)

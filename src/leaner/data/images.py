@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_json, write_json
+from ..schema import Recipe
 from .hub import load_hub_split
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 
 def _load_split(meta: dict, split: str):
@@ -41,6 +43,7 @@ def _label_count(ds, label_key: str) -> int | None:
     return getattr(feature, "num_classes", None)
 
 
+@PREPARE.register("hub", "imagefolder")
 def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
     """Resolve both splits once (downloading into the Hugging Face cache if needed), check
     their columns and class count, and write the manifest the training jobs read."""
@@ -202,14 +205,14 @@ def _fix_posterize(transform) -> None:
                     op.aug_fn = _posterize
 
 
-def build_transforms(meta: dict, recipe: dict):
+def build_transforms(meta: dict, recipe: Recipe):
     """DeiT-style train and eval transforms from timm."""
     from timm.data import create_transform
 
     size = meta["img_size"]
     common = dict(input_size=(meta["in_chans"], size, size), mean=tuple(meta["mean"]), std=tuple(meta["std"]),
                   interpolation="bicubic")
-    augment = recipe.get("augment", False)
+    augment = recipe.augment
     train = create_transform(is_training=True, auto_augment="rand-m9-mstd0.5-inc1" if augment else None,
                              re_prob=0.25 if augment else 0.0, **common)
     evaluate = create_transform(is_training=False, **common)
@@ -217,7 +220,7 @@ def build_transforms(meta: dict, recipe: dict):
     return train, evaluate
 
 
-def _load_shard_splits(meta: dict, recipe: dict, workers: int, pin_memory: bool):
+def _load_shard_splits(meta: dict, recipe: Recipe, workers: int, pin_memory: bool):
     """kind webdataset: tar shards read in sequence (shards.py), decoded as `decode` says."""
     import functools
 
@@ -244,10 +247,10 @@ def _load_shard_splits(meta: dict, recipe: dict, workers: int, pin_memory: bool)
     return Splits(train=train, eval=evaluate, meta=meta)
 
 
-def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
+def load_image_splits(meta: dict, recipe: Recipe, pin_memory: bool = False):
     from .splits import LoaderSplit, Splits, worker_count
 
-    workers = worker_count(recipe.get("num_workers", 0))
+    workers = worker_count(recipe.num_workers)
     if meta["kind"] == "webdataset":
         return _load_shard_splits(meta, recipe, workers, pin_memory)
     if meta.get("decode", "pil") == "device":
@@ -268,7 +271,43 @@ def load_image_splits(meta: dict, recipe: dict, pin_memory: bool = False):
                   meta=meta)
 
 
+@OPEN.register("hub", "imagefolder", "webdataset")
 def open_images(manifest_path: str, spec: dict, device):
     """What a run reads (the kind's `open`, for hub, imagefolder and webdataset): both splits
     through loaders, decoded as the recipe of `spec` says; pinned memory for a CUDA device."""
-    return load_image_splits(read_json(manifest_path), spec["recipe"], pin_memory=str(device).startswith("cuda"))
+    return load_image_splits(read_json(manifest_path), Recipe.of(spec["recipe"]),
+                             pin_memory=str(device).startswith("cuda"))
+
+
+# Training-set sizes of hub datasets where no prepared manifest says (`leaner cost`: an epoch is one pass)
+KNOWN_HUB_ROWS = {"ILSVRC/imagenet-1k": 1_281_167, "imagenet-1k": 1_281_167, "uoft-cs/cifar10": 50_000,
+                  "cifar10": 50_000, "uoft-cs/cifar100": 50_000, "cifar100": 50_000}
+SAMPLE_SIDE = 288  # rehearsal JPEGs are larger than the crop, as ImageNet's are (~400 x 350)
+
+
+@ROWS.register("hub")
+def hub_rows(entry: dict, manifest: dict | None, spec: dict) -> int | None:
+    """Its manifest's, else the known size of the hub dataset it names."""
+    if manifest and "n_train" in manifest:
+        return int(manifest["n_train"])
+    return KNOWN_HUB_ROWS.get(entry["name"])
+
+
+@SAMPLE.register("hub", "imagefolder", "webdataset")
+def image_sample(name: str, entry: dict, folder: Path) -> dict:
+    """An image folder of the entry's classes and channels: one JPEG per class in train (the class
+    count is the folders'), two in validation."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    mode = "L" if entry["in_chans"] == 1 else "RGB"
+    for split, count in (("train", entry["num_classes"]), ("validation", 2)):
+        for c in range(count):
+            path = folder / "images" / split / f"class{c:04d}" / "0.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            coarse = rng.integers(0, 256, (9, 9, 3), dtype=np.uint8)  # smooth, photo-like content
+            image = Image.fromarray(coarse).resize((SAMPLE_SIDE, SAMPLE_SIDE - 32), Image.BILINEAR).convert(mode)
+            image.save(path, quality=90)
+    return {**entry, "kind": "imagefolder", "path": str(folder / "images"), "train_split": "train",
+            "eval_split": "validation", "image_key": "image", "label_key": "label"}

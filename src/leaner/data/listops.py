@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 CLOSE = "]"
@@ -88,6 +89,7 @@ def decode(ids) -> list[str]:
     return [VOCAB[int(i)] for i in ids if int(i) != 0]
 
 
+@PREPARE.register("listops")
 def prepare_listops(name: str, spec: dict, out_manifest: str) -> dict:
     """Generate train/val/test once from spec['seed'] and write them beside the manifest."""
     from tqdm import tqdm
@@ -129,6 +131,19 @@ def load_listops(manifest_path: str) -> dict:
                     torch.from_numpy(z[f"{s}_labels"])) for s in SPLITS}
 
 
+@OPEN.register("listops")
 def open_listops(manifest_path: str, spec: dict, device) -> dict:
     """What a run reads (the kind's `open`): load_listops's splits."""
     return load_listops(manifest_path)
+
+
+@ROWS.register("listops")
+def listops_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
+    """Its manifest's, else the entry's `n_train`."""
+    return int((manifest or entry)["n_train"])
+
+
+@SAMPLE.register("listops")
+def listops_sample(name: str, entry: dict, folder: Path) -> dict:
+    """Four training sequences, two to validate, two to test, at the entry's lengths."""
+    return {**entry, "n_train": 4, "n_val": 2, "n_test": 2}

@@ -45,6 +45,8 @@ import numpy as np
 import torch
 
 from ..io import write_json
+from ..schema import Recipe
+from .kinds import OPEN, PREPARE, SAMPLE
 
 EVAL_CHUNK = 512
 
@@ -166,6 +168,7 @@ class PointStream:
             yield x, farthest_targets(x)
 
 
+@PREPARE.register("nearest_point")
 def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     """Nothing to download: record the generator's settings, which every run of the study reads."""
     manifest = {"dataset": name, "kind": "nearest_point",
@@ -175,13 +178,20 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     return manifest
 
 
+@OPEN.register("nearest_point")
 def open_point_stream(manifest_path: str, spec: dict, device) -> PointStream:
     """What a run reads (the kind's `open`): the stream of its spec's point sets, drawn where the
     model trains (no copy, no host work per step)."""
     from ..io import read_json
 
-    meta, recipe, model = read_json(manifest_path), spec["recipe"], spec["model"]
-    return PointStream(model["dim"], model["tokens"], recipe["batch_size"], spec["seed"], streams=meta["streams"],
+    meta, recipe, model = read_json(manifest_path), Recipe.of(spec["recipe"]), spec["model"]
+    return PointStream(model["dim"], model["tokens"], recipe.batch_size, spec["seed"], streams=meta["streams"],
                        eval_samples=meta["eval_samples"], eval_seed=meta["eval_seed"], device=device,
-                       replay=recipe["steps_per_epoch"] if meta["stream"] == "replay" else None,
-                       independent=recipe.get("replicates") == "independent")
+                       replay=recipe.steps_per_epoch if meta["stream"] == "replay" else None,
+                       independent=recipe.replicates == "independent")
+
+
+@SAMPLE.register("nearest_point")
+def nearest_point_sample(name: str, entry: dict, folder) -> dict:
+    """Eight evaluation point sets (training draws its own)."""
+    return {**entry, "eval_samples": 8}

@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from ..schema import Recipe
 from .splits import CPU_DECODED, SKIPPED
 
 CROP_PCT = 0.875  # timm's default eval crop
@@ -202,7 +203,7 @@ class DeviceTransforms:
     CPU with Pillow instead; a file nothing can read is left out of its batch, label and all.
     Both are counted (`take_events`), for a line in the log each epoch and a count in metrics.json."""
 
-    def __init__(self, meta: dict, recipe: dict):
+    def __init__(self, meta: dict, recipe: Recipe):
         from timm.data.random_erasing import RandomErasing
 
         self.size, self.channels = meta["img_size"], meta["in_chans"]
@@ -210,7 +211,7 @@ class DeviceTransforms:
         self.fill = [round(255 * m) for m in self.mean]
         self.hparams = {"img_mean": tuple(self.fill), "translate_const": int(self.size * 0.45)}  # as timm's factory
         self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
-        self.augment = recipe.get("augment", False)
+        self.augment = recipe.augment
         self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
         self.events: dict[str, list[str]] = {CPU_DECODED: [], SKIPPED: []}
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from .hub import load_hub_split
+from .kinds import OPEN, PREPARE, SAMPLE
 
 EOT = 256
 VOCAB_SIZE = 257
@@ -106,6 +107,7 @@ def _tokenize_to_file(ds, text_key: str, path: Path, limit: int | None) -> int:
     return total
 
 
+@PREPARE.register("text")
 def prepare_text(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -169,6 +171,13 @@ class TokenStream:
         return np.arange(n) * context
 
 
+@OPEN.register("text")
 def open_token_streams(manifest_path: str, spec: dict, device) -> tuple[TokenStream, TokenStream]:
     """What a run reads (the kind's `open`): the training and evaluation token streams."""
     return TokenStream(manifest_path, "train"), TokenStream(manifest_path, "eval")
+
+
+@SAMPLE.register("text")
+def text_sample(name: str, entry: dict, folder: Path) -> dict:
+    """300 generated stories and 4,096 evaluation tokens, instead of the entry's source."""
+    return {**entry, "source": "generated", "stories": 300, "eval_tokens": 4096, "max_train_tokens": None}

@@ -225,7 +225,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     from ..compute.devices import pick_device
     from ..compute.numerics import in_effect
     from ..models import build_model
-    from ..tasks import make_task
+    from ..tasks.trainers import make_task
     from ..training.weights import load_weights
 
     dev = pick_device(device, gpu_share)

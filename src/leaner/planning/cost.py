@@ -28,6 +28,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import train_rows
+from ..data.kinds import dataset_kind
+from ..schema import Recipe
+from ..tasks import task_of
 from ..workflow.plan import Plan, Study
 
 
@@ -78,13 +82,6 @@ STATE_BYTES = 16  # per parameter: fp32 weights, gradients, AdamW's two moments
 ALLOCATOR_SLACK = 0.10  # of the activations: the caching allocator's fragmentation
 CUDA_CONTEXT_GB = 1.0  # per process: the CUDA context, cuBLAS and cuDNN workspaces
 
-# Training-set sizes where no prepared manifest says (an image task's epoch is one pass over it)
-KNOWN_TRAIN_ROWS = {"ILSVRC/imagenet-1k": 1_281_167, "imagenet-1k": 1_281_167, "uoft-cs/cifar10": 50_000,
-                    "cifar10": 50_000, "uoft-cs/cifar100": 50_000, "cifar100": 50_000}
-DIGITS_ROWS = 1797  # scikit-learn's bundled digits
-GLUE_TRAIN_ROWS = {"cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, "qqp": 363_846, "mnli": 392_702,
-                   "qnli": 104_743, "rte": 2_490, "wnli": 635}
-STREAMED_KINDS = ("nearest_point", "text")  # an epoch is the recipe's steps_per_epoch
 
 
 def card(name: str) -> Card:
@@ -106,15 +103,14 @@ def parse_mfu(text: str | None) -> float | None:
 
 
 def precision_of(spec: dict) -> str:
-    """The run's precision: the recipe's `precision`, else P2 fp32 (as its authors ran it), the rest bf16."""
-    return spec["recipe"].get("precision", "fp32" if spec["task"] == "nearest_point" else "bf16")
+    """The run's precision: the recipe's `precision` (its task's default, else the schema's)."""
+    return Recipe.of(spec["recipe"]).precision
 
 
 def arithmetic_of(spec: dict) -> str:
-    """Which peak the run's matrix products reach: bf16, tf32 (fp32 with the recipe's `tf32`, else
-    on for all but P2, as the recipe defaults have it) or fp32."""
+    """Which peak the run's matrix products reach: bf16, tf32 (fp32 with the recipe's `tf32`) or fp32."""
     precision = precision_of(spec)
-    if precision == "fp32" and spec["recipe"].get("tf32", spec["task"] != "nearest_point"):
+    if precision == "fp32" and Recipe.of(spec["recipe"]).tf32:
         return "tf32"
     return precision
 
@@ -145,34 +141,22 @@ def _read_manifest(root: Path, dataset: str) -> dict | None:
 
 
 def training_rows(plan: Plan, spec: dict, root: Path) -> int | None:
-    """Training examples of the job's dataset: its prepared manifest, else what is known of it."""
+    """Training examples of the job's dataset: its prepared manifest, else what its kind knows."""
     name = spec["dataset"]
-    ds, manifest = plan.datasets[name], _read_manifest(root, name)
-    if ds["kind"] == "glue":
-        task = spec["glue_task"]
-        rows = (manifest["glue_tasks"][task]["train"]["rows"] if manifest and task in manifest["glue_tasks"]
-                else GLUE_TRAIN_ROWS.get(task))
-        return min(rows, ds.get("max_train_examples") or rows) if rows else None
-    if manifest and "n_train" in manifest:
-        return int(manifest["n_train"])
-    if ds["kind"] == "listops":
-        return int(ds["n_train"])
-    if ds["kind"] == "digits":
-        return DIGITS_ROWS - int(round(DIGITS_ROWS * ds["test_fraction"]))
-    return KNOWN_TRAIN_ROWS.get(ds.get("name", ""))
+    return train_rows(plan.datasets[name], _read_manifest(root, name), spec)
 
 
 def training_steps(plan: Plan, spec: dict, root: Path) -> int | None:
     """Optimiser steps of the job (None: its training-set size is unknown)."""
-    recipe = spec["recipe"]
-    if plan.datasets[spec["dataset"]]["kind"] in STREAMED_KINDS:
-        per_epoch = recipe["steps_per_epoch"]
+    recipe = Recipe.of(spec["recipe"])
+    if dataset_kind(plan.datasets[spec["dataset"]]["kind"]).streamed:
+        per_epoch = recipe.steps_per_epoch
     else:
         rows = training_rows(plan, spec, root)
         if rows is None:
             return None
-        per_epoch = math.ceil(rows / recipe["batch_size"])
-    return min(recipe["epochs"] * per_epoch, recipe.get("max_steps") or math.inf)
+        per_epoch = math.ceil(rows / recipe.batch_size)
+    return min(recipe.epochs * per_epoch, recipe.max_steps or math.inf)
 
 
 def _sharing(k: int) -> float:
@@ -206,17 +190,17 @@ def _mfu(spec: dict, override: float | None) -> tuple[float, str]:
     if override:
         return override, "--mfu"
     if spec["model"]["arch"] == "vit":
-        compiled = bool(spec["recipe"].get("compile"))
+        compiled = bool(Recipe.of(spec["recipe"]).compile)
         return VIT_MFU[compiled], f"measured: ViT-B/16, H200, {'torch.compile' if compiled else 'eager'}"
     return DEFAULT_MFU, "assumed"
 
 
 def job_memory_bytes(fp, spec: dict, gpus: int) -> float:
     """GPU memory of one process of the job (its per-GPU batch), per the module docstring."""
-    recipe = spec["recipe"]
+    recipe = Recipe.of(spec["recipe"])
     state = fp.params * (STATE_BYTES + (DDP_BUCKET_BYTES if gpus > 1 else 0))
-    train = fp.activation_bytes(math.ceil(recipe["batch_size"] / gpus / recipe.get("accumulate", 1)))
-    evaluate = 2 * fp.largest * recipe.get("eval_batch_size", 256)
+    train = fp.activation_bytes(math.ceil(recipe.batch_size / gpus / recipe.accumulate))
+    evaluate = 2 * fp.largest * recipe.eval_batch_size
     return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
 
 
@@ -231,7 +215,7 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
     if spec["model"].get("arch") != "vit" or dataset.get("decode") != "pil":  # image files, decoded by Pillow
         return None
     threads = plan.studies[spec["study"]].resources["threads"]
-    workers = worker_count(spec["recipe"].get("num_workers", 0), cores=threads, local_world=gpus)
+    workers = worker_count(Recipe.of(spec["recipe"]).num_workers, cores=threads, local_world=gpus)
     return max(workers, 1) * rate, workers
 
 
@@ -246,7 +230,8 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     precision, arithmetic = precision_of(spec), arithmetic_of(spec)
     fp = footprint(spec["model"], precision)
     steps = training_steps(plan, spec, root)
-    batch = spec["recipe"]["batch_size"]
+    recipe = Recipe.of(spec["recipe"])
+    batch = recipe.batch_size
     rate, source = _mfu(spec, mfu)
     row = {"study": job.study, "job": job.name, "params": fp.params, "precision": arithmetic, "batch_size": batch,
            "gpus": gpus, "jobs_per_gpu": k, "steps": steps, "flops_per_sample": fp.flops,
@@ -255,8 +240,8 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
            "memory_gb": job_memory_bytes(fp, spec, gpus) / 1e9, "card_memory_gb": gpu.memory_gb}
     if steps is not None:
         compute_s = fp.flops * batch / (gpu.peak_flops(arithmetic) * rate)  # one step, the GPU to itself
-        if spec["task"] == "nearest_point":
-            step_s, how = p2_step_seconds(spec["model"], batch, compute_s, k, bool(spec["recipe"].get("cuda_graph")))
+        if task_of(spec["task"]).launch_bound:
+            step_s, how = p2_step_seconds(spec["model"], batch, compute_s, k, recipe.cuda_graph)
             wall = steps * step_s
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
                        gpu_hours=wall / k / 3600)
@@ -273,7 +258,7 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
         row["cond_memory_gb"], row["cond_hours"] = conditioning_price(spec, fp, gpu)
     runtime = plan.studies[job.study].resources["runtime"]
     row["attempts"], row["cannot_finish"] = attempts_needed(row["wall_hours"], runtime, fp.params,
-                                                            spec["recipe"].get("checkpoint_minutes"))
+                                                            recipe.checkpoint_minutes)
     return row
 
 

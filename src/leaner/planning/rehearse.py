@@ -29,6 +29,7 @@ cannot show (CUDA kernels, NCCL, bf16, torch.compile, the loader's worker proces
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -40,12 +41,12 @@ from pathlib import Path
 
 from ..io import read_json, write_json
 from ..provenance import code_state
+from ..schema import Recipe
 from ..workflow.config import did_you_mean
 
 REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
                     "checkpoint_minutes": None, "eval_every": 1, "num_workers": 0}
 STOP_AT = 2  # the checkpoint step at which the first attempt is preempted
-IMAGE_SIDE = 288  # synthetic JPEGs are larger than the crop, as ImageNet's are (~400 x 350)
 COLUMNS = ("study", "variant", "params", "train_gflop_per_sample", "activation_mb_per_sample", "checkpoint_mb",
            "cond_chunk", "cond_peak_mb", "cond_mem_mb", "seconds", "result")
 
@@ -66,7 +67,7 @@ def architectures(plan, studies: list[str] | None = None, ends: bool = False,
         for vid, v in study.variants.items():
             key = json.dumps(v.model, sort_keys=True)
             if key not in seen:
-                fp = footprint(v.model, v.recipe["precision"], flops=False)
+                fp = footprint(v.model, Recipe.of(v.recipe).precision, flops=False)
                 seen[key] = (fp.params, fp.saved + fp.working, vid)
         found = sorted(row for row in seen.values() if max_params is None or row[0] <= max_params)
         chosen = [found[0], found[-1]] if ends and len(found) > 1 else found
@@ -84,54 +85,26 @@ def rehearsal_spec(spec: dict) -> dict:
     samples = spec["conditioning"]["samples"]
     cond = {**spec["conditioning"], "samples": min(samples, cpu_chunk(spec["model"], samples) + 1),
             "lanczos_steps": 2, "jacobian_samples": min(1, spec["conditioning"].get("jacobian_samples", 0))}
-    recipe = {**spec["recipe"], **REHEARSAL_RECIPE}
-    recipe["batch_size"] *= recipe["accumulate"]  # 2 samples a micro-batch
-    # max_steps steps whatever the epochs and the data give an epoch (at least one step each)
-    recipe["epochs"] = max(recipe["epochs"], REHEARSAL_RECIPE["max_steps"])
-    return {**spec, "recipe": recipe, "conditioning": cond}
+    recipe = Recipe.of({**spec["recipe"], **REHEARSAL_RECIPE})
+    recipe = dataclasses.replace(recipe, batch_size=recipe.batch_size * recipe.accumulate,  # 2 samples a micro-batch
+                                 # max_steps steps whatever the epochs and the data give an epoch (one step each)
+                                 epochs=max(recipe.epochs, recipe.max_steps))
+    return {**spec, "recipe": dataclasses.asdict(recipe), "conditioning": cond}
 
 
 # ------------------------------------------------------------------------------------- synthetic data
 
 def synthetic_dataset(name: str, spec: dict, root: Path) -> Path:
-    """A prepared dataset of `spec`'s kind and shape, small, made here; returns its manifest."""
-    from ..data import prepare
+    """A prepared dataset of `spec`'s kind and shape, small, made here (its kind's rehearsal
+    sample); returns its manifest."""
+    from ..data import prepare, rehearsal_sample
 
     manifest = root / name / "manifest.json"
     if manifest.exists():
         return manifest
-    kind = spec["kind"]
-    if kind in ("hub", "imagefolder", "webdataset"):
-        folder = root / name / "images"
-        _write_jpegs(folder, spec["num_classes"], spec["in_chans"])
-        spec = {**spec, "kind": "imagefolder", "path": str(folder), "train_split": "train",
-                "eval_split": "validation", "image_key": "image", "label_key": "label"}
-    elif kind == "text":
-        spec = {**spec, "source": "generated", "stories": 300, "eval_tokens": 4096, "max_train_tokens": None}
-    elif kind == "listops":
-        spec = {**spec, "n_train": 4, "n_val": 2, "n_test": 2}
-    elif kind == "nearest_point":
-        spec = {**spec, "eval_samples": 8}
-    elif kind == "glue":
-        raise ValueError(f"dataset {name}: GLUE is only fine-tuned on, which the rehearsal leaves out")
-    prepare(name, spec, str(manifest))  # digits: the bundled data itself
+    manifest.parent.mkdir(parents=True, exist_ok=True)  # as Snakemake makes an output's folder
+    prepare(name, rehearsal_sample(name, spec, root / name), str(manifest))
     return manifest
-
-
-def _write_jpegs(folder: Path, classes: int, channels: int) -> None:
-    """One JPEG per class in train (the class count is the folders'), two in validation."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    mode = "L" if channels == 1 else "RGB"
-    for split, count in (("train", classes), ("validation", 2)):
-        for c in range(count):
-            path = folder / split / f"class{c:04d}" / "0.jpg"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            coarse = rng.integers(0, 256, (9, 9, 3), dtype=np.uint8)  # smooth, photo-like content
-            image = Image.fromarray(coarse).resize((IMAGE_SIDE, IMAGE_SIDE - 32), Image.BILINEAR).convert(mode)
-            image.save(path, quality=90)
 
 
 # ------------------------------------------------------------------------------------- one architecture
@@ -191,7 +164,7 @@ def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float
     import torch
 
     from ..models import build_model
-    from ..tasks import make_task
+    from ..tasks.trainers import make_task
     from ..training.weights import load_weights
 
     model = build_model(spec["model"])
@@ -244,7 +217,7 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
         raise RuntimeError(f"the conditioning job (chunks of {chunk}) peaked at {cond_peak_mb:.0f} MB, over the "
                            f"{cond_mem_mb} MB of its mem_mb")
     activations = activation_mb_per_sample(spec, manifest, out / "model.safetensors")
-    flops = footprint(spec["model"], spec["recipe"]["precision"]).flops
+    flops = footprint(spec["model"], Recipe.of(spec["recipe"]).precision).flops
     return {"params": metrics["params"]["total"], "train_gflop_per_sample": flops / 1e9,
             "activation_mb_per_sample": activations, "checkpoint_mb": checkpoint_mb, "cond_chunk": chunk,
             "cond_peak_mb": cond_peak_mb, "cond_mem_mb": cond_mem_mb,

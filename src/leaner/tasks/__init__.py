@@ -6,22 +6,21 @@ defaults, the metric that heads its study (and which way is better), its figures
 which paper's rows it reproduces, and the class that trains it (imported only when training:
 this module needs neither torch nor pandas, so the Snakefile can read it).
 
-To add a task: write its training class (a `Task`, see base.py) in a module of this package and
-add one `TaskInfo` below. Config expansion, summary.csv, tables, figures and the overview read
-everything else from the record.
+To add a task: add one `TaskInfo` below, and write its training class (a `Task`, see base.py) in
+a module of this package, registered under the task's name where it is defined
+(`@trains("name")`); trainers.py imports the module. Config expansion, summary.csv, tables,
+figures and the overview read everything else from the record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..data.glue import PAD as BERT_PAD
 from ..data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
 from ..data.listops import VOCAB as LISTOPS_VOCAB
 from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
-from ..entry import resolve
 from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
 
 # A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP
@@ -39,18 +38,21 @@ class TaskInfo:
     grid: str  # "arch" or "nearest" (GRID_AXES)
     dataset_kinds: tuple[str, ...]
     model_keys: tuple[str, ...]  # the study's `model:` keys it uses
-    model_base: Callable[[dict, dict, Callable[[str], None]], dict]  # (model block, dataset, problem) -> model
+    # (settings: the study's `model:` block over `model` over the schema's defaults, dataset, problem) -> model
+    model_base: Callable[[dict, dict, Callable[[str], None]], dict]
     metric: tuple[str, str]  # the study's headline: a summary.csv column and "max" or "min"
     train_metric: tuple[str, str]  # what a run tracks for its best epoch (a history column)
     figures: tuple[str, ...]
     tables: tuple[str, ...]
-    trainer: str  # "module:Class" of its training side, e.g. "leaner.tasks.image:ImageClassification"
     recipe: dict = field(default_factory=dict)  # defaults over config.RECIPE_DEFAULTS
+    model: dict = field(default_factory=dict)  # defaults over config.MODEL_DEFAULTS
     recipe_keys: tuple[str, ...] = ()  # recipe keys only this task reads (a study of another task may not set them)
-    finetune_trainer: str | None = None  # a second stage trained per pretrained variant (GLUE)
+    # a second stage trained per pretrained variant (GLUE): the dataset kind it reads (None: none)
+    finetune_kind: str | None = None
     finetune_recipe: dict = field(default_factory=dict)  # its defaults over config.RECIPE_DEFAULTS
-    # its paper_comparison table's rows: "module:function" (summary, baseline, acceptance checks) -> rows
-    paper_rows: str | None = None
+    # a training step's time is its kernels' launches, not its FLOPs: `leaner cost` prices it from
+    # measured step times (P2's small models)
+    launch_bound: bool = False
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -61,11 +63,8 @@ class TaskInfo:
         return GRID_KEYS[self.grid]
 
 
-VIT_DEFAULTS = {"patch_size": 16, "qkv_bias": True, "drop_path_rate": 0.0, "global_pool": "token"}
-
-
 def _vit(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
-    model = {"arch": "vit", **VIT_DEFAULTS, **given}
+    model = {"arch": "vit", **given}
     model.setdefault("img_size", ds["img_size"])
     model["in_chans"] = ds["in_chans"]
     model["num_classes"] = ds["num_classes"]
@@ -76,26 +75,24 @@ def _vit(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
 
 
 def _nearest(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
-    return {"ff": 2048, "posn_dim": 64, **given}
+    return dict(given)
 
 
 def _listops(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
-    return {"arch": "sequence_classifier", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-            "vocab_size": len(LISTOPS_VOCAB), "max_len": ds["max_length"], "num_classes": 10}
+    return {"arch": "sequence_classifier", **given, "vocab_size": len(LISTOPS_VOCAB), "max_len": ds["max_length"],
+            "num_classes": 10}
 
 
 def _causal_lm(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
     given = dict(given)
-    context = given.pop("context", 256)
-    return {"arch": "causal_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-            "vocab_size": BYTE_VOCAB_SIZE, "max_len": context}
+    context = given.pop("context")
+    return {"arch": "causal_lm", **given, "vocab_size": BYTE_VOCAB_SIZE, "max_len": context}
 
 
 def _masked_lm(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
     given = dict(given)
-    context = given.pop("context", 128)
-    return {"arch": "masked_lm", "qkv_bias": True, "drop_path_rate": 0.0, **given,
-            "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
+    context = given.pop("context")
+    return {"arch": "masked_lm", **given, "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
 
 
 def _p1(metric_word: str) -> tuple[str, ...]:
@@ -110,7 +107,6 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
-        trainer="leaner.tasks.image:ImageClassification", paper_rows="leaner.analysis.papers:image_rows",
         recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
     # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed
@@ -123,22 +119,19 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         metric=("best_train_loss", "min"), train_metric=("train_loss", "min"),
         figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
                  "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
-        tables=("by_config", "acceptance", "paper_comparison"), trainer="leaner.tasks.nearest:NearestPoint",
-        paper_rows="leaner.analysis.papers:nearest_point_rows", recipe_keys=("replicates",),
+        tables=("by_config", "acceptance", "paper_comparison"), recipe_keys=("replicates",), launch_bound=True,
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                 "eval_batch_size": 1024, "precision": "fp32", "tf32": False}),
     TaskInfo(
         "listops", family="P1", grid="arch", dataset_kinds=("listops",),
         model_keys=SEQUENCE_MODEL_KEYS, model_base=_listops,
-        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
-        trainer="leaner.tasks.sequence:SequenceClassification", paper_rows="leaner.analysis.papers:listops_rows"),
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES),
     # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
     TaskInfo(
         "language_model", family="P1", grid="arch", dataset_kinds=("text",),
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_causal_lm,
         metric=("eval_loss", "min"), train_metric=("eval_loss", "min"), figures=_p1("loss"), tables=P1_TABLES,
-        trainer="leaner.tasks.sequence:LanguageModeling", paper_rows="leaner.analysis.papers:language_model_rows",
         recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0}),
     # cramming BERT: masked-LM pretraining on a text corpus (its training metric), then fine-tuning
     # of each variant on every GLUE task: the study's metric is the GLUE average of the fine-tuned
@@ -147,10 +140,9 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "glue", family="P1", grid="arch", dataset_kinds=("text",),  # the pretraining corpus
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_masked_lm,
         metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), figures=_p1("glue"),
-        tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), trainer="leaner.tasks.sequence:MaskedLanguageModeling",
-        paper_rows="leaner.analysis.papers:glue_rows",
+        tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), model={"context": 128},
         recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
-        finetune_trainer="leaner.tasks.sequence:GlueFinetune",
+        finetune_kind="glue",
         # fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF])
         finetune_recipe={"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                          "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}),
@@ -166,6 +158,11 @@ def task_info(name: str) -> TaskInfo:
         raise ValueError(f"unknown task {name!r} (allowed: {', '.join(CATALOG)})") from None
 
 
+def task_of(spec_task: str) -> TaskInfo:
+    """The record of a run's spec task (a fine-tuning run's: its study's task)."""
+    return task_info(spec_task[: -len(FINETUNE_SUFFIX)] if spec_task.endswith(FINETUNE_SUFFIX) else spec_task)
+
+
 def trainer_metric(spec_task: str) -> tuple[str, str]:
     """The metric (and its better direction) a run of spec task `spec_task` tracks."""
     if spec_task.endswith(FINETUNE_SUFFIX):
@@ -173,13 +170,6 @@ def trainer_metric(spec_task: str) -> tuple[str, str]:
     return task_info(spec_task).train_metric
 
 
-def make_task(spec: dict, data_path: str, device: Any):
-    """The training side of the spec's task (imports torch)."""
-    name = spec["task"]
-    base = name[: -len(FINETUNE_SUFFIX)] if name.endswith(FINETUNE_SUFFIX) else name
-    info = CATALOG.get(base)
-    target = info and (info.finetune_trainer if base != name else info.trainer)
-    if not target:
-        allowed = [*CATALOG, *(n + FINETUNE_SUFFIX for n, i in CATALOG.items() if i.finetune_trainer)]
-        raise ValueError(f"unknown task {name!r} (allowed: {', '.join(allowed)})")
-    return resolve(target)(spec, data_path, device)
+def trainer_names() -> list[str]:
+    """The names a training class registers under: each task's, and each fine-tuning stage's."""
+    return [*CATALOG, *(name + FINETUNE_SUFFIX for name, info in CATALOG.items() if info.finetune_kind)]

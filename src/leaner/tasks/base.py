@@ -8,7 +8,12 @@ from typing import Any
 
 import torch
 
-from . import trainer_metric
+from ..registry import Registry
+from . import trainer_metric, trainer_names
+
+# every task's training class, registered where it is defined: @trains("task name")
+TRAINERS = Registry("training class of task", trainer_names)
+trains = TRAINERS.register
 
 
 class Task:

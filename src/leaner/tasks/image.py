@@ -8,9 +8,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import Task, classification_measure, correct_per_example, majority_chance
+from ..schema import Recipe
+from .base import Task, classification_measure, correct_per_example, majority_chance, trains
 
 
+@trains("image_classification")
 class ImageClassification(Task):
     """Images -> class logits; cross-entropy (optionally label smoothing, Mixup/CutMix); accuracy."""
 
@@ -19,21 +21,21 @@ class ImageClassification(Task):
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
 
-        recipe = spec["recipe"]
+        recipe = Recipe.of(spec["recipe"])
         self.splits = open_data(data_path, spec, device.type)
         for split in (self.splits.train, self.splits.eval):
             if device.type == "cuda" and isinstance(split, InMemorySplit):
                 split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
-        self.label_smoothing = recipe.get("label_smoothing", 0.0)
-        self.repeats = recipe.get("repeat_aug", 1)
-        self.eval_batch_size = recipe.get("eval_batch_size", 256)
+        self.label_smoothing = recipe.label_smoothing
+        self.repeats = recipe.repeat_aug
+        self.eval_batch_size = recipe.eval_batch_size
         self.mixup = None
-        if recipe.get("mixup", 0) > 0 or recipe.get("cutmix", 0) > 0:
+        if recipe.mixup > 0 or recipe.cutmix > 0:
             from timm.data import Mixup
 
-            self.mixup = Mixup(mixup_alpha=recipe.get("mixup", 0.0), cutmix_alpha=recipe.get("cutmix", 0.0),
+            self.mixup = Mixup(mixup_alpha=recipe.mixup, cutmix_alpha=recipe.cutmix,
                                label_smoothing=self.label_smoothing, num_classes=spec["model"]["num_classes"])
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from .base import Task
+from ..schema import Recipe
+from .base import Task, trains
 
 
 def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -16,6 +17,7 @@ def nearest_point_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (pred.float() - target).pow(2).sum(-1).mean()
 
 
+@trains("nearest_point")
 class NearestPoint(Task):
     """P2's farthest-point task: a stream of point sets, MSE to each point's farthest neighbour.
     The run's metric is P2's: the minimum over epochs of the epoch-mean training MSE. With a fresh
@@ -28,7 +30,7 @@ class NearestPoint(Task):
         from ..data import open_data
 
         self.device = device
-        self.steps_per_epoch = spec["recipe"]["steps_per_epoch"]
+        self.steps_per_epoch = Recipe.of(spec["recipe"]).steps_per_epoch
         self.stream = open_data(data_path, spec, device)
         self._eval = None
 

@@ -12,11 +12,13 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
-from .base import Task, classification_measure, correct_per_example, majority_chance, trim
+from ..schema import Recipe
+from .base import Task, classification_measure, correct_per_example, majority_chance, trains, trim
 
 UNIGRAM_TOKENS = 1 << 24  # of the training text, for the unigram a language model must beat
 
 
+@trains("listops")
 class SequenceClassification(Task):
     """LRA ListOps: token sequences -> one of 10 values; cross-entropy; accuracy on val (and test)."""
 
@@ -26,10 +28,10 @@ class SequenceClassification(Task):
         from ..data import InMemorySplit, open_data
 
         splits = open_data(data_path, spec, device)
-        recipe = spec["recipe"]
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
-        self.eval_batch_size = recipe.get("eval_batch_size", 256)
-        self.label_smoothing = recipe.get("label_smoothing", 0.0)
+        recipe = Recipe.of(spec["recipe"])
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
+        self.eval_batch_size = recipe.eval_batch_size
+        self.label_smoothing = recipe.label_smoothing
         self.lengths = {s: lengths for s, (_, lengths, _) in splits.items()}
         self.splits = {s: InMemorySplit(tokens, labels) for s, (tokens, _, labels) in splits.items()}
         self.steps_per_epoch = self.splits["train"].steps_per_epoch(self.batch_size)
@@ -73,6 +75,7 @@ class SequenceClassification(Task):
         return self.lengths["val"][:n]
 
 
+@trains("language_model")
 class LanguageModeling(Task):
     """Next-token prediction on a tokenized corpus: windows of `context` tokens; cross-entropy;
     validation loss (nats per byte) and perplexity on fixed windows."""
@@ -82,13 +85,13 @@ class LanguageModeling(Task):
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from ..data import open_data
 
-        recipe = spec["recipe"]
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
+        recipe = Recipe.of(spec["recipe"])
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
         self.context = spec["model"]["max_len"]
-        self.eval_batch_size = recipe.get("eval_batch_size", 64)
+        self.eval_batch_size = recipe.eval_batch_size
         self.eval_tokens = read_json(data_path).get("eval_tokens", 1 << 18)
         self.train, self.eval = open_data(data_path, spec, device)
-        self.steps_per_epoch = recipe["steps_per_epoch"]
+        self.steps_per_epoch = recipe.steps_per_epoch
         self.eval_windows = self.eval.eval_starts(self.context, self.eval_tokens)
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
@@ -137,6 +140,7 @@ class LanguageModeling(Task):
         return self.eval.window_batch(self.eval_windows[:n], self.context)[0]
 
 
+@trains("glue")
 class MaskedLanguageModeling(Task):
     """BERT-style pretraining on a tokenized corpus: windows [CLS] bytes [SEP] (document ends become
     [SEP]), 15% of the bytes chosen for prediction (80% [MASK], 10% a random byte, 10% kept), all
@@ -148,12 +152,12 @@ class MaskedLanguageModeling(Task):
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from ..data import open_data
 
-        recipe = spec["recipe"]
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
+        recipe = Recipe.of(spec["recipe"])
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
         self.span = spec["model"]["max_len"] - 2
-        self.eval_batch_size = recipe.get("eval_batch_size", 64)
+        self.eval_batch_size = recipe.eval_batch_size
         self.train, self.eval = open_data(data_path, spec, device)
-        self.steps_per_epoch = recipe["steps_per_epoch"]
+        self.steps_per_epoch = recipe.steps_per_epoch
         self.eval_windows = self.eval.eval_starts(self.span, read_json(data_path).get("eval_tokens", 1 << 18))
 
     def _windows(self, stream, starts) -> torch.Tensor:
@@ -210,6 +214,7 @@ class MaskedLanguageModeling(Task):
         return self._windows(self.eval, self.eval_windows[:n])
 
 
+@trains("glue_finetune")
 class GlueFinetune(Task):
     """One GLUE task on a pretrained encoder: cross-entropy (MSE for STS-B's similarity score);
     the task's GLUE metric on its evaluation split as `eval_score`."""
@@ -220,11 +225,11 @@ class GlueFinetune(Task):
     def __init__(self, spec: dict, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
 
-        recipe, self.glue_task = spec["recipe"], spec["glue_task"]
+        recipe, self.glue_task = Recipe.of(spec["recipe"]), spec["glue_task"]
         data = open_data(data_path, spec, device)
         self.regression = spec["model"]["num_classes"] == 1
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe["batch_size"]
-        self.eval_batch_size = recipe.get("eval_batch_size", 256)
+        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
+        self.eval_batch_size = recipe.eval_batch_size
         self.splits = {role: InMemorySplit(*data[role]) for role in ("train", "eval")}
         self.steps_per_epoch = self.splits["train"].steps_per_epoch(self.batch_size)
 

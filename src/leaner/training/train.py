@@ -37,7 +37,7 @@ from ..data.splits import SKIPPED
 from ..io import remove_stale_temps, sha256_file, write_json
 from ..models import build_model, param_counts
 from ..provenance import claims_declared, code_state, describe
-from ..tasks import make_task
+from ..tasks.trainers import make_task
 from .optim import lr_at, make_optimizer
 from .resume import RESUME_DIR, RunState, checkpoint_minutes, rank_seed, rng_state, seed_everything, set_rng_state
 from .step import GraphedStep, LossMeter, autocast_for, compile_mode, set_precision, sync_interval

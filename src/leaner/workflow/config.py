@@ -8,7 +8,6 @@ expands a validated config into studies and variants.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 
 from ..compute.numerics import MODES
 from ..data.kinds import KINDS
+from ..schema import defaults, schema_file
 from ..tasks import CATALOG
 
 
@@ -29,28 +29,13 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
-
-
-@functools.cache
-def _schema_file() -> dict:
-    with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
-
-
-def _defaults(section: str) -> dict[str, Any]:
-    """A config section's defaults, as the schema declares them beside each key's type and
-    description (every key of these sections has one; tests/test_config.py checks)."""
-    return {key: copy.deepcopy(spec["default"])
-            for key, spec in _schema_file()["$defs"][section]["properties"].items() if "default" in spec}
-
-
-RECIPE_DEFAULTS = _defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
+MODEL_DEFAULTS = defaults("model")  # a task's own (tasks/__init__.py) go over these, for the keys it uses
+RECIPE_DEFAULTS = defaults("recipe")  # a task's own (tasks/__init__.py) and the study's recipe go over these
 # conditioning: jacobian_*: kappa of the attention block's Jacobian on the first few probe inputs, exact
 # up to jacobian_exact_max rows (N * D), else after lanczos_steps of matrix-free Lanczos (measure/jacobian.py)
-CONDITIONING_DEFAULTS = _defaults("conditioning")
-RESOURCE_DEFAULTS = _defaults("resources")
-THEORY_DEFAULTS = _defaults("theory")
+CONDITIONING_DEFAULTS = defaults("conditioning")
+RESOURCE_DEFAULTS = defaults("resources")
+THEORY_DEFAULTS = defaults("theory")
 
 
 class ConfigError(ValueError):
@@ -63,7 +48,7 @@ class ConfigError(ValueError):
 
 def _schema() -> dict:
     """The config's JSON Schema, with the task names and dataset kinds filled in from their catalogues."""
-    schema = copy.deepcopy(_schema_file())
+    schema = copy.deepcopy(schema_file())
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
     schema["$defs"]["dataset"]["properties"]["kind"]["enum"] = list(KINDS)
     schema["properties"]["numerics"]["enum"] = list(MODES)

@@ -24,6 +24,7 @@ from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
 from .config import (
     CONDITIONING_DEFAULTS,
+    MODEL_DEFAULTS,
     RECIPE_DEFAULTS,
     RESOURCE_DEFAULTS,
     THEORY_DEFAULTS,
@@ -157,14 +158,17 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
 
 
 def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
-    """The model settings a study's variants share: its `model:` block over its task's base."""
+    """The model settings a study's variants share: its `model:` block over its task's defaults
+    over the schema's, on its task's base."""
     task, given = st["task"], st.get("model") or {}
-    allowed = task_info(task).model_keys
+    info = task_info(task)
+    allowed = info.model_keys
     for key in given:
         if key not in allowed:
             problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
                             f"(allowed: {', '.join(allowed)})")
-    return task_info(task).model_base(given, ds, lambda text: problems.append(f"config error: studies.{name}.{text}"))
+    settings = {**{k: v for k, v in MODEL_DEFAULTS.items() if k in allowed}, **info.model, **given}
+    return info.model_base(settings, ds, lambda text: problems.append(f"config error: studies.{name}.{text}"))
 
 
 def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tuple[dict, dict]:
@@ -436,18 +440,20 @@ def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
 def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, problems: list[str]) -> dict | None:
     """A pretraining study's fine-tuning stage (GLUE): its dataset, tasks and recipe."""
     ft = st.get("finetune")
-    if not info.finetune_trainer:
+    kind = info.finetune_kind
+    if not kind:
         if ft:
-            problems.append(f"config error: studies.{name}.finetune: only used by task glue "
-                            f"(allowed: remove it, or task: glue)")
+            stages = " or ".join(n for n, i in CATALOG.items() if i.finetune_kind)
+            problems.append(f"config error: studies.{name}.finetune: only used by task {stages} "
+                            f"(allowed: remove it, or task: {stages})")
         return None
     if not ft:
-        problems.append(f"config error: studies.{name}.finetune: required by task glue "
+        problems.append(f"config error: studies.{name}.finetune: required by task {info.name} "
                         f"(allowed: a mapping with keys dataset, recipe)")
-    elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != "glue":
-        glue_sets = sorted(n for n, d in datasets.items() if d["kind"] == "glue")
-        problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a glue dataset "
-                        f"(allowed: {', '.join(glue_sets) or 'none declared; add one of kind glue'})")
+    elif ft["dataset"] not in datasets or datasets[ft["dataset"]]["kind"] != kind:
+        fitting = sorted(n for n, d in datasets.items() if d["kind"] == kind)
+        problems.append(f"config error: studies.{name}.finetune.dataset: {ft['dataset']!r} is not a {kind} dataset "
+                        f"(allowed: {', '.join(fitting) or f'none declared; add one of kind {kind}'})")
     elif datasets[ft["dataset"]]["max_length"] > model_base["max_len"]:
         max_length = datasets[ft["dataset"]]["max_length"]
         problems.append(f"config error: datasets.{ft['dataset']}.max_length: {max_length} "
