@@ -119,7 +119,7 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
     """`replicates: independent`: no training batch of one data seed is another's, in either regime,
     and each run starts from its own init; `paper`: every run starts from init seed 613."""
     from leaner.tasks.nearest import NearestPoint
-    from leaner.training.train import _initial_model
+    from leaner.training.start import initial_model
 
     for replay in (None, 10):
         a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
@@ -136,14 +136,14 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
                                            recipe={"replicates": replicates})
             task = NearestPoint(spec, str(manifest), torch.device("cpu"))
             assert task.data_info()["replicates"] == replicates and task.stream.independent == (replicates != "paper")
-            model, _ = _initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
+            model, _ = initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
             inits[replicates, seed] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert torch.equal(inits["paper", 0], inits["paper", 1])
     assert not torch.equal(inits["independent", 0], inits["independent", 1])
 
 
 class _SingleProcess:
-    """What _initial_model reads of a run's processes: one, the main one."""
+    """What initial_model reads of a run's processes: one, the main one."""
 
     main, active, world, rank = True, False, 1, 0
 

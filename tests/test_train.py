@@ -312,10 +312,10 @@ def test_the_log_and_metrics_say_which_code_ran(tmp_path, digits_manifest, capsy
 
 
 def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, digits_manifest):
-    from leaner.training.train import _LineProgress
+    from leaner.training.progress import LineProgress
 
     lines = []
-    bar = _LineProgress(10, 0, lines.append, every=0.0)
+    bar = LineProgress(10, 0, lines.append, every=0.0)
     for _ in range(10):
         bar.update(1)
     assert lines[0].startswith("step 1/10 (10%), ") and lines[-1].startswith("step 10/10 (100%)")
