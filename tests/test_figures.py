@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import curves, figures, figures_p2, plots, stats
+from leaner.analysis import curves, figure_parts, figures, figures_p2, plots, stats
 from leaner.cli import main
 from leaner.workflow.plan import build_plan
 
@@ -135,13 +135,13 @@ def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
     spread = pd.DataFrame({"heads": [1, 1, 1], "kappa": [1.05, 1.3, 40.0], "eval_acc": [0.99, 1.0, 0.9],
                            "eval_loss": [0.01, 0.02, 2.0]})
     assert stats.ci95(spread["kappa"])[1] < 1 and stats.ci95(spread["eval_acc"])[2] > 1  # raw: out of range
-    kappa = figures.seed_agg(spread, ["heads"], "kappa").iloc[0]
+    kappa = figure_parts.seed_agg(spread, ["heads"], "kappa").iloc[0]
     assert kappa["lo"] == 1.0 and kappa["hi"] > 40.0
     assert kappa["mean"] == pytest.approx(np.exp(np.log([1.05, 1.3, 40.0]).mean()))
-    acc = figures.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
+    acc = figure_parts.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
     mean, lo, _, _ = stats.ci95(spread["eval_acc"])
     assert acc["mean"] == pytest.approx(mean) and acc["lo"] == pytest.approx(lo) and acc["hi"] == 1.0
-    loss = figures.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
+    loss = figure_parts.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
     assert loss["mean"] == pytest.approx(np.mean([0.01, 0.02, 2.0])) and loss["lo"] == 0.0 and loss["hi"] > 2.0
     # the table reports the very same numbers
     summary = spread.assign(task="image_classification", depth=1, width=16, head_dim=16, mlp_hidden=32,

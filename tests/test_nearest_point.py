@@ -13,6 +13,7 @@ from torch import nn
 from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
+from leaner.schema import Recipe
 from leaner.tasks.nearest import nearest_point_mse
 from leaner.training.optim import lr_at
 from leaner.training.train import train
@@ -119,7 +120,7 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
     """`replicates: independent`: no training batch of one data seed is another's, in either regime,
     and each run starts from its own init; `paper`: every run starts from init seed 613."""
     from leaner.tasks.nearest import NearestPoint
-    from leaner.training.train import _initial_model
+    from leaner.training.start import initial_model
 
     for replay in (None, 10):
         a, b = (PointStream(8, 4, 16, data_seed=s, replay=replay, independent=True) for s in (2, 3))
@@ -136,14 +137,14 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
                                            recipe={"replicates": replicates})
             task = NearestPoint(spec, str(manifest), torch.device("cpu"))
             assert task.data_info()["replicates"] == replicates and task.stream.independent == (replicates != "paper")
-            model, _ = _initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
+            model, _ = initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
             inits[replicates, seed] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert torch.equal(inits["paper", 0], inits["paper", 1])
     assert not torch.equal(inits["independent", 0], inits["independent", 1])
 
 
 class _SingleProcess:
-    """What _initial_model reads of a run's processes: one, the main one."""
+    """What initial_model reads of a run's processes: one, the main one."""
 
     main, active, world, rank = True, False, 1, 0
 
@@ -266,7 +267,7 @@ def test_hand_built_construction_solves_the_task():
 
 
 def test_p2_epoch_schedule():
-    recipe = {"lr": 1.0, "min_lr": 0.0, "warmup_frac": 0.05, "schedule": "epoch_cosine"}
+    recipe = Recipe.of({"lr": 1.0, "min_lr": 0.0, "warmup_frac": 0.05, "schedule": "epoch_cosine"})
     per_epoch = [lr_at(e * 100, 100 * 100, recipe, steps_per_epoch=100) for e in range(100)]
     assert per_epoch[0] == 0.0  # warm-up starts at lr 0
     assert per_epoch[4] == pytest.approx(1.0) and per_epoch[5] == pytest.approx(1.0)

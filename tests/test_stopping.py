@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from leaner.planning.cost import CARDS, START_MINUTES, attempts_needed, check_plan
+from leaner.schema import Recipe
 from leaner.training.resume import RESUME_DIR, write_seconds
 from leaner.training.stopping import ATTEMPTS_FILE, Attempts
 from leaner.training.train import train
@@ -123,15 +124,15 @@ def test_a_resumed_run_keeps_no_copy_of_the_loaded_state(tmp_path, digits_manife
     from leaner.compute.distributed import Context
     from leaner.models import build_model
     from leaner.training.optim import make_optimizer
-    from leaner.training.train import _resume
+    from leaner.training.start import resume_state
 
     spec = small_spec()
     spec["recipe"].update(epochs=2, checkpoint_every=5, checkpoint_minutes=None)
     out = tmp_path / "run"
     train(spec, str(digits_manifest), out, progress=False, stop_after=5)
     model = build_model(spec["model"])
-    optimizer = make_optimizer(model, spec["recipe"])
-    run = _resume(spec, out, model, optimizer, Context(torch.device("cpu")), out / RESUME_DIR / "kept", print)
+    optimizer = make_optimizer(model, Recipe.of(spec["recipe"]))
+    run = resume_state(spec, out, model, optimizer, Context(torch.device("cpu")), out / RESUME_DIR / "kept", print)
     assert run.step == 5 and run.model == {} and run.optimizer == {} and run.rng == []
     saved = torch.load(out / RESUME_DIR / "state.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from leaner.schema import Recipe
 from leaner.training.optim import lr_at
 from leaner.training.resume import RESUME_DIR, RESUME_FILE, rng_state, set_rng_state
 from leaner.training.train import train
@@ -65,7 +66,7 @@ def test_same_seed_same_result(tmp_path, digits_manifest):
 
 
 def test_warmup_then_cosine():
-    recipe = {"lr": 1.0, "min_lr": 0.0, "warmup_frac": 0.1}
+    recipe = Recipe.of({"lr": 1.0, "min_lr": 0.0, "warmup_frac": 0.1})
     lrs = [lr_at(s, 100, recipe) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
@@ -312,10 +313,10 @@ def test_the_log_and_metrics_say_which_code_ran(tmp_path, digits_manifest, capsy
 
 
 def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, digits_manifest):
-    from leaner.training.train import _LineProgress
+    from leaner.training.progress import LineProgress
 
     lines = []
-    bar = _LineProgress(10, 0, lines.append, every=0.0)
+    bar = LineProgress(10, 0, lines.append, every=0.0)
     for _ in range(10):
         bar.update(1)
     assert lines[0].startswith("step 1/10 (10%), ") and lines[-1].startswith("step 10/10 (100%)")
@@ -391,13 +392,14 @@ def test_a_gpu_without_bf16_is_refused_in_one_line_and_fp32_sets_tf32(monkeypatc
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
     cuda = torch.device("cuda", 0)
     with pytest.raises(ValueError) as err:
-        set_precision(cuda, {"precision": "bf16", "tf32": True})
+        set_precision(cuda, Recipe.of({"precision": "bf16", "tf32": True}))
     assert str(err.value) == ("recipe.precision bf16: Tesla V100-SXM2-32GB does not support bf16 "
                               "(allowed here: precision fp32)")
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
         for tf32 in (False, True):
-            assert set_precision(cuda, {"precision": "fp32", "tf32": tf32}) == {"precision": "fp32", "tf32": tf32}
+            made = set_precision(cuda, Recipe.of({"precision": "fp32", "tf32": tf32}))
+            assert made == {"precision": "fp32", "tf32": tf32}
             assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -155,6 +155,7 @@ def _p2_bare(spec_file: str, steps: int) -> None:
     on the GPU, no per-step sync); prints steps/s."""
     from leaner.data.nearest_point import PointStream
     from leaner.models import build_model
+    from leaner.schema import Recipe
     from leaner.tasks.nearest import nearest_point_mse
     from leaner.training.optim import make_optimizer
 
@@ -163,7 +164,7 @@ def _p2_bare(spec_file: str, steps: int) -> None:
     recipe = spec["recipe"]
     torch.backends.cuda.matmul.allow_tf32 = recipe["tf32"]  # the recipe's precision, as `leaner train` runs it
     model = build_model(spec["model"]).to(dev)
-    opt = make_optimizer(model, spec["recipe"])
+    opt = make_optimizer(model, Recipe.of(spec["recipe"]))
     m = spec["model"]
     stream = PointStream(m["dim"], m["tokens"], spec["recipe"]["batch_size"], spec["seed"], device=dev)
 

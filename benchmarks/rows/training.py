@@ -31,12 +31,13 @@ def bare_loop(spec: dict, manifest: str, steps: int) -> float:
 
     from leaner.data import load_splits
     from leaner.models import build_model
+    from leaner.schema import Recipe
     from leaner.training.optim import make_optimizer
     from leaner.training.resume import seed_everything
 
     seed_everything(0)
     model = build_model(spec["model"])
-    opt = make_optimizer(model, spec["recipe"])
+    opt = make_optimizer(model, Recipe.of(spec["recipe"]))
     train = load_splits(manifest, spec["recipe"]).train
     model.train()
     done, epoch = 0, 0

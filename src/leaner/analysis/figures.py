@@ -1,7 +1,6 @@
-"""Tables -> the papers' figures, as PNG and PDF. Every point of a metric is what the tables report:
-the arithmetic mean over seeds with its Student-t 95% interval cut to the metric's range
-(stats.ci95_cut: an accuracy in [0, 1], a loss at least 0); a kappa's is the geometric mean with
-its interval taken on the log scale and cut at 1, as the tables' geometric means."""
+"""Summaries -> P1's figures of a study (kappa and a metric against heads or the MLP ratio, kappa
+through training, the Pareto view) and the theory check's figure, as PNG and PDF. Every point is
+what the tables report (figure_parts.seed_agg)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .figure_parts import METRIC_LABELS, METRIC_NAMES, errorbars, panel_axes, panel_grid, seed_agg, spread_note
 from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
-from .stats import KAPPA_FLOOR, ci95_cut, ci95_on
 from .summary import explode_protocols
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
@@ -20,70 +19,12 @@ KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-
               "only the trend with heads is comparable to Theorem 3.2.")
 
 
-METRIC_NAMES = {"eval_acc": "accuracy", "eval_loss": "loss", "glue_avg": "GLUE average"}
-
-
-METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (evaluation split, nats/token)",
-                 "glue_avg": "GLUE average score (evaluation splits)"}
-
-
-def seed_agg(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """Per key: the value's mean with its 95% interval over the rows, as the tables report it: a
-    metric's arithmetic mean with its t-interval cut to the metric's range (stats.ci95_cut); a
-    kappa's geometric mean with its interval on the log scale, cut at 1. A +inf value (a singular
-    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out."""
-    kappa = "kappa" in value
-    rows = []
-    for key, g in frame.groupby(keys, sort=True):
-        vals = g[value].to_numpy(float)
-        vals = vals[~np.isnan(vals)]
-        if np.isposinf(vals).any():
-            mean, lo, hi, n = math.inf, math.nan, math.nan, len(vals)
-        else:
-            mean, lo, hi, n = ci95_on(vals, "log", KAPPA_FLOOR) if kappa else ci95_cut(vals, value)
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update({"mean": mean, "lo": lo, "hi": hi, "n": n,
-                    "params": g["params_total"].iloc[0] if "params_total" in g else None,
-                    "diverged": int((g["status"] != "ok").sum()) if "status" in g else 0})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o"):
-    """Mean with its interval; +inf points (singular) are left to `offscale`."""
-    finite = np.isfinite(agg["mean"].to_numpy(float))
-    x, agg = x[finite], agg[finite]
-    lo = (agg["mean"] - agg["lo"]).fillna(0).clip(lower=0)
-    hi = (agg["hi"] - agg["mean"]).fillna(0).clip(lower=0)
-    ax.errorbar(x, agg["mean"], yerr=[lo, hi], color=color, label=label, linestyle=linestyle, marker=marker,
-                capsize=3, markersize=5, linewidth=1.6)
-    dv = agg[agg["diverged"] > 0]
-    if len(dv):
-        ax.scatter(dv[x.name] if hasattr(x, "name") else dv.index, dv["mean"], marker="x", s=80, color="red",
-                   zorder=5, label="diverged run(s)")
-
-
 def _mlp_label(ratio: float) -> str:
     return f"MLP ratio {ratio:g}"
 
 
-def spread_note(summary: pd.DataFrame) -> str:
-    """Seeds per configuration: '3 seeds', or '3-10 seeds' where configurations have more."""
-    axes = [c for c in ("depth", "heads", "width", "head_dim", "mlp_hidden") if c in summary]
-    per = summary.groupby(axes)["seed"].nunique() if axes else pd.Series([summary["seed"].nunique()])
-    lo, hi = int(per.min()), int(per.max())
-    if hi <= 1:
-        return "one seed: no interval"
-    return f"mean and 95% CI over {lo if lo == hi else f'{lo}-{hi}'} seeds"
-
-
 def _fmt_params(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-
-
-def panel_grid(plt, nrows: int, ncols: int, width=5.0, height=3.8):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
-    return fig, axes
 
 
 def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -93,16 +34,6 @@ def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     sweeping = [(key, g) for key, g in groups if g["heads"].nunique() >= 2] or groups
     several_ratios = len({ratio for (_, ratio), _ in sweeping}) > 1
     return [(proto + (f", {_mlp_label(ratio)}" if several_ratios else ""), g) for (proto, ratio), g in sweeping]
-
-
-def panel_axes(plt, n: int, width=5.2, height=4.0):
-    ncols = min(n, 3)
-    nrows = math.ceil(n / ncols)
-    fig, axes = panel_grid(plt, nrows, ncols, width, height)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[:n]
 
 
 def _heads_figure(summary: pd.DataFrame):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .figures import errorbars, panel_axes, seed_agg
+from .figure_parts import errorbars, panel_axes, seed_agg
 from .plots import log2_axis, log_y, offscale, pyplot, save
 
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
+from ..compute.numerics import UNRECORDED, describe_mix, is_mixed, join_labels, split_labels
 from ..io import atomic_path
 from ..tasks import task_info
 from .findings import claim_findings, findings
@@ -81,18 +81,6 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "numerics": join_labels(g.get("numerics", pd.Series([UNRECORDED] * len(g)))),
                      "replicate": REPLICATE_LABELS.get(replicate, replicate)})
     return pd.DataFrame(rows)
-
-
-LABELS_JOIN = " + "  # between the numerics labels of results put together (a label has no " + ")
-
-
-def join_labels(labels) -> str:
-    """The distinct numerics labels of some results, sorted, joined: one label where they share it."""
-    return LABELS_JOIN.join(sorted({str(v) if v == v else UNRECORDED for v in labels}))  # v == v: not NaN
-
-
-def split_labels(joined: str) -> list[str]:
-    return str(joined).split(LABELS_JOIN)
 
 
 def numerics_paragraph(summaries: list[pd.DataFrame]) -> str:

@@ -195,3 +195,15 @@ def describe_mix(labels: Iterable) -> str:
 
 def is_mixed(labels: Iterable) -> bool:
     return len({str(v) if v is not None and v == v else UNRECORDED for v in labels}) > 1
+
+
+LABELS_JOIN = " + "  # between the numerics labels of results put together (a label has no " + ")
+
+
+def join_labels(labels) -> str:
+    """The distinct numerics labels of some results, sorted, joined: one label where they share it."""
+    return LABELS_JOIN.join(sorted({str(v) if v == v else UNRECORDED for v in labels}))  # v == v: not NaN
+
+
+def split_labels(joined: str) -> list[str]:
+    return str(joined).split(LABELS_JOIN)

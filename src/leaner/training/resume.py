@@ -4,6 +4,7 @@ It lives in ``<out>/.resume/`` (not a declared Snakemake output, so a killed job
 state.pt, and state.prev.pt, the one before, in case the newest is damaged. A state belongs to one
 spec; it is loaded as tensors only (weights_only), and a damaged or foreign file is skipped with a
 warning. With every rank's RNG state in it, a resumed CPU run is bit for bit an uninterrupted one.
+The loop saves it with `save_checkpoint`, also when `CheckpointClock` says recipe.checkpoint_minutes passed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from ..io import atomic_path
+from .step import LossMeter
 
 RESUME_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two moments
 WRITE_BYTES_PER_S = 200e6  # a shared filesystem's sustained write for one job (conservative)
@@ -144,3 +147,29 @@ class RunState:
         if path.parent.exists() and any(path.parent.iterdir()):
             log("warning: no usable resume checkpoint; starting from step 0")
         return None
+
+
+class CheckpointClock:
+    """recipe.checkpoint_minutes: whether that long has passed since the resume state was last
+    written (or the run started); never without it. Rank 0's clock decides for every rank (the
+    loop all-reduces it), so all ranks take part in the same checkpoints."""
+
+    def __init__(self, minutes: float | None):
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.reset()
+
+    def reset(self) -> None:
+        self.last = time.monotonic()
+
+    def passed(self) -> bool:
+        return self.seconds is not None and time.monotonic() - self.last >= self.seconds
+
+
+def save_checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: list, meter: LossMeter,
+                    elapsed: float, ctx) -> None:
+    """Save the run's state (after a sync: the meter's totals are current). Every rank takes part
+    (their RNG states are gathered); rank 0 writes."""
+    rngs = ctx.gather(rng_state())
+    if ctx.main:
+        RunState(run.spec, model.state_dict(), optimizer.state_dict(), step, history, meter.total, meter.count,
+                 run.elapsed_s + elapsed, rngs).save(out)

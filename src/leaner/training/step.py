@@ -25,21 +25,23 @@ from collections.abc import Callable
 
 import torch
 
+from ..schema import Recipe
+
 NEVER = 2**62  # "no bad step yet"
 
 
-def set_precision(device: torch.device, recipe: dict) -> dict:
+def set_precision(device: torch.device, recipe: Recipe) -> dict:
     """Deterministic kernels on the CPU (always fp32); on a GPU the recipe's matmul precision
     (TF32 or full fp32). Returns what the run computes in, for metrics.json: bf16 autocast only on
     a GPU that supports it (a GPU without bf16 is refused, in one line, before training)."""
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
         return {"precision": "fp32", "tf32": False}
-    if recipe["precision"] == "bf16" and not torch.cuda.is_bf16_supported():
+    if recipe.precision == "bf16" and not torch.cuda.is_bf16_supported():
         raise ValueError(f"recipe.precision bf16: {torch.cuda.get_device_name(device)} does not support bf16 "
                          "(allowed here: precision fp32)")
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(recipe["tf32"])
-    return {"precision": recipe["precision"], "tf32": bool(recipe["tf32"])}
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(recipe.tf32)
+    return {"precision": recipe.precision, "tf32": bool(recipe.tf32)}
 
 
 def autocast_for(device: torch.device, precision: str = "bf16", graph_safe: bool = False):
@@ -51,9 +53,9 @@ def autocast_for(device: torch.device, precision: str = "bf16", graph_safe: bool
     return contextlib.nullcontext
 
 
-def compile_mode(recipe: dict) -> str | None:
+def compile_mode(recipe: Recipe) -> str | None:
     """torch.compile's mode for recipe.compile: true is "default", false/null is no compile."""
-    value = recipe.get("compile")
+    value = recipe.compile
     if value is True:
         return "default"
     return value or None
@@ -112,9 +114,9 @@ class LossMeter:
         return mean
 
 
-def sync_interval(recipe: dict, device: torch.device) -> int:
+def sync_interval(recipe: Recipe, device: torch.device) -> int:
     """Steps between host syncs: recipe.sync_every, else 1 on the CPU and 50 on a GPU."""
-    given = recipe.get("sync_every")
+    given = recipe.sync_every
     if given:
         return int(given)
     return 1 if device.type == "cpu" else 50

@@ -1,0 +1,88 @@
+"""`leaner <stage> ...`: one subcommand per pipeline stage. Each parses its arguments and calls
+one function; errors a user can fix are printed as one line, without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import analysis, planning, running, stages
+
+SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order
+    stages.prepare_data_parser, stages.train_parser, stages.conditioning_parser, stages.theory_parser,
+    analysis.summary_parser, analysis.glue_scores_parser, analysis.tables_parser, planning.match_parser,
+    analysis.job_costs_parser, analysis.run_config_parser, analysis.overview_parser, analysis.figures_parser,
+    analysis.theory_report_parser, planning.variants_parser, planning.check_config_parser,
+    planning.check_data_parser, planning.rehearse_parser, running.status_parser, planning.cost_parser,
+    planning.pilot_parser, running.run_parser,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..provenance import describe
+
+    p = argparse.ArgumentParser(prog="leaner", description=__doc__)
+    p.add_argument("--version", action="version", version=describe())
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return p
+
+
+# pipeline stages (the rules' commands): each job's log ends with a line saying what it wrote
+STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "tables", "job-costs", "run-config",
+          "overview", "figures", "theory-report")
+OUTPUT_ARGS = ("out", "kappa_out", "outdir", "figdir", "tabledir", "findings")
+
+
+def _closing_line(args, seconds: float) -> None:
+    from ..provenance import describe
+
+    wrote = [str(getattr(args, a)) for a in OUTPUT_ARGS if getattr(args, a, None)]
+    print(f"leaner {args.command}: done in {seconds:.1f} s ({describe()}){'; wrote ' if wrote else ''}"
+          f"{', '.join(wrote)}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..workflow.config import ConfigError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"] and not {"-h", "--help"} & set(argv[1:2]):  # everything after `run` is snakemake's
+        args = argparse.Namespace(command="run", snakemake_args=argv[1:], func=running.cmd_run)
+    else:
+        args = build_parser().parse_args(argv)
+    args.argv = argv  # a launcher runs the same command again on each of its processes
+    started = time.perf_counter()
+    try:
+        if getattr(args, "numerics", None):  # before anything loads torch
+            from ..compute.numerics import pin
+
+            pin(args.numerics, getattr(args, "threads", None))
+        code = args.func(args)
+        if args.command in STAGES and not code:
+            _closing_line(args, time.perf_counter() - started)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError, TimeoutError) as exc:
+        if os.environ.get("LEANER_DEBUG"):  # the traceback, for a bug report
+            raise
+        print(f"leaner {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    return code or 0
+
+
+def entry() -> None:
+    """Console entry point. Every output is closed and fsynced when `main` returns, so skip the
+    interpreter's teardown of torch's module graph, which costs about 2 s per job. A job of a local
+    Snakemake run runs in the run's warm process where it can (leaner/running/handoff.py)."""
+    from ..running.handoff import hand_off
+
+    code = hand_off(sys.argv[1:])
+    if code is None:
+        code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,103 @@
+"""The pipeline's compute stages: `leaner prepare-data`, `train`, `conditioning` and `theory`
+(the commands a warm process runs)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..compute.numerics import DEFAULT_MODE, MODES
+from .args import GPU_SHARE_HELP, NUMERICS_HELP, json_arg, nonneg_int
+
+
+def cmd_prepare_data(a):
+    from ..data import prepare
+
+    prepare(a.dataset, a.spec, a.out)
+
+
+def cmd_train(a):
+    """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
+    saved (training/stopping.py), 1 on an error."""
+    from ..compute import distributed
+    from ..training.stopping import STOPPED_EXIT, Stopped
+    from ..training.tracking import mark_failed, read_progress
+
+    if a.nproc > 1 and not distributed.launched_by_torchrun():
+        began = time.time()
+        code = distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
+        beat = read_progress(a.out) or {}  # torchrun reports any rank's exit as its own failure
+        stopped = code and beat.get("state") == "stopped" and beat.get("updated_unix", 0) >= began
+        return STOPPED_EXIT if stopped else code
+    from ..training.train import train
+
+    try:
+        train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
+              gpu_share=a.gpu_share)
+    except Stopped as exc:
+        print(f"leaner train: {exc}", file=sys.stderr, flush=True)
+        return STOPPED_EXIT
+    except BaseException as exc:  # before training began too: `leaner status` shows why
+        mark_failed(a.out, exc)
+        raise
+
+
+def cmd_conditioning(a):
+    from ..measure.conditioning import write_conditioning
+
+    write_conditioning(a.metrics, a.init, a.final, a.data, a.out, device=a.device, threads=a.threads,
+                       gpu_share=a.gpu_share, memory_mb=a.mem_mb)
+
+
+def cmd_theory(a):
+    from ..measure.theory import write_theory
+
+    write_theory(a.settings, a.out)
+
+
+def prepare_data_parser(sub) -> None:
+    s = sub.add_parser("prepare-data", help="prepare one dataset and write its manifest")
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--spec", required=True, type=json_arg, help="the dataset's config (JSON)")
+    s.add_argument("--out", required=True, help="manifest.json to write")
+    s.set_defaults(func=cmd_prepare_data)
+
+
+def train_parser(sub) -> None:
+    s = sub.add_parser("train", help="train one variant")
+    s.add_argument("--spec", required=True, type=json_arg, help="the variant spec (JSON)")
+    s.add_argument("--data", required=True, help="the prepared dataset's manifest.json")
+    s.add_argument("--out", required=True, help="the variant's output directory")
+    s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
+    s.add_argument("--gpu-share", type=nonneg_int, default=None, help=GPU_SHARE_HELP)
+    s.add_argument("--threads", type=int, default=None, help="CPU threads in all (split over --nproc processes)")
+    s.add_argument("--nproc", type=int, default=1,
+                   help="processes (GPUs) for this one variant: >1 runs DistributedDataParallel under torchrun")
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_train)
+
+
+def conditioning_parser(sub) -> None:
+    s = sub.add_parser("conditioning", help="condition numbers of one trained variant")
+    s.add_argument("--metrics", required=True)
+    s.add_argument("--init", required=True)
+    s.add_argument("--final", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
+    s.add_argument("--gpu-share", type=nonneg_int, default=None, help=GPU_SHARE_HELP)
+    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--mem-mb", type=int, default=None, help="the job's memory: on the CPU the probe is measured in "
+                                                            "chunks that fit it (default: 64 inputs at once)")
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
+    s.set_defaults(func=cmd_conditioning)
+
+
+def theory_parser(sub) -> None:
+    s = sub.add_parser("theory", help="Monte Carlo check of Theorem 3.2")
+    s.add_argument("--settings", required=True, type=json_arg)
+    s.add_argument("--out", required=True)
+    s.add_argument("--threads", type=int, default=None, help="CPU threads")
+    s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
+    s.set_defaults(func=cmd_theory)
