@@ -247,7 +247,7 @@ def count_gpus():
 def check_gpu_memory():
     """At the start of a run (onstart: not in dry runs), before any job: a GPU study whose jobs cannot
     fit the memory of the card they will run on, or whose jobs_per_gpu jobs cannot fit it together,
-    stops the run with one line (`leaner cost --check`, leaner/planning/cost.py). The card: $LEANER_GPU_MEM_GB,
+    stops the run with one line (`leaner cost --check`, leaner/planning/fit.py). The card: $LEANER_GPU_MEM_GB,
     else locally the CUDA devices here, else on a cluster the study's gpu_model; where none is known,
     no check. It runs in a child process: the estimate opens a CUDA context where CUDA is present,
     which this process, alive for the whole sweep, must not hold."""
@@ -255,7 +255,7 @@ def check_gpu_memory():
     import tempfile
 
     import yaml
-    from leaner.planning.cost import may_know_a_card
+    from leaner.planning.fit import may_know_a_card
 
     where = "local" if workflow.local_exec else "cluster"
     if not may_know_a_card(PLAN, where):

@@ -227,7 +227,8 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_trained_on_pr
     assert metrics["status"] == "ok" and metrics["final"]["eval_acc"] > 0.9  # brightness is easy to read
 
     # priced: its steps from the rows its kind counts (256 at batch 32, three epochs), before it is prepared
-    from leaner.planning.cost import card, plan_cost
+    from leaner.planning.cards import card
+    from leaner.planning.cost import plan_cost
 
     (cost,) = plan_cost(plan, card("h100"), root=tmp_path / "elsewhere")
     assert [row["steps"] for row in cost.rows] == [3 * 256 // 32] and cost.rows[0]["gpu_hours"] > 0

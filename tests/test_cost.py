@@ -16,18 +16,10 @@ import yaml
 
 from leaner.models import build_model, param_counts
 from leaner.models.footprint import footprint, sample, saved_tensors, training_flops
-from leaner.planning.cost import (
-    CARDS,
-    Card,
-    card,
-    fit_cards,
-    fit_problems,
-    format_cost,
-    memory_problems,
-    plan_cost,
-    training_rows,
-    write_cost_csv,
-)
+from leaner.planning.cards import CARDS, Card, card
+from leaner.planning.cost import plan_cost, training_rows
+from leaner.planning.cost_report import format_cost, write_cost_csv
+from leaner.planning.fit import fit_cards, fit_problems, memory_problems
 from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import REPO, TINY, image_folder, snakemake

@@ -123,3 +123,27 @@ def test_the_layers_picture_is_drawn_from_the_imports_with_every_unit_above_what
     assert all(row[u] == 1 + max((row[t] for t in units[u]), default=-1) for u in units)
     svg = draw_layers.draw(tmp_path / "layers.svg").read_text()
     assert all(f">{u}" in svg for u in units)
+
+
+MODULE_LINES, FUNCTION_LINES = 350, 100  # the house's limits: a module a reader holds in mind, a function on a screen
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """Lines of every module of the package and the benchmarks, and of every function in them."""
+    modules, functions = {}, {}
+    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]):
+        name, text = str(path.relative_to(REPO)), path.read_text()
+        modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions[f"{name}:{node.name}:{node.lineno}"] = node.end_lineno - node.lineno + 1
+    return modules, functions
+
+
+def test_every_module_and_function_is_within_the_houses_limits():
+    modules, functions = _sizes()
+    assert len(modules) > 80 and functions
+    long_modules = {m: n for m, n in modules.items() if n > MODULE_LINES}
+    long_functions = {f: n for f, n in functions.items() if n > FUNCTION_LINES}
+    assert not long_modules, f"modules over {MODULE_LINES} lines (split by idea): {long_modules}"
+    assert not long_functions, f"functions over {FUNCTION_LINES} lines (split into steps): {long_functions}"

@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.planning.cost import CARDS, START_MINUTES, attempts_needed, check_plan
+from leaner.planning.cards import CARDS
+from leaner.planning.cost import START_MINUTES, attempts_needed
+from leaner.planning.fit import check_plan
 from leaner.schema import Recipe
 from leaner.training.resume import RESUME_DIR, write_seconds
 from leaner.training.stopping import ATTEMPTS_FILE, Attempts

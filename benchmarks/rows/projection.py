@@ -18,7 +18,8 @@ def bench_projection() -> str:
     training FLOPs from the built models, so variants weigh by their work instead of counting as
     equal; GPU-hours at the measured or stated MFU, P2 at its measured step rates; and the largest
     job's memory against the card."""
-    from leaner.planning.cost import CARDS, plan_cost
+    from leaner.planning.cards import CARDS
+    from leaner.planning.cost import plan_cost
     from leaner.workflow.plan import load_plan
 
     gpu = CARDS["h100"]

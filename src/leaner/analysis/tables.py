@@ -230,7 +230,7 @@ def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFram
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
-    """The study's declared claims (plan._claims), baseline first: per claim its baseline row,
+    """The study's declared claims (workflow/claims.py), baseline first: per claim its baseline row,
     then one row per lean configuration with the difference (positive: lean better), its one-sided
     95% bounds, the margin, the verdict (stats.claim_verdict), the verdicts another platform
     could read (`elsewhere`, stats.verdicts_elsewhere; empty without an interval), the declared

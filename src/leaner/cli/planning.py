@@ -120,7 +120,10 @@ def cmd_rehearse(a):
 
 
 def cmd_cost(a):
-    from ..planning.cost import LOADER_RATE, card, check_plan, format_cost, parse_mfu, plan_cost, write_cost_csv
+    from ..planning.cards import card
+    from ..planning.cost import LOADER_RATE, parse_mfu, plan_cost
+    from ..planning.cost_report import format_cost, write_cost_csv
+    from ..planning.fit import check_plan
 
     if a.check:
         listed, problems = check_plan(plan_of(a.config), a.check, card(a.gpu))

@@ -24,7 +24,6 @@ counting variants as equal:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,26 +32,7 @@ from ..data.kinds import dataset_kind
 from ..schema import Recipe
 from ..tasks import task_of
 from ..workflow.plan import Plan, Study
-
-
-@dataclass(frozen=True)
-class Card:
-    name: str  # as a sentence names it: "an H100 SXM"
-    memory_gb: float
-    bf16_tflops: float  # dense peaks: bf16 tensor cores,
-    tf32_tflops: float  # fp32 matrix products in TF32,
-    fp32_tflops: float  # fp32 without TF32
-    fp64_tflops: float = math.nan  # fp64 matrix products (DGEMM on the FP64 tensor cores): conditioning
-    memory_tbps: float = math.nan  # memory bandwidth, TB/s: conditioning's float64 scores are bound by it
-
-    def peak_flops(self, arithmetic: str) -> float:
-        return 1e12 * {"bf16": self.bf16_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops,
-                       "fp64": self.fp64_tflops}[arithmetic]
-
-
-CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67, 67, 3.35),
-         "h200": Card("an H200", 141, 989, 494.5, 67, 67, 4.8),
-         "a100": Card("an A100 80GB", 80, 312, 156, 19.5, 19.5, 2.0)}
+from .cards import Card
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
 # images/s one Pillow loader worker gives at 224 px from ~256 px JPEGs (decode: pil, timm's DeiT
@@ -83,11 +63,6 @@ ALLOCATOR_SLACK = 0.10  # of the activations: the caching allocator's fragmentat
 CUDA_CONTEXT_GB = 1.0  # per process: the CUDA context, cuBLAS and cuDNN workspaces
 
 
-
-def card(name: str) -> Card:
-    if name not in CARDS:
-        raise ValueError(f"--gpu {name}: unknown card (allowed: {', '.join(CARDS)})")
-    return CARDS[name]
 
 
 def parse_mfu(text: str | None) -> float | None:
@@ -159,7 +134,7 @@ def training_steps(plan: Plan, spec: dict, root: Path) -> int | None:
     return min(recipe.epochs * per_epoch, recipe.max_steps or math.inf)
 
 
-def _sharing(k: int) -> float:
+def sharing(k: int) -> float:
     """Each of k P2 jobs on one GPU runs at this fraction of its speed alone (P2_SHARING)."""
     points = sorted(P2_SHARING.items())
     if k >= points[-1][0]:
@@ -179,7 +154,7 @@ def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
 
     from ..models.nearest import attention_kernel
 
-    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / _sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
+    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
     kernel, _ = attention_kernel(model["tokens"], model["head_dim"], torch.float32, "cuda")
     scores = P2_SCORE_S[kernel] * batch * model["depth"] * model["modules"] * model["heads"] * model["tokens"] ** 2
     return max((launch, "launches (CUDA graph)" if graphed else "launches"),
@@ -353,253 +328,3 @@ def plan_cost(plan: Plan, gpu: Card, mfu: float | None = None, root: str | Path 
     """Every job of the plan priced on `gpu`, grouped by study."""
     return [StudyCost(name, [price(j, plan, gpu, mfu, Path(root), loader_rate) for j in jobs(study)],
                       study.resources, _baseline_variant(study)) for name, study in plan.studies.items()]
-
-
-def _hours(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:,.1f}" if value >= 1 else f"{value:.2f}"
-
-
-def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
-    """The printed plan: a table of the studies and their total, then how each was priced."""
-    import textwrap
-
-    header = ["study", "variants", "jobs", "GPUs/job", "jobs/GPU", "prec", "train FLOP", "GPU-hours", "h/job",
-              "largest job (memory per GPU)", "GB", "fits", "tries", "cond GB", "cond h"]
-    rows = []
-    for c in costs:
-        big = c.largest()
-        k = big["jobs_per_gpu"]
-        flops, walls = c.total("train_flops"), [r["wall_hours"] for r in c.rows]
-        rows.append([c.name, str(len({r["job"].split("/")[0] for r in c.rows})), str(len(c.rows)), str(big["gpus"]),
-                     str(k), "/".join(sorted({r["precision"] for r in c.rows})),
-                     "?" if flops is None else f"{flops:.3g}", _hours(c.total("gpu_hours")),
-                     "?" if None in walls else _hours(max(walls)), big["job"],
-                     f"{big['memory_gb']:.1f}" if k == 1 else f"{k} x {big['memory_gb']:.1f}",
-                     "yes" if k * big["memory_gb"] <= gpu.memory_gb else "NO", _tries(c), *_conditioning_cells(c)])
-    hours, flops = [c.total("gpu_hours") for c in costs], [c.total("train_flops") for c in costs]
-    cond = [r.get("cond_hours", 0.0) for c in costs for r in c.rows]
-    rows.append(["total", str(sum(int(r[1]) for r in rows)), str(sum(int(r[2]) for r in rows)), "", "", "",
-                 "?" if None in flops else f"{sum(flops):.3g}", _hours(None if None in hours else sum(hours)),
-                 "", "", "", "", "", "", _hours(sum(cond))])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = {1, 2, 3, 4, 6, 7, 8, 10, 12, 13, 14}
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    lines = [f"Cost of {source} on {gpu.name}: {gpu.memory_gb:g} GB; dense peak TFLOP/s {gpu.bf16_tflops:g} bf16, "
-             f"{gpu.tf32_tflops:g} tf32, {gpu.fp32_tflops:g} fp32 (no TF32)", "", line(header),
-             *(line(r) for r in rows), "",
-             "h/job: the longest job's wall time; GPU-hours of k jobs sharing a GPU are split among them.",
-             f"tries: the most attempts a job needs within its study's runtime ({START_MINUTES:g} min of start-up "
-             "each; `leaner cost --check cluster` names the jobs).",
-             "cond GB, cond h: the largest conditioning job's GPU memory (float64, the probe in chunks that fit the "
-             "card) and the study's conditioning GPU-hours.",
-             "How each study is priced:"]
-    width = max(len(c.name) for c in costs)
-    for c in costs:
-        lines += textwrap.wrap(_priced_note(c), 116, initial_indent=f"  {c.name.ljust(width)}  ",
-                               subsequent_indent=" " * (width + 4))
-    missing = sorted({f"{c.name} {r['job']}" for c in costs for r in c.rows if r["steps"] is None})
-    for m in missing:
-        lines.append(f"training-set size unknown, GPU-hours left out: {m} (prepare its dataset first: "
-                     "snakemake results/data/<dataset>/manifest.json)")
-    lines += [f"Memory of a job, per GPU: fp32 weights, gradients and AdamW state ({STATE_BYTES} B per parameter, "
-              f"+{DDP_BUCKET_BYTES} with DDP),",
-              "  the tensors autograd saves for backward (bf16 where autocast makes them so, attention as CUDA runs "
-              "it) x the per-GPU batch,",
-              f"  the backward's largest working set, +{ALLOCATOR_SLACK:.0%} allocator slack, {CUDA_CONTEXT_GB:g} GB "
-              "CUDA context; jobs sharing a GPU add up."]
-    return "\n".join(lines)
-
-
-def _tries(c: StudyCost) -> str:
-    if any(r["cannot_finish"] for r in c.rows):
-        return "NEVER"
-    tries = [r["attempts"] for r in c.rows]
-    return "?" if None in tries else str(max(tries))
-
-
-def _conditioning_cells(c: StudyCost) -> list[str]:
-    rows = [r for r in c.rows if "cond_memory_gb" in r]
-    return [f"{max(r['cond_memory_gb'] for r in rows):.1f}", _hours(sum(r["cond_hours"] for r in rows))]
-
-
-def _priced_note(c: StudyCost) -> str:
-    notes = []
-    if c.baseline:
-        base = next(r for r in c.rows if r["job"] == c.baseline)
-        total = c.total("train_flops")
-        if total and base["train_flops"]:
-            notes.append(f"{total / base['train_flops']:.1f} x the FLOPs of its baseline {c.baseline}.")
-    n = len(c.rows)
-    for how in sorted({r["priced_by"] for r in c.rows if r["priced_by"]}):
-        m = sum(r["priced_by"] == how for r in c.rows)
-        share = f"{m} of {n} jobs: " if m < n else ""
-        k = c.rows[0]["jobs_per_gpu"]
-        if how.startswith("launches"):
-            graph = (f", replayed as one CUDA graph at 1/{P2_GRAPH_SPEEDUP:.1f} of that (measured at L1-H1-W1 only)"
-                     if how.endswith("(CUDA graph)") else "")
-            notes.append(f"{share}launch-bound, a step {P2_STEP_S[0] * 1e3:.1f} ms + {P2_STEP_S[1] * 1e3:.1f} ms per "
-                         f"layer (measured on an H200: 169 steps/s at 1 layer, 65 at 3), each of {k} jobs on a GPU "
-                         f"at {_sharing(k):.2f} of that (8 jobs: 95-103 against 134 steps/s alone){graph}.")
-        elif how.startswith("loader"):
-            rows = [r for r in c.rows if r["priced_by"] == how]
-            need, fed = max(r["images_per_s_needed"] for r in rows), rows[0]["images_per_s_fed"]
-            workers = rows[0]["loader_workers"]
-            notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil gives "
-                         f"{fed:,.0f} ({workers} workers x {fed / max(workers, 1):.0f} images/s, --loader-rate); "
-                         "decode: device (nvJPEG on the GPU, its rate there not yet measured) is the path that could "
-                         "keep the GPUs fed.")
-        elif how.startswith("attention scores"):
-            kernel = how.split("(")[1][:-1]
-            notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
-                         f"(W x heads x N^2 per layer and sample; measured on an H100), {k} jobs in turn.")
-        else:
-            mfu = sorted({r["mfu"] for r in c.rows if r["priced_by"] == how})
-            notes.append(f"{share}FLOPs at {'/'.join(f'{m:.0%}' for m in mfu)} MFU, {how[len('FLOPs ('):-1]}.")
-    return " ".join(notes)
-
-
-def write_cost_csv(path: str | Path, costs: list[StudyCost]) -> None:
-    import pandas as pd
-
-    from ..io import write_csv
-
-    write_csv(path, pd.DataFrame([r for c in costs for r in c.rows]))
-
-
-# ---------------------------------------------------------------- the check before a run
-
-MEM_ENV = "LEANER_GPU_MEM_GB"
-
-
-def fit_cards(plan: Plan, where: str, env=os.environ) -> dict[str, Card]:
-    """The card each GPU study's jobs will run on, where it is known: $LEANER_GPU_MEM_GB (GB of one
-    GPU) for every study; else `where` is "local": the smallest CUDA device of this machine (none
-    without CUDA, or with LEANER_DEVICE=cpu), "cluster": the study's `gpu_model` when it names a
-    card of CARDS."""
-    studies = [n for n, s in plan.studies.items() if s.resources["gpu"] >= 1]
-    if not studies:
-        return {}
-    given = env.get(MEM_ENV)
-    if given is not None:
-        memory = parse_memory_gb(given)
-        return {n: Card(f"the GPU of {MEM_ENV}={given}", memory, math.nan, math.nan, math.nan) for n in studies}
-    if where == "local":
-        found = None if (env.get("LEANER_DEVICE") or "").startswith("cpu") else local_card()
-        return {n: found for n in studies} if found else {}
-    return {n: CARDS[plan.studies[n].resources["gpu_model"].lower()] for n in studies
-            if plan.studies[n].resources["gpu_model"].lower() in CARDS}
-
-
-def parse_memory_gb(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise ValueError(f"{MEM_ENV}={text}: not a GPU memory in GB (allowed: a number > 0, e.g. 80)")
-    return value
-
-
-def local_card() -> Card | None:
-    """This machine's smallest CUDA device, or None without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    props = min((torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())),
-                key=lambda p: p.total_memory)
-    return Card(f"this machine's {props.name}", props.total_memory / 1e9, math.nan, math.nan, math.nan)
-
-
-def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
-    """One line per study whose jobs (or jobs_per_gpu of them together) cannot fit its card."""
-    from ..models.footprint import footprint
-
-    problems = []
-    for name, gpu in cards.items():
-        study = plan.studies[name]
-        gpus = max(1, study.resources["gpu"])
-        k = study.resources["jobs_per_gpu"] if gpus == 1 else 1
-        need = {j.name: job_memory_bytes(footprint(j.spec["model"], precision_of(j.spec), flops=False), j.spec,
-                                         gpus) / 1e9 for j in jobs(study)}
-        worst = max(need, key=need.get)
-        if need[worst] > gpu.memory_gb:
-            allowed = "a smaller batch_size, more GPUs per variant (resources.gpu)" if k == 1 else \
-                "a smaller batch_size"
-            problems.append(f"study {name}: job {worst} needs ~{need[worst]:.0f} GB of GPU memory"
-                            f"{' per GPU' if gpus > 1 else ''}, {gpu.name} has {gpu.memory_gb:g} GB "
-                            f"(allowed: {allowed}, or a larger card)")
-        elif k * need[worst] > gpu.memory_gb:
-            problems.append(f"study {name}: {k} jobs share a GPU (jobs_per_gpu) and need ~{k * need[worst]:.0f} GB "
-                            f"together (job {worst}: ~{need[worst]:.1f} GB), {gpu.name} has {gpu.memory_gb:g} GB "
-                            f"(allowed: jobs_per_gpu <= {int(gpu.memory_gb // need[worst])}, a smaller batch_size, "
-                            "or a larger card)")
-    return problems
-
-
-def fit_problems(plan: Plan, where: str, env=os.environ) -> list[str]:
-    """The memory check against the cards known here, one line per problem."""
-    try:
-        cards = fit_cards(plan, where, env)
-    except ValueError as exc:
-        return [str(exc)]
-    return memory_problems(plan, cards)
-
-
-def check_plan(plan: Plan, where: str, gpu: Card, env=os.environ,
-               root: str | Path = ".") -> tuple[list[str], list[str]]:
-    """`leaner cost --check WHERE`: (what to know, one line each; problems, one line each): memory
-    against the cards known here, and on a cluster each GPU job's time against its runtime, on
-    its study's gpu_model where that names a card, else on `gpu` (--gpu)."""
-    problems = fit_problems(plan, where, env)
-    if where != "cluster" or problems:
-        return [], problems
-    known = fit_cards(plan, where, env)
-    cards = {n: known.get(n, gpu) for n, s in plan.studies.items() if s.resources["gpu"] >= 1}
-    return time_limit_lines(plan, cards, root)
-
-
-def time_limit_lines(plan: Plan, cards: dict[str, Card], root: str | Path = ".") -> tuple[list[str], list[str]]:
-    """`leaner cost --check cluster`'s time check: (one line per job predicted to outlast its
-    study's runtime, with the attempts it needs; one line per job that cannot finish: no attempt
-    keeps progress, or it needs more attempts than its study's resources.attempts allows)."""
-    listed, problems = [], []
-    for name, gpu in cards.items():
-        study = plan.studies[name]
-        runtime, allowed = study.resources["runtime"], study.resources["attempts"]
-        for job in jobs(study):
-            row = price(job, plan, gpu, None, Path(root))
-            if row["cannot_finish"]:
-                problems.append(f"study {name}: job {job.name} cannot finish: {row['cannot_finish']} (allowed: a "
-                                f"longer resources.runtime, or a shorter recipe.checkpoint_minutes)")
-                continue
-            if row["wall_hours"] is None:
-                listed.append(f"study {name}: job {job.name}: time unknown (its dataset is not prepared)")
-                continue
-            if row["attempts"] > 1:
-                listed.append(f"study {name}: job {job.name}: ~{row['wall_hours']:.1f} h on {gpu.name} against "
-                              f"runtime {runtime} min: {row['attempts']} attempts")
-            if row["attempts"] > allowed:
-                problems.append(f"study {name}: job {job.name} needs {row['attempts']} attempts of {runtime} min "
-                                f"(~{row['wall_hours']:.1f} h on {gpu.name}), resources.attempts allows {allowed} "
-                                f"(allowed: attempts >= {row['attempts']}, or a longer runtime)")
-    return listed, problems
-
-
-def may_know_a_card(plan: Plan, where: str, env=os.environ) -> bool:
-    """Whether `fit_cards` could find a card here (cheap: no CUDA context, no model built)."""
-    if not any(s.resources["gpu"] >= 1 for s in plan.studies.values()):
-        return False
-    if env.get(MEM_ENV) is not None:
-        return True
-    if where == "local":
-        import torch
-
-        return not (env.get("LEANER_DEVICE") or "").startswith("cpu") and torch.cuda.device_count() > 0
-    return any(s.resources["gpu_model"].lower() in CARDS for s in plan.studies.values())

@@ -11,19 +11,16 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..compute.numerics import DEFAULT_MODE
 from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
-from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
-from ..tasks import CATALOG, FINETUNE_SUFFIX, GRID_AXES, task_info
+from ..tasks import CATALOG, FINETUNE_SUFFIX, task_info
+from .claims import claims_digest, resolve_claims
 from .config import (
-    CONDITIONING_DEFAULTS,
     MODEL_DEFAULTS,
     RECIPE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -35,37 +32,9 @@ from .config import (
     validate_schema,
 )
 from .datasets import check_dataset
+from .variants import Variant, grid_points_of, lean_grid, variants_of
 
 GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One trainable point of a study's grid."""
-
-    study: str
-    id: str
-    task: str
-    dataset: str
-    seed: int
-    model: dict
-    recipe: dict
-    conditioning: dict
-    protocols: tuple[str, ...] = ()
-    expect_params: dict | None = None
-
-    def spec(self) -> dict:
-        """Everything a training job needs; the `params` of its rule (protocols excluded, so
-        adding a protocol to the grid does not retrain a model it shares)."""
-        out = {"study": self.study, "variant": self.id, "task": self.task, "dataset": self.dataset,
-               "seed": self.seed, "model": self.model, "recipe": self.recipe,
-               "conditioning": self.conditioning}
-        if self.expect_params:
-            out["expect_params"] = self.expect_params
-        return out
-
-    def spec_json(self) -> str:
-        return json.dumps(self.spec(), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass
@@ -124,10 +93,6 @@ class Plan:
         used = {st.dataset for st in self.studies.values()} | {
             st.finetune["dataset"] for st in self.studies.values() if st.finetune}
         return sorted(used)
-
-
-def _matches(where: dict, point: dict) -> bool:
-    return all(point.get(k) == v for k, v in where.items())
 
 
 def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
@@ -195,12 +160,6 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
 RESERVED_STUDY_NAMES = ("data", "figures", "tables", "theory", "overview")  # folders of results/ itself
 
 
-def claims_digest(claims: list[dict]) -> str:
-    """The fingerprint of a study's claims block as declared (rationale included): what each run
-    records when it trains, so that a table can tell a declaration changed after its runs."""
-    return hashlib.sha256(json.dumps(claims, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _build_study(name: str, st: dict, datasets: dict, problems: list[str],
                  declared: list[dict] = ()) -> Study | None:
     """One study of the config, expanded and checked; None (with the problems said) when it cannot be.
@@ -217,12 +176,12 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str],
                         f"sweep; lean, a baseline and a parameter budget)")
         return None
     if "lean" in st:
-        lean = _lean_grid(name, st, info, model_base, problems)
+        lean = lean_grid(name, st, info, model_base, problems)
         if lean is None:
             return None
         grid, base = lean
         st, baseline = {**st, "grid": grid}, baseline or base
-    variants = _variants(name, st, info, _grid_points(name, st, info, model_base, problems), model_base, problems)
+    variants = variants_of(name, st, info, grid_points_of(name, st, info, model_base, problems), model_base, problems)
     finetune = _finetune(name, st, info, datasets, model_base, problems)
     res = st.get("resources") or {}
     if res.get("jobs_per_gpu", 1) > 1 and res.get("gpu", 0) != 1:
@@ -231,69 +190,8 @@ def _build_study(name: str, st: dict, datasets: dict, problems: list[str],
                         f"or jobs_per_gpu: 1)")
     return Study(name=name, task=task, dataset=st["dataset"], variants=variants, finetune=finetune, baseline=baseline,
                  resources={**RESOURCE_DEFAULTS, **res}, acceptance=tuple(st.get("acceptance", ACCEPTANCE_CHECKS)),
-                 claims=_claims(name, st, info, variants, problems, list(declared)),
+                 claims=resolve_claims(name, st, info, variants, problems, list(declared)),
                  claims_digest=claims_digest(list(declared)))
-
-
-def _claims(name: str, st: dict, info, variants: dict[str, Variant], problems: list[str],
-            declared: list[dict]) -> tuple[dict, ...]:
-    """The study's declared claims, each point resolved to the one configuration of the grid it
-    names (its axes: {depth, heads, width, ...}), the metric and which way is better filled in
-    from the task, the seeds checked against the grid's. Each keeps the seeds its declaration
-    names (`declared_seeds`: an `every_study` overlay may run others) and the block's digest."""
-    out = []
-    axes = GRID_AXES[info.grid]
-    configs = {json.dumps({k: v.model[k] for k in axes}, sort_keys=True): v for v in variants.values()}
-    seeds = sorted({v.seed for v in variants.values()})
-    modes = dict([info.metric, info.train_metric])  # metric -> max or min
-    labels = sorted({_config_label(c, axes) for c in configs.values()})
-    options = "; ".join(labels[:8]) + (f"; ... {len(labels)} in all, see `leaner variants`" if len(labels) > 8 else "")
-    for i, claim in enumerate(st.get("claims") or []):
-        where = f"config error: studies.{name}.claims[{i}]"
-        metric = claim.get("metric", info.metric[0])
-        if metric not in modes:
-            problems.append(f"{where}.metric: {metric!r} is not a metric of task {st['task']} "
-                            f"(allowed: {', '.join(modes)})")
-            continue
-        missing = sorted(set(claim["seeds"]) - set(seeds))
-        if missing:
-            problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
-        resolved = {}
-        points = [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]
-        for role, point in points + ([("control", claim["control"])] if "control" in claim else []):
-            found = _claim_config(point, configs)
-            if len(found) != 1:
-                problems.append(f"{where}.{role}: {json.dumps(point)} matches {len(found) or 'no'} configurations of "
-                                f"the grid{', name more axes' if found else ''} (allowed: {options})")
-            else:
-                resolved[role] = {k: found[0].model[k] for k in axes}
-        if len(resolved) == len(points) + ("control" in claim):
-            as_declared = next((c for c in declared if c.get("name") == claim["name"]), claim)
-            out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
-                        "hypothesis": claim.get("hypothesis", "non-inferior"),
-                        "seeds": sorted(claim["seeds"]), "declared_seeds": sorted(as_declared["seeds"]),
-                        "baseline": resolved["baseline"],
-                        "lean": [resolved[f"lean[{j}]"] for j in range(len(claim["lean"]))],
-                        "control": resolved.get("control"), "declaration": claims_digest(declared),
-                        "rationale": claim.get("rationale", "")})
-    names = [c["name"] for c in st.get("claims") or []]
-    for dup in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"config error: studies.{name}.claims: the name {dup!r} is declared twice "
-                        f"(allowed: one claim a name)")
-    return tuple(out)
-
-
-def _claim_config(point: dict, configs: dict) -> list:
-    """The grid's configurations (one variant each) that `point` names; mlp_ratio is mlp_hidden / width."""
-    def names(m: dict) -> bool:
-        return all(("mlp_hidden" in m and m["mlp_hidden"] == value * m["width"]) if key == "mlp_ratio"
-                   else m.get(key) == value for key, value in point.items())
-
-    return [v for v in configs.values() if names(v.model)]
-
-
-def _config_label(v: Variant, axes) -> str:
-    return ",".join(f"{k}={v.model[k]}" for k in axes)
 
 
 def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> dict | None:
@@ -316,125 +214,6 @@ def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> 
     if any(req not in ds for req in KINDS[ds["kind"]].required):
         return None  # check_dataset said which key is missing; no model is built without it
     return ds
-
-
-def _lean_grid(name: str, st: dict, info, model_base: dict, problems: list[str]) -> tuple[list, dict] | None:
-    """(the grids of a `lean:` study - its baseline and every configuration that fits the budget -,
-    the baseline's settings)."""
-    if info.grid != "arch":
-        arch_tasks = [n for n, i in CATALOG.items() if i.grid == "arch"]
-        problems.append(f"config error: studies.{name}.lean: not for task {st['task']} (allowed: "
-                        f"{', '.join(arch_tasks)})")
-        return None
-    if ("budget" in st["lean"]) == ("reduction" in st["lean"]):
-        problems.append(f"config error: studies.{name}.lean: give budget or reduction, one of them (allowed: "
-                        f"budget, a parameter count; reduction, a fraction in (0, 1))")
-        return None
-    from .match import baseline_point, lean_grids  # builds models on the meta device: imports torch
-
-    try:
-        grid = lean_grids(model_base, st["lean"])
-    except ValueError as exc:
-        problems.append(f"config error: studies.{name}.lean: {exc}")
-        return None
-    if len(grid) == 1:
-        problems.append(f"config error: studies.{name}.lean: no configuration of fewer layers and more heads "
-                        f"fits the budget (allowed: a larger budget or reduction; `leaner match` lists them)")
-    base = baseline_point(st["lean"]["baseline"])
-    return grid, {k: base[k] for k in ("depth", "heads", "width", "mlp_hidden")}
-
-
-def _grid_points(name: str, st: dict, info, model_base: dict, problems: list[str]) -> list[dict]:
-    """Every point of the study's grid (or list of grids), checked against its task's grid keys."""
-    grids = st["grid"] if isinstance(st["grid"], list) else [st["grid"]]
-    points: list[dict] = []
-    for i, g in enumerate(grids):
-        key = grid_key(name, i if isinstance(st["grid"], list) else None)
-        unused = [k for k in g if k not in info.grid_keys]
-        for k in unused:
-            problems.append(f"config error: {key}.{k}: not used by task {st['task']} "
-                            f"(allowed: {', '.join(info.grid_keys)})")
-        if unused:
-            continue
-        if info.grid == "nearest":
-            points += expand_nearest_grid(key, g, problems, model_base)
-        else:
-            points += expand_image_grid(key, g, problems)
-    return points
-
-
-def _recipe_problems(name: str, st: dict, info, problems: list[str]) -> None:
-    """A recipe key that only other tasks read (TaskInfo.recipe_keys: images' augmentation),
-    set in the study's recipe or an override's, is one line: it would do nothing here."""
-    from ..tasks import CATALOG
-
-    owners: dict[str, list[str]] = {}
-    for task in CATALOG.values():
-        for key in task.recipe_keys:
-            owners.setdefault(key, []).append(task.name)
-    recipes = [("recipe", st.get("recipe") or {})]
-    recipes += [(f"overrides[{i}].recipe", ov.get("recipe") or {}) for i, ov in enumerate(st.get("overrides") or [])]
-    for where, recipe in recipes:
-        for key in recipe:
-            if key in owners and key not in info.recipe_keys:
-                problems.append(f"config error: studies.{name}.{where}.{key}: not used by task {st['task']} "
-                                f"(allowed: leave it out; it is for task {', '.join(owners[key])})")
-
-
-def _independent_init(name: str, recipe: dict, given: dict[str, dict], problems: list[str]) -> dict:
-    """`replicates: independent` (P2): every run starts from its own seed, so the recipe's init seed
-    (P2's 613 by default) becomes null, the variant's seed (training/train.py); one the study sets itself
-    would be ignored, so it is one line."""
-    if recipe.get("replicates") != "independent":
-        return recipe
-    for where, block in given.items():
-        line = (f"config error: studies.{name}.{where}.init_seed: {block.get('init_seed')} with replicates: "
-                f"independent (allowed: leave it out, each run starts from its own seed; or replicates: paper)")
-        if block.get("init_seed") is not None and line not in problems:
-            problems.append(line)
-    return {**recipe, "init_seed": None}
-
-
-def _variants(name: str, st: dict, info, points: list[dict], model_base: dict,
-              problems: list[str]) -> dict[str, Variant]:
-    """One variant per distinct model of the points (its protocols merged), each with its recipe
-    (the task's defaults, the study's recipe, then the overrides whose `where` matches)."""
-    _recipe_problems(name, st, info, problems)
-    recipe_base = {**RECIPE_DEFAULTS, **info.recipe, **(st.get("recipe") or {})}
-    conditioning = {**CONDITIONING_DEFAULTS, **(st.get("conditioning") or {})}
-    make_variant = nearest_variant if info.grid == "nearest" else image_variant
-    variants: dict[str, Variant] = {}
-    protocols: dict[str, list[str]] = {}
-    overrides = st.get("overrides") or []
-    expect = {e["variant"]: {"params": e["params"], "tolerance": e["tolerance"]}
-              for e in st.get("expect_params") or []}
-    for p in points:
-        vid, model = make_variant(p, model_base)
-        protocols.setdefault(vid, [])
-        if "protocol" in p and p["protocol"] not in protocols[vid]:
-            protocols[vid].append(p["protocol"])
-        if vid in variants:
-            continue
-        recipe, given = dict(recipe_base), {"recipe": st.get("recipe") or {}}
-        for i, ov in enumerate(overrides):
-            if _matches(ov["where"], p):
-                recipe = {**recipe, **ov["recipe"]}
-                given[f"overrides[{i}].recipe"] = ov["recipe"]
-        recipe = _independent_init(name, recipe, given, problems)
-        variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
-                                model=model, recipe=recipe, conditioning=conditioning,
-                                expect_params=expect.get(vid))
-    for i, ov in enumerate(overrides):
-        if not any(_matches(ov["where"], p) for p in points):
-            problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid "
-                            f"(allowed: values on the study's grid axes)")
-    for vid in expect:
-        if vid not in variants:
-            problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid "
-                            f"(allowed: ids listed by `leaner variants <config>`)")
-    if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
-        problems.append(f"config error: studies.{name}.grid: expands to no variants")
-    return {vid: Variant(**{**v.__dict__, "protocols": tuple(protocols[vid])}) for vid, v in variants.items()}
 
 
 def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, problems: list[str]) -> dict | None:

@@ -1,0 +1,139 @@
+"""`leaner cost`'s table: every study's jobs priced (cost.py), as the terminal shows it and as CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cards import Card
+from .cost import (
+    ALLOCATOR_SLACK,
+    CUDA_CONTEXT_GB,
+    DDP_BUCKET_BYTES,
+    P2_GRAPH_SPEEDUP,
+    P2_SCORE_S,
+    P2_STEP_S,
+    START_MINUTES,
+    STATE_BYTES,
+    StudyCost,
+    sharing,
+)
+
+
+def _hours(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
+    """The printed plan: a table of the studies and their total, then how each was priced."""
+    import textwrap
+
+    header = ["study", "variants", "jobs", "GPUs/job", "jobs/GPU", "prec", "train FLOP", "GPU-hours", "h/job",
+              "largest job (memory per GPU)", "GB", "fits", "tries", "cond GB", "cond h"]
+    rows = []
+    for c in costs:
+        big = c.largest()
+        k = big["jobs_per_gpu"]
+        flops, walls = c.total("train_flops"), [r["wall_hours"] for r in c.rows]
+        rows.append([c.name, str(len({r["job"].split("/")[0] for r in c.rows})), str(len(c.rows)), str(big["gpus"]),
+                     str(k), "/".join(sorted({r["precision"] for r in c.rows})),
+                     "?" if flops is None else f"{flops:.3g}", _hours(c.total("gpu_hours")),
+                     "?" if None in walls else _hours(max(walls)), big["job"],
+                     f"{big['memory_gb']:.1f}" if k == 1 else f"{k} x {big['memory_gb']:.1f}",
+                     "yes" if k * big["memory_gb"] <= gpu.memory_gb else "NO", _tries(c), *_conditioning_cells(c)])
+    hours, flops = [c.total("gpu_hours") for c in costs], [c.total("train_flops") for c in costs]
+    cond = [r.get("cond_hours", 0.0) for c in costs for r in c.rows]
+    rows.append(["total", str(sum(int(r[1]) for r in rows)), str(sum(int(r[2]) for r in rows)), "", "", "",
+                 "?" if None in flops else f"{sum(flops):.3g}", _hours(None if None in hours else sum(hours)),
+                 "", "", "", "", "", "", _hours(sum(cond))])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    right = {1, 2, 3, 4, 6, 7, 8, 10, 12, 13, 14}
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [f"Cost of {source} on {gpu.name}: {gpu.memory_gb:g} GB; dense peak TFLOP/s {gpu.bf16_tflops:g} bf16, "
+             f"{gpu.tf32_tflops:g} tf32, {gpu.fp32_tflops:g} fp32 (no TF32)", "", line(header),
+             *(line(r) for r in rows), "",
+             "h/job: the longest job's wall time; GPU-hours of k jobs sharing a GPU are split among them.",
+             f"tries: the most attempts a job needs within its study's runtime ({START_MINUTES:g} min of start-up "
+             "each; `leaner cost --check cluster` names the jobs).",
+             "cond GB, cond h: the largest conditioning job's GPU memory (float64, the probe in chunks that fit the "
+             "card) and the study's conditioning GPU-hours.",
+             "How each study is priced:"]
+    width = max(len(c.name) for c in costs)
+    for c in costs:
+        lines += textwrap.wrap(_priced_note(c), 116, initial_indent=f"  {c.name.ljust(width)}  ",
+                               subsequent_indent=" " * (width + 4))
+    missing = sorted({f"{c.name} {r['job']}" for c in costs for r in c.rows if r["steps"] is None})
+    for m in missing:
+        lines.append(f"training-set size unknown, GPU-hours left out: {m} (prepare its dataset first: "
+                     "snakemake results/data/<dataset>/manifest.json)")
+    lines += [f"Memory of a job, per GPU: fp32 weights, gradients and AdamW state ({STATE_BYTES} B per parameter, "
+              f"+{DDP_BUCKET_BYTES} with DDP),",
+              "  the tensors autograd saves for backward (bf16 where autocast makes them so, attention as CUDA runs "
+              "it) x the per-GPU batch,",
+              f"  the backward's largest working set, +{ALLOCATOR_SLACK:.0%} allocator slack, {CUDA_CONTEXT_GB:g} GB "
+              "CUDA context; jobs sharing a GPU add up."]
+    return "\n".join(lines)
+
+
+def _tries(c: StudyCost) -> str:
+    if any(r["cannot_finish"] for r in c.rows):
+        return "NEVER"
+    tries = [r["attempts"] for r in c.rows]
+    return "?" if None in tries else str(max(tries))
+
+
+def _conditioning_cells(c: StudyCost) -> list[str]:
+    rows = [r for r in c.rows if "cond_memory_gb" in r]
+    return [f"{max(r['cond_memory_gb'] for r in rows):.1f}", _hours(sum(r["cond_hours"] for r in rows))]
+
+
+def _priced_note(c: StudyCost) -> str:
+    notes = []
+    if c.baseline:
+        base = next(r for r in c.rows if r["job"] == c.baseline)
+        total = c.total("train_flops")
+        if total and base["train_flops"]:
+            notes.append(f"{total / base['train_flops']:.1f} x the FLOPs of its baseline {c.baseline}.")
+    n = len(c.rows)
+    for how in sorted({r["priced_by"] for r in c.rows if r["priced_by"]}):
+        m = sum(r["priced_by"] == how for r in c.rows)
+        share = f"{m} of {n} jobs: " if m < n else ""
+        k = c.rows[0]["jobs_per_gpu"]
+        if how.startswith("launches"):
+            graph = (f", replayed as one CUDA graph at 1/{P2_GRAPH_SPEEDUP:.1f} of that (measured at L1-H1-W1 only)"
+                     if how.endswith("(CUDA graph)") else "")
+            notes.append(f"{share}launch-bound, a step {P2_STEP_S[0] * 1e3:.1f} ms + {P2_STEP_S[1] * 1e3:.1f} ms per "
+                         f"layer (measured on an H200: 169 steps/s at 1 layer, 65 at 3), each of {k} jobs on a GPU "
+                         f"at {sharing(k):.2f} of that (8 jobs: 95-103 against 134 steps/s alone){graph}.")
+        elif how.startswith("loader"):
+            rows = [r for r in c.rows if r["priced_by"] == how]
+            need, fed = max(r["images_per_s_needed"] for r in rows), rows[0]["images_per_s_fed"]
+            workers = rows[0]["loader_workers"]
+            notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil gives "
+                         f"{fed:,.0f} ({workers} workers x {fed / max(workers, 1):.0f} images/s, --loader-rate); "
+                         "decode: device (nvJPEG on the GPU, its rate there not yet measured) is the path that could "
+                         "keep the GPUs fed.")
+        elif how.startswith("attention scores"):
+            kernel = how.split("(")[1][:-1]
+            notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
+                         f"(W x heads x N^2 per layer and sample; measured on an H100), {k} jobs in turn.")
+        else:
+            mfu = sorted({r["mfu"] for r in c.rows if r["priced_by"] == how})
+            notes.append(f"{share}FLOPs at {'/'.join(f'{m:.0%}' for m in mfu)} MFU, {how[len('FLOPs ('):-1]}.")
+    return " ".join(notes)
+
+
+def write_cost_csv(path: str | Path, costs: list[StudyCost]) -> None:
+    import pandas as pd
+
+    from ..io import write_csv
+
+    write_csv(path, pd.DataFrame([r for c in costs for r in c.rows]))
+
+
+# ---------------------------------------------------------------- the check before a run

@@ -1,0 +1,122 @@
+"""Whether each GPU study's jobs fit the card they will run on, checked at a run's start (onstart:
+`leaner cost --check`): its memory, alone and k jobs sharing a GPU, and its attempts within the
+study's time limit. The card: $LEANER_GPU_MEM_GB, else this machine's smallest CUDA device
+(local), else the study's gpu_model (cluster)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from ..workflow.plan import Plan
+from .cards import CARDS, MEM_ENV, Card, local_card, parse_memory_gb
+from .cost import job_memory_bytes, jobs, precision_of, price
+
+
+def fit_cards(plan: Plan, where: str, env=os.environ) -> dict[str, Card]:
+    """The card each GPU study's jobs will run on, where it is known: $LEANER_GPU_MEM_GB (GB of one
+    GPU) for every study; else `where` is "local": the smallest CUDA device of this machine (none
+    without CUDA, or with LEANER_DEVICE=cpu), "cluster": the study's `gpu_model` when it names a
+    card of CARDS."""
+    studies = [n for n, s in plan.studies.items() if s.resources["gpu"] >= 1]
+    if not studies:
+        return {}
+    given = env.get(MEM_ENV)
+    if given is not None:
+        memory = parse_memory_gb(given)
+        return {n: Card(f"the GPU of {MEM_ENV}={given}", memory, math.nan, math.nan, math.nan) for n in studies}
+    if where == "local":
+        found = None if (env.get("LEANER_DEVICE") or "").startswith("cpu") else local_card()
+        return {n: found for n in studies} if found else {}
+    return {n: CARDS[plan.studies[n].resources["gpu_model"].lower()] for n in studies
+            if plan.studies[n].resources["gpu_model"].lower() in CARDS}
+
+
+
+def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
+    """One line per study whose jobs (or jobs_per_gpu of them together) cannot fit its card."""
+    from ..models.footprint import footprint
+
+    problems = []
+    for name, gpu in cards.items():
+        study = plan.studies[name]
+        gpus = max(1, study.resources["gpu"])
+        k = study.resources["jobs_per_gpu"] if gpus == 1 else 1
+        need = {j.name: job_memory_bytes(footprint(j.spec["model"], precision_of(j.spec), flops=False), j.spec,
+                                         gpus) / 1e9 for j in jobs(study)}
+        worst = max(need, key=need.get)
+        if need[worst] > gpu.memory_gb:
+            allowed = "a smaller batch_size, more GPUs per variant (resources.gpu)" if k == 1 else \
+                "a smaller batch_size"
+            problems.append(f"study {name}: job {worst} needs ~{need[worst]:.0f} GB of GPU memory"
+                            f"{' per GPU' if gpus > 1 else ''}, {gpu.name} has {gpu.memory_gb:g} GB "
+                            f"(allowed: {allowed}, or a larger card)")
+        elif k * need[worst] > gpu.memory_gb:
+            problems.append(f"study {name}: {k} jobs share a GPU (jobs_per_gpu) and need ~{k * need[worst]:.0f} GB "
+                            f"together (job {worst}: ~{need[worst]:.1f} GB), {gpu.name} has {gpu.memory_gb:g} GB "
+                            f"(allowed: jobs_per_gpu <= {int(gpu.memory_gb // need[worst])}, a smaller batch_size, "
+                            "or a larger card)")
+    return problems
+
+
+def fit_problems(plan: Plan, where: str, env=os.environ) -> list[str]:
+    """The memory check against the cards known here, one line per problem."""
+    try:
+        cards = fit_cards(plan, where, env)
+    except ValueError as exc:
+        return [str(exc)]
+    return memory_problems(plan, cards)
+
+
+def check_plan(plan: Plan, where: str, gpu: Card, env=os.environ,
+               root: str | Path = ".") -> tuple[list[str], list[str]]:
+    """`leaner cost --check WHERE`: (what to know, one line each; problems, one line each): memory
+    against the cards known here, and on a cluster each GPU job's time against its runtime, on
+    its study's gpu_model where that names a card, else on `gpu` (--gpu)."""
+    problems = fit_problems(plan, where, env)
+    if where != "cluster" or problems:
+        return [], problems
+    known = fit_cards(plan, where, env)
+    cards = {n: known.get(n, gpu) for n, s in plan.studies.items() if s.resources["gpu"] >= 1}
+    return time_limit_lines(plan, cards, root)
+
+
+def time_limit_lines(plan: Plan, cards: dict[str, Card], root: str | Path = ".") -> tuple[list[str], list[str]]:
+    """`leaner cost --check cluster`'s time check: (one line per job predicted to outlast its
+    study's runtime, with the attempts it needs; one line per job that cannot finish: no attempt
+    keeps progress, or it needs more attempts than its study's resources.attempts allows)."""
+    listed, problems = [], []
+    for name, gpu in cards.items():
+        study = plan.studies[name]
+        runtime, allowed = study.resources["runtime"], study.resources["attempts"]
+        for job in jobs(study):
+            row = price(job, plan, gpu, None, Path(root))
+            if row["cannot_finish"]:
+                problems.append(f"study {name}: job {job.name} cannot finish: {row['cannot_finish']} (allowed: a "
+                                f"longer resources.runtime, or a shorter recipe.checkpoint_minutes)")
+                continue
+            if row["wall_hours"] is None:
+                listed.append(f"study {name}: job {job.name}: time unknown (its dataset is not prepared)")
+                continue
+            if row["attempts"] > 1:
+                listed.append(f"study {name}: job {job.name}: ~{row['wall_hours']:.1f} h on {gpu.name} against "
+                              f"runtime {runtime} min: {row['attempts']} attempts")
+            if row["attempts"] > allowed:
+                problems.append(f"study {name}: job {job.name} needs {row['attempts']} attempts of {runtime} min "
+                                f"(~{row['wall_hours']:.1f} h on {gpu.name}), resources.attempts allows {allowed} "
+                                f"(allowed: attempts >= {row['attempts']}, or a longer runtime)")
+    return listed, problems
+
+
+def may_know_a_card(plan: Plan, where: str, env=os.environ) -> bool:
+    """Whether `fit_cards` could find a card here (cheap: no CUDA context, no model built)."""
+    if not any(s.resources["gpu"] >= 1 for s in plan.studies.values()):
+        return False
+    if env.get(MEM_ENV) is not None:
+        return True
+    if where == "local":
+        import torch
+
+        return not (env.get("LEANER_DEVICE") or "").startswith("cpu") and torch.cuda.device_count() > 0
+    return any(s.resources["gpu_model"].lower() in CARDS for s in plan.studies.values())
