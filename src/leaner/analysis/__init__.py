@@ -1,4 +1,4 @@
-"""From per-variant results to what a reader sees: all 17 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 18 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved
     power           a declared claim's power from a pilot (noncentral t), and the pilot's report
@@ -11,6 +11,7 @@
     study_data      what a study's figures and tables are made from (its summary and its plan)
     study_tables    what the tables rules write (a study's tables, the theory tables)
     plots           what every figure shares (style, saving, log axes, off-scale marks)
+    figure_parts    the pieces several figures draw: seed aggregates, error bars, panel grids, metric names
     curves          training curves: loss and metric against the step, one line per configuration
     figures         a study's figures: kappa, metric vs heads and MLP, kappa in training, Pareto, theory
     figures_p2      P2's figures: MSE and kappa against head rank, the angle of one-head models
