@@ -46,13 +46,13 @@ def rehearsal_sample(dataset_name: str, spec: dict, folder) -> dict:
 
 
 def train_rows(spec: dict, manifest: dict | None, job_spec: dict) -> int | None:
-    """The training rows of a job (`job_spec`) on dataset `spec`, from its prepared manifest where
-    there is one; None where not known."""
+    """The training rows of a job (`job_spec`) on dataset `spec`: its prepared manifest's `n_train`
+    where it says, else what its kind knows (`ROWS`); None where neither does."""
+    if manifest and "n_train" in manifest:
+        return int(manifest["n_train"])
     builtin_kinds()
     kind = dataset_kind(spec["kind"]).name
-    if kind in ROWS:
-        return ROWS[kind](spec, manifest, job_spec)
-    return int(manifest["n_train"]) if manifest and "n_train" in manifest else None
+    return ROWS[kind](spec, manifest, job_spec) if kind in ROWS else None
 
 
 def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:

@@ -72,9 +72,7 @@ DIGITS_ROWS = 1797  # scikit-learn's bundled digits
 
 @ROWS.register("digits")
 def digits_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
-    """Its manifest's, else what the test fraction leaves of the bundled digits."""
-    if manifest and "n_train" in manifest:
-        return int(manifest["n_train"])
+    """What the test fraction leaves of the bundled digits."""
     return DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
 
 

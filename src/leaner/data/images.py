@@ -287,9 +287,7 @@ SAMPLE_SIDE = 288  # rehearsal JPEGs are larger than the crop, as ImageNet's are
 
 @ROWS.register("hub")
 def hub_rows(entry: dict, manifest: dict | None, spec: dict) -> int | None:
-    """Its manifest's, else the known size of the hub dataset it names."""
-    if manifest and "n_train" in manifest:
-        return int(manifest["n_train"])
+    """The known size of the hub dataset it names."""
     return KNOWN_HUB_ROWS.get(entry["name"])
 
 

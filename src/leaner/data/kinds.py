@@ -72,7 +72,8 @@ PREPARE = Registry("preparation of dataset kind", lambda: KINDS)  # (name, entry
 OPEN = Registry("opening of dataset kind", lambda: KINDS)  # (manifest path, run spec, device) -> tasks_read
 # (name, entry, folder) -> an entry to prepare as the kind's small rehearsal sample (`leaner rehearse`)
 SAMPLE = Registry("rehearsal sample of dataset kind", lambda: KINDS)
-# (entry, its manifest or None, job spec) -> the job's training rows, or None where unknown (`leaner cost`)
+# (entry, its manifest or None, job spec) -> the job's training rows where the manifest has no `n_train`,
+# or None where unknown (`leaner cost`)
 ROWS = Registry("training rows of dataset kind", lambda: KINDS)
 
 

@@ -84,10 +84,8 @@ def precision_of(spec: dict) -> str:
 
 def arithmetic_of(spec: dict) -> str:
     """Which peak the run's matrix products reach: bf16, tf32 (fp32 with the recipe's `tf32`) or fp32."""
-    precision = precision_of(spec)
-    if precision == "fp32" and Recipe.of(spec["recipe"]).tf32:
-        return "tf32"
-    return precision
+    recipe = Recipe.of(spec["recipe"])
+    return "tf32" if recipe.precision == "fp32" and recipe.tf32 else recipe.precision
 
 
 @dataclass(frozen=True)
