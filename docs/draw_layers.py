@@ -19,7 +19,8 @@ PACKAGES = tuple(sorted(p.parent.name for p in (REPO / "src" / "leaner").glob("*
 # what each unit is, in a few words (units not named here get none)
 ROLE = {"cli": "commands", "workflow": "config, plan, scheduling", "analysis": "summary, tables, figures",
         "training": "the one loop", "measure": "kappa, Jacobians, theory", "tasks": "task catalogue + classes",
-        "data": "kind catalogue + loaders", "models": "ViT, sequence, P2; memory", "outputs": "figure/table catalogue",
+        "data": "kind catalogue + loaders", "models": "typed configs, ViT, sequence, P2; memory",
+        "outputs": "figure/table catalogue",
         "compute": "devices, ranks, numerics", "grid": "architecture axes", "planning": "cost, rehearsal, pilot",
         "running": "leaner run, status", "warm": "warm start"}
 

@@ -58,7 +58,7 @@ def test_override_changes_only_matching_variant_specs():
     changed = build_plan(cfg).studies["tiny"].variants
     diff = [vid for vid in base if base[vid].spec_json() != changed[vid].spec_json()]
     assert diff == ["L2-H1-D16-hd16-mlp32-s0"]
-    assert changed[diff[0]].recipe["lr"] == 0.02
+    assert changed[diff[0]].recipe.lr == 0.02
 
 
 def test_paper_config_dedups_the_baseline_and_has_every_axis():
@@ -67,9 +67,9 @@ def test_paper_config_dedups_the_baseline_and_has_every_axis():
     base = study.variants["L12-H12-D768-hd64-mlp3072-s0"]
     assert base.protocols == ("fixed_width", "fixed_head_dim")
     assert base.expect_params == {"params": 86_570_000, "tolerance": 500_000}
-    depths = {v.model["depth"] for v in study.variants.values()}
-    heads = {v.model["heads"] for v in study.variants.values()}
-    mlps = {v.model["mlp_hidden"] / v.model["width"] for v in study.variants.values()}
+    depths = {v.model.depth for v in study.variants.values()}
+    heads = {v.model.heads for v in study.variants.values()}
+    mlps = {v.model.mlp_hidden / v.model.width for v in study.variants.values()}
     assert depths == {12, 8} and heads == {12, 16, 24, 32} and mlps == {4, 2}
     # 2 depths x 4 heads x 2 protocols x 2 MLP ratios, minus the 2x2 shared h=12 models
     assert len(study.variants) == 2 * 4 * 2 * 2 - 2 * 2
@@ -360,7 +360,7 @@ def test_strings_from_the_command_line_are_read_as_the_type_the_schema_wants():
     config["studies"]["tiny"]["recipe"]["lr"] = "0.01"
     plan = build_plan(config)
     assert plan.theory["draws"] == 5 and plan.theory["tokens"] == [17, 33]
-    assert next(iter(plan.studies["tiny"].variants.values())).recipe["lr"] == 0.01
+    assert next(iter(plan.studies["tiny"].variants.values())).recipe.lr == 0.01
     config["theory"]["draws"] = "many"
     with pytest.raises(ConfigError) as err:
         build_plan(config)
@@ -397,8 +397,8 @@ def test_an_overlay_is_laid_over_config_yaml_and_a_full_config_stands_alone(tmp_
     overlay.write_text("studies:\n  vit_digits:\n    recipe: {epochs: 2}\ntheory: {draws: 3}\n")
     for plan in (load_plan(overlay, default=REPO / "config.yaml"), load_plan(REPO / "config.yaml", overlay)):
         assert list(plan.studies) == list(base.studies)
-        assert {v.recipe["epochs"] for v in _variants(plan, "vit_digits")} == {2}
-        assert {v.recipe["lr"] for v in _variants(plan, "vit_digits")} == {3.0e-3}  # the rest of the study kept
+        assert {v.recipe.epochs for v in _variants(plan, "vit_digits")} == {2}
+        assert {v.recipe.lr for v in _variants(plan, "vit_digits")} == {3.0e-3}  # the rest of the study kept
         assert _variants(plan, "nearest_rank") == _variants(base, "nearest_rank")
         assert plan.theory["draws"] == 3 and plan.theory["tokens"] == base.theory["tokens"]
     paper = load_plan(REPO / "configs" / "paper.yaml", default=REPO / "config.yaml")
@@ -416,8 +416,8 @@ def test_named_overlays_change_every_study(tmp_path):
             configs = {vid.rpartition("-s")[0] for vid in study.variants}
             assert {vid.rpartition("-s")[0] for vid in quick.studies[name].variants} == configs
             assert {v.seed for v in _variants(quick, name)} == {0}
-            assert {v.recipe["max_steps"] for v in _variants(quick, name)} == {60}
-            assert {v.recipe["epochs"] for v in _variants(quick, name)} == {v.recipe["epochs"] for v in _variants(
+            assert {v.recipe.max_steps for v in _variants(quick, name)} == {60}
+            assert {v.recipe.epochs for v in _variants(quick, name)} == {v.recipe.epochs for v in _variants(
                 base, name)}
             assert len(five.studies[name].variants) == 5 * len(configs), name
             assert {v.seed for v in _variants(five, name)} == {0, 1, 2, 3, 4}
@@ -485,11 +485,11 @@ def test_a_models_defaults_live_in_the_schema_under_its_tasks_own(monkeypatch):
     assert all(set(info.model) <= set(info.model_keys) for info in CATALOG.values())
     config = yaml.safe_load(TINY.read_text())
     (tiny_nearest,) = [v for v in build_plan(config).studies["tiny_nearest"].variants.values()][:1]
-    assert tiny_nearest.model["ff"] == config["studies"]["tiny_nearest"]["model"].get("ff", 2048)
+    assert tiny_nearest.model.ff == config["studies"]["tiny_nearest"]["model"].get("ff", 2048)
     monkeypatch.setitem(planning.MODEL_DEFAULTS, "posn_dim", 7)
     monkeypatch.setitem(planning.MODEL_DEFAULTS, "context", 99)
     changed = build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
-    assert {v.model["posn_dim"] for v in changed.variants.values()} == {7}
+    assert {v.model.posn_dim for v in changed.variants.values()} == {7}
     problems: list[str] = []
     assert planning._model_base("lm", {"task": "glue"}, {}, problems)["max_len"] == 128  # glue's own goes over
     assert planning._model_base("lm", {"task": "language_model"}, {}, problems)["max_len"] == 99 and not problems
@@ -505,3 +505,41 @@ def test_a_run_reads_its_recipe_typed_with_the_schemas_defaults_and_refuses_a_ke
         Recipe.of({"eval_batch": 64})
     with pytest.raises(dataclasses.FrozenInstanceError):
         recipe.lr = 1.0
+
+
+def test_the_plan_builds_each_variants_model_typed_per_architecture_and_its_recipe_typed():
+    """Every variant of config.yaml and paper.yaml carries a typed model config (one class per
+    architecture, its study keys defaulted from the schema) and a typed Recipe; its spec holds them
+    as plain dicts that read back to the same config. A model dict with a key its architecture does
+    not have, or without one it needs, is one line."""
+    from leaner.models.config import CONFIGS, ClassifierConfig, ModelConfig, ViTConfig, model_config
+    from leaner.schema import Recipe, defaults
+
+    archs = set()
+    for path in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
+        plan = load_plan(path)
+        for study in plan.studies.values():
+            for v in study.variants.values():
+                assert isinstance(v.model, ModelConfig) and isinstance(v.recipe, Recipe)
+                assert model_config(v.spec()["model"]) == v.model and Recipe.of(v.spec()["recipe"]) == v.recipe
+                archs.add(v.model.arch)
+            if study.finetune:
+                spec = study.finetune_spec(next(iter(study.variants)), "sst2")
+                tuned = model_config(spec["model"])
+                assert isinstance(tuned, ClassifierConfig) and tuned.pad_id == spec["model"]["pad_id"] != 0
+                archs.add(tuned.arch)
+    assert archs == set(CONFIGS)
+    listops = next(iter(load_plan(REPO / "config.yaml").studies["listops_small"].variants.values())).model
+    assert listops.pad_id == 0 and "pad_id" not in listops.to_spec()  # specs planned before pad_id stay the same
+    vit = ViTConfig(depth=2, heads=2, head_dim=8, width=16, mlp_hidden=32, img_size=8, in_chans=1, num_classes=10)
+    assert (vit.patch_size, vit.qkv_bias, vit.global_pool) == tuple(defaults("model")[k] for k in (
+        "patch_size", "qkv_bias", "global_pool"))
+    assert (dataclasses.replace(vit, patch_size=2).seq_len, vit.residual_width, vit.attention_heads) == (17, 16, 2)
+    with pytest.raises(ValueError, match=r"^model\.ff: not a setting of a vit model \(allowed: depth, heads, "):
+        model_config({**vit.to_spec(), "ff": 64})
+    with pytest.raises(ValueError, match=r"^model\.num_classes: missing from a vit model \(required: num_classes\)$"):
+        model_config({k: x for k, x in vit.to_spec().items() if k != "num_classes"})
+    with pytest.raises(ValueError, match=r"^model\.arch: unknown architecture 'rnn' \(allowed: vit, "):
+        model_config({"arch": "rnn"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        vit.depth = 3

@@ -318,14 +318,15 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
 def test_a_cuda_graph_step_is_priced_faster_only_where_launches_bound_it():
     """P2 at L1-H1-W1 (launch-bound): recipe.cuda_graph divides its step by the measured speed-up;
     at figN's H64 N 256 (attention-bound) the graph changes nothing."""
+    from leaner.models.config import NearestConfig
     from leaner.planning.cost import P2_GRAPH_SPEEDUP, p2_step_seconds
 
-    small = {"depth": 1, "heads": 1, "modules": 1, "tokens": 16, "head_dim": 64}
+    small = NearestConfig(depth=1, heads=1, modules=1, dim=64, tokens=16, posn="none", d_model=64, head_dim=64)
     eager, how = p2_step_seconds(small, 256, 0.0, 1)
     graphed, how_g = p2_step_seconds(small, 256, 0.0, 1, graphed=True)
     assert (how, how_g) == ("launches", "launches (CUDA graph)")
     assert graphed == pytest.approx(eager / P2_GRAPH_SPEEDUP) and P2_GRAPH_SPEEDUP == pytest.approx(5.92, abs=0.01)
-    big = {"depth": 2, "heads": 64, "modules": 64, "tokens": 256, "head_dim": 1}
+    big = NearestConfig(depth=2, heads=64, modules=64, dim=64, tokens=256, posn="none", d_model=64, head_dim=1)
     assert p2_step_seconds(big, 256, 0.0, 1) == p2_step_seconds(big, 256, 0.0, 1, graphed=True)
     assert p2_step_seconds(big, 256, 0.0, 1)[1].startswith("attention scores")
 

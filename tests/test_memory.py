@@ -26,7 +26,7 @@ def _models() -> list[dict]:
     for config in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
         plan = load_plan(config)
         for study in plan.studies.values():
-            models = sorted((v.model for v in study.variants.values()), key=lambda m: m["depth"])
+            models = sorted((v.model.to_spec() for v in study.variants.values()), key=lambda m: m["depth"])
             out += [models[0], models[-1]]
             if study.finetune:
                 vid = next(iter(study.variants))
@@ -116,8 +116,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**20)
 def test_a_model_built_on_the_meta_device_at_any_depth(depth):
     """Every builder runs under torch.device('meta') (the sequence models' drop-path rates were
     computed from a tensor on the default device)."""
-    model = {**small_spec()["model"], "arch": "causal_lm", "vocab_size": 257, "max_len": 16, "depth": depth,
-             "drop_path_rate": 0.1}
+    vit = small_spec()["model"]
+    model = {**{k: vit[k] for k in ("heads", "width", "head_dim", "mlp_hidden", "qkv_bias")}, "arch": "causal_lm",
+             "vocab_size": 257, "max_len": 16, "depth": depth, "drop_path_rate": 0.1}
     assert model_params(model) == count_params(model) > 0
 
 

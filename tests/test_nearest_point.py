@@ -384,10 +384,10 @@ def test_replicates_is_checked_before_any_job():
     cfg = yaml.safe_load(TINY.read_text())
     cfg["studies"]["tiny_nearest"]["recipe"]["replicates"] = "independent"
     plan = build_plan(cfg)
-    assert {v.recipe["replicates"] for v in plan.studies["tiny_nearest"].variants.values()} == {"independent"}
+    assert {v.recipe.replicates for v in plan.studies["tiny_nearest"].variants.values()} == {"independent"}
     # each run's own init seed: the spec says so (null: the variant's seed), not P2's 613
-    assert {v.recipe["init_seed"] for v in plan.studies["tiny_nearest"].variants.values()} == {None}
-    assert {v.recipe["init_seed"] for v in build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
+    assert {v.recipe.init_seed for v in plan.studies["tiny_nearest"].variants.values()} == {None}
+    assert {v.recipe.init_seed for v in build_plan(yaml.safe_load(TINY.read_text())).studies["tiny_nearest"]
             .variants.values()} == {613}
     for study, value, message in (
             ("tiny_nearest", "indep", 'config error: studies.tiny_nearest.recipe.replicates: "indep" is not allowed '

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import math
 
+from .models.config import ModelConfig, model_config
+
 PROTOCOLS = ("fixed_width", "fixed_head_dim")
 
 
@@ -109,19 +111,19 @@ def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: in
     return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
 
 
-def image_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+def image_variant(point: dict, model_base: dict) -> tuple[str, ModelConfig]:
     """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
     p = point
-    model = {**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
-             "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]}
+    model = model_config({**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
+                          "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]})
     return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
 
 
-def nearest_variant(point: dict, model_base: dict) -> tuple[str, dict]:
+def nearest_variant(point: dict, model_base: dict) -> tuple[str, ModelConfig]:
     p = point
-    model = {"arch": "nearest_point_encoder", **model_base, "depth": p["depth"], "heads": p["heads"],
-             "modules": p["modules"], "dim": p["dim"], "tokens": p["tokens"], "posn": p["posn"],
-             "d_model": p["d_model"], "head_dim": p["rank"]}
+    model = model_config({"arch": "nearest_point_encoder", **model_base, "depth": p["depth"], "heads": p["heads"],
+                          "modules": p["modules"], "dim": p["dim"], "tokens": p["tokens"], "posn": p["posn"],
+                          "d_model": p["d_model"], "head_dim": p["rank"]})
     vid = (f"L{p['depth']}-H{p['heads']}-W{p['modules']}-r{p['rank']}-d{p['dim']}-N{p['tokens']}"
            f"-{p['posn']}-s{p['seed']}")
     return vid, model

@@ -80,5 +80,6 @@ def _typed(section: str, name: str, doc: str) -> type:
     return cls
 
 
-# a run reads its recipe as `Recipe.of(spec["recipe"])` (the plan wrote every key in the spec)
+# the plan builds one per variant (workflow/variants.py) and writes every key in the spec; a run reads
+# it back as `Recipe.of(spec["recipe"])`
 Recipe = _typed("recipe", "Recipe", "A run's recipe: every key of the schema's `recipe`, typed, with its default.")

@@ -16,6 +16,7 @@ import pandas as pd
 from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
 from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
+from ..models.config import model_config
 from ..tasks import GRID_AXES, task_info
 from ..training.tracking import write_hparams
 from .stats import gmean
@@ -113,9 +114,9 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
     rows = []
     for mpath in metrics_paths:
         m = read_json(mpath)
-        model, task = m["spec"]["model"], m["spec"]["task"]
+        model, task = model_config(m["spec"]["model"]), m["spec"]["task"]
         row = {"study": study, "task": task, "dataset": m["spec"].get("dataset"), "variant": m["variant"],
-               **{k: model[k] for k in axes(task)},
+               **{k: getattr(model, k) for k in axes(task)},
                "seed": m["seed"], "protocols": join_protocols(protocols.get(m["variant"], [])), "status": m["status"],
                **{f"params_{k}": v for k, v in m["params"].items()},
                **{k: v for k, v in m["final"].items()},
@@ -131,7 +132,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             row.update({f"glue_{t}": v["score"] for t, v in glue["tasks"].items()})
             row["glue_avg"] = glue["glue_avg"]
         if is_arch(task):
-            row["mlp_ratio"] = model["mlp_hidden"] / model["width"]
+            row["mlp_ratio"] = model.mlp_hidden / model.width
             metric, mode = task_info(task).metric
             value = row.get(metric)
             # error: lower is better for every task (1 - accuracy, or the loss itself)
@@ -141,7 +142,7 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                 row["chance"] = chance["value"]
                 row["learned"] = learned(value, chance)
         else:
-            row["total_heads"] = model["heads"] * model["modules"]
+            row["total_heads"] = model.attention_heads
             row["error"] = row["best_train_loss"]
             row["stream"] = m["data"]["stream"]  # fresh, or P2's replayed set (then eval_mse is the fresh-point MSE)
             row["replicates"] = m["data"].get("replicates", "paper")  # what a seed varies (data/nearest_point.py)

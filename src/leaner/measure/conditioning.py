@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
+from ..models.config import model_config
 from ..models.memory import MEMORY_SHARE, PROBE_BATCH, model_chunk
 
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
@@ -237,7 +238,7 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
     lengths = task.probe_lengths(n) if hasattr(task, "probe_lengths") else None
     jacobian = {"samples": cond.get("jacobian_samples", 0), "exact_max": cond.get("jacobian_exact_max", 0),
                 "lanczos_steps": cond.get("lanczos_steps", 1)}
-    m = spec["model"]
+    m = model_config(spec["model"])
     rows = []
     for name, (step, path) in checkpoints.items():
         model = build_model(m)
@@ -250,8 +251,8 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
             for matrix, slot in mats.items():
                 tokens, cols = slot["shape"]
                 rows.append({"checkpoint": name, "step": step, "layer": layer + 1, "matrix": matrix,
-                             "heads": m["heads"] * m.get("modules", 1), "head_dim": m["head_dim"],
-                             "width": m.get("width", m.get("d_model")), "cols": cols, "tokens": tokens,
+                             "heads": m.attention_heads, "head_dim": m.head_dim,
+                             "width": m.residual_width, "cols": cols, "tokens": tokens,
                              "samples": int(slot["kappas"].numel()), **summarize(slot["kappas"]),
                              "method": slot.get("method", "svd"), "rel_residual": slot.get("rel_residual", 0.0),
                              "converged_fraction": slot.get("converged_fraction", 1.0), "numerics": computed})

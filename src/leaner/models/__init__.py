@@ -1,26 +1,28 @@
-"""Every model comes from `build_model(spec)`; parameter counts come from the built model."""
+"""Every model comes from `build_model(config)`, its typed config (config.py) or a spec's model dict;
+parameter counts come from the built model."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from .config import ModelConfig, NearestConfig, SequenceConfig, ViTConfig, model_config
 
-def build_model(spec: dict):
-    arch = spec["arch"]
-    if arch == "vit":
+
+def build_model(config: ModelConfig | dict):
+    """The model of `config` (a spec's model dict is typed first: `model_config`)."""
+    config = model_config(config)
+    if isinstance(config, ViTConfig):
         from .vit import build_vit
 
-        return build_vit(spec)
-    if arch == "nearest_point_encoder":
+        return build_vit(config)
+    if isinstance(config, NearestConfig):
         from .nearest import build_nearest
 
-        return build_nearest(spec)
-    if arch in ("sequence_classifier", "causal_lm", "masked_lm"):
-        from .sequence import build_sequence_model
+        return build_nearest(config)
+    assert isinstance(config, SequenceConfig), config
+    from .sequence import build_sequence_model
 
-        return build_sequence_model(spec)
-    raise ValueError(f"unknown model arch {arch!r} (allowed: vit, nearest_point_encoder, sequence_classifier, "
-                     "causal_lm, masked_lm)")
+    return build_sequence_model(config)
 
 
 def attention_modules(model):

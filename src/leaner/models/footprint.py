@@ -22,8 +22,8 @@ Checked against peaks measured on an H100 (tests/test_cost.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import json
 import math
 from dataclasses import dataclass
 
@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import build_model
+from .config import ModelConfig, NearestConfig, ViTConfig, model_config
 from .memory import model_params
 
 CUDA = torch.device("cuda", 0)  # an explicit index: nothing asks torch.cuda for the current device
@@ -54,16 +55,16 @@ class Footprint:
         return self.fixed + batch * (self.saved + self.working)
 
 
-def footprint(model: dict, precision: str, flops: bool = True) -> Footprint:
-    """The footprint of `model` (a variant's model spec) trained at `precision` (bf16 or fp32);
+def footprint(model: ModelConfig | dict, precision: str, flops: bool = True) -> Footprint:
+    """The footprint of `model` (a variant's model) trained at `precision` (bf16 or fp32);
     `flops=False` skips counting FLOPs (memory alone, as the onstart check needs)."""
-    key = json.dumps({k: v for k, v in model.items() if k != "depth"}, sort_keys=True)
-    depth = model["depth"]
-    memory = _memory_two_blocks(key, precision)
-    work = _flops_two_blocks(key) if flops else {"flops": (math.nan, math.nan)}
+    model = model_config(model)
+    two = dataclasses.replace(model, depth=2)
+    memory = _memory_two_blocks(two, precision)
+    work = _flops_two_blocks(two) if flops else {"flops": (math.nan, math.nan)}
 
     def extend(parts: tuple[float, float]) -> float:  # all but the second block, and depth - 1 of that
-        return parts[0] + (depth - 1) * parts[1]
+        return parts[0] + (model.depth - 1) * parts[1]
 
     return Footprint(params=model_params(model), flops=extend(work["flops"]), saved=extend(memory["saved"]),
                      working=memory["working"], largest=memory["largest"], fixed=extend(memory["fixed"]))
@@ -71,37 +72,34 @@ def footprint(model: dict, precision: str, flops: bool = True) -> Footprint:
 
 # Each quantity of the model built at depth 2, split as (all but its second block, the second block):
 # blocks 2.. of a deeper model are copies of the second (the first can differ: it has no stochastic
-# depth, its drop-path rate is 0). Cached per block configuration, whatever the depth.
+# depth, its drop-path rate is 0). Cached per block configuration (the model at depth 2), whatever the depth.
 
-def _meta_model(block_key: str) -> tuple[dict, torch.nn.Module]:
-    spec = {**json.loads(block_key), "depth": 2}
+def _meta_model(model: ModelConfig) -> torch.nn.Module:
     with torch.device("meta"):
-        return spec, build_model(spec)
+        return build_model(model)
 
 
 @functools.cache
-def _flops_two_blocks(block_key: str) -> dict:
-    spec, model = _meta_model(block_key)
-    total, in_second = training_flops(model, sample(spec, 1, "meta"))
+def _flops_two_blocks(model: ModelConfig) -> dict:
+    total, in_second = training_flops(_meta_model(model), sample(model, 1, "meta"))
     return {"flops": (total - in_second, in_second)}
 
 
 @functools.cache
-def _memory_two_blocks(block_key: str, precision: str) -> dict:
-    spec, model = _meta_model(block_key)
-    saved = saved_tensors(model, spec, precision)
+def _memory_two_blocks(model: ModelConfig, precision: str) -> dict:
+    saved = saved_tensors(_meta_model(model), model, precision)
     return {**saved, "working": max(2 * saved["largest"], saved["attention"])}
 
 
-def sample(spec: dict, batch: int, device) -> torch.Tensor:
+def sample(model: ModelConfig | dict, batch: int, device) -> torch.Tensor:
     """A batch of the model's real input shape: images, P2's (N, d) points, or token sequences of
     the full context (the longest a batch can be)."""
-    arch = spec["arch"]
-    if arch == "vit":
-        return torch.zeros(batch, spec["in_chans"], spec["img_size"], spec["img_size"], device=device)
-    if arch == "nearest_point_encoder":
-        return torch.zeros(batch, spec["tokens"], spec["dim"], device=device)
-    return torch.ones(batch, spec["max_len"], dtype=torch.long, device=device)  # token ids, no padding
+    model = model_config(model)
+    if isinstance(model, ViTConfig):
+        return torch.zeros(batch, model.in_chans, model.img_size, model.img_size, device=device)
+    if isinstance(model, NearestConfig):
+        return torch.zeros(batch, model.tokens, model.dim, device=device)
+    return torch.ones(batch, model.seq_len, dtype=torch.long, device=device)  # token ids, no padding
 
 
 def training_flops(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
@@ -115,7 +113,7 @@ def training_flops(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, floa
     return float(counter.get_total_flops()), float(sum(by_module[f"{type(model).__name__}.blocks.1"].values()))
 
 
-def saved_tensors(meta_model: torch.nn.Module, spec: dict, precision: str) -> dict:
+def saved_tensors(meta_model: torch.nn.Module, config: ModelConfig | dict, precision: str) -> dict:
     """What autograd saves for backward in one forward of one sample on fake CUDA tensors, in bytes:
     `saved` and `fixed` (autocast's copies of the weights, once per step whatever the batch), each
     as (outside the model's second block, in it); the `largest` saved tensor; and the largest
@@ -143,7 +141,7 @@ def saved_tensors(meta_model: torch.nn.Module, spec: dict, precision: str) -> di
              second.register_forward_hook(lambda *_: inside.__setitem__(0, False))]
     try:
         with mode, _cuda_autocast(precision == "bf16"), FusedAttention() as attention:
-            x = sample(spec, 1, CUDA)
+            x = sample(config, 1, CUDA)
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 model(x)
     finally:

@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 
 from ..io import write_json
+from .config import ModelConfig, model_config
 
 MIB = 2**20
 RUNTIME_MB = 1024
@@ -82,7 +83,7 @@ def _one_layer(shape_json: str) -> tuple[int, int]:
         from . import build_model, param_counts
 
         with torch.device("meta"):
-            model = build_model({**json.loads(shape_json), "depth": 1})
+            model = build_model(model_config({**json.loads(shape_json), "depth": 1}))
         kept[shape_json] = [param_counts(model)["total"], sum(p.numel() for p in model.blocks[0].parameters())]
         try:
             write_json(_cache_file(), {"code": _code_version(), "counts": kept})
@@ -92,32 +93,34 @@ def _one_layer(shape_json: str) -> tuple[int, int]:
     return total, block
 
 
-def model_params(model: dict) -> int:
-    """Parameters of the model spec `model` (built once per architecture without its depth)."""
-    total, block = _one_layer(json.dumps({k: v for k, v in model.items() if k != "depth"}, sort_keys=True))
-    return total + (model["depth"] - 1) * block
+def model_params(model: ModelConfig | dict) -> int:
+    """Parameters of `model` (built once per architecture without its depth)."""
+    model = model_config(model)
+    total, block = _one_layer(model.shape_key())
+    return total + (model.depth - 1) * block
 
 
 def _mb(params: int, bytes_per_param: int, copies: int = 1) -> int:
     return math.ceil(MARGIN * params * bytes_per_param * copies / MIB) + RUNTIME_MB
 
 
-def training_mem_mb(model: dict, processes: int, asked_mb: int) -> int:
+def training_mem_mb(model: ModelConfig | dict, processes: int, asked_mb: int) -> int:
     """A training job's mem_mb: the study's `asked_mb`, or more where `processes` copies of the
     model's training state need more."""
     return max(asked_mb, _mb(model_params(model), TRAINING_BYTES, processes))
 
 
-def conditioning_mem_mb(model: dict, cond: dict, on_cpu: bool = True) -> int:
+def conditioning_mem_mb(model: ModelConfig | dict, cond: dict, on_cpu: bool = True) -> int:
     """A conditioning job's mem_mb, from its model's size and, where it runs on the CPU, room for
     the larger of the probe's chunk of `cpu_chunk` inputs and the Jacobian's products
     (`jacobian_bytes`); the chunk `conditioning.probe_limit` then sizes from this mem_mb is at
     least `cpu_chunk`."""
+    model = model_config(model)
     probe = max(cpu_chunk(model, cond["samples"]) * _input_bytes(model), jacobian_bytes(model, cond)) if on_cpu else 0
     return math.ceil(MARGIN * (model_params(model) * CONDITIONING_BYTES + probe / MEMORY_SHARE) / MIB) + RUNTIME_MB
 
 
-def jacobian_bytes(model: dict, cond: dict) -> float:
+def jacobian_bytes(model: ModelConfig | dict, cond: dict) -> float:
     """Bytes the Jacobian of one attention block at one input holds (0 without jacobian_samples):
     exactly (N*D at most jacobian_exact_max), JACREV_CHUNK backward passes at once, each with
     that input's score tensors, and the (N*D)^2 Jacobian twice (formed, then decomposed); by
@@ -126,27 +129,27 @@ def jacobian_bytes(model: dict, cond: dict) -> float:
         return 0.0
     tokens, heads, cols = probe_shape(model)
     scores = 8.0 * SCORE_COPIES * heads * tokens**2
-    n = tokens * model.get("width", model.get("d_model", cols))
+    n = tokens * model_config(model).residual_width
     if n <= cond.get("jacobian_exact_max", 0):
         return JACREV_CHUNK * scores + 2 * 8.0 * n * n
     return LANCZOS_COPIES * scores
 
 
-def cpu_chunk(model: dict, samples: int) -> int:
+def cpu_chunk(model: ModelConfig | dict, samples: int) -> int:
     """Probe inputs a CPU conditioning job measures at once: PROBE_BATCH (or all `samples`) where
     they take at most CPU_PROBE_BYTES, else as many as do, at least one."""
     return max(1, min(samples, model_chunk(model, CPU_PROBE_BYTES)))
 
 
-def model_chunk(model: dict, limit_bytes: float | None) -> int:
-    """`probe_chunk` for the model spec `model`."""
+def model_chunk(model: ModelConfig | dict, limit_bytes: float | None) -> int:
+    """`probe_chunk` for `model`."""
     tokens, heads, cols = probe_shape(model)
-    return probe_chunk(heads, tokens, cols, model["depth"], limit_bytes)
+    return probe_chunk(heads, tokens, cols, model_config(model).depth, limit_bytes)
 
 
-def _input_bytes(model: dict) -> float:
+def _input_bytes(model: ModelConfig) -> float:
     tokens, heads, cols = probe_shape(model)
-    return probe_bytes(heads, tokens, cols, model["depth"])
+    return probe_bytes(heads, tokens, cols, model.depth)
 
 
 # ------------------------------------------------------------------------ the float64 probe's chunks
@@ -157,17 +160,11 @@ def probe_bytes(heads: int, tokens: int, cols: int, layers: int) -> float:
     return 8.0 * (SCORE_COPIES * heads * tokens**2 + 2 * layers * tokens * cols)
 
 
-def probe_shape(model: dict) -> tuple[int, int, int]:
-    """(tokens N, heads a layer, columns h*d) of the probe's head-output matrix, from the model spec
-    (padded sequences: their full length)."""
-    heads = model["heads"] * model.get("modules", 1)
-    if model["arch"] == "vit":
-        tokens = (model["img_size"] // model["patch_size"]) ** 2 + 1  # and the class token
-    elif model["arch"] == "nearest_point_encoder":
-        tokens = model["tokens"]
-    else:
-        tokens = model["max_len"]
-    return tokens, heads, heads * model["head_dim"]
+def probe_shape(model: ModelConfig | dict) -> tuple[int, int, int]:
+    """(tokens N, heads a layer, columns h*d) of the probe's head-output matrix (padded sequences:
+    their full length)."""
+    model = model_config(model)
+    return model.seq_len, model.attention_heads, model.attention_heads * model.head_dim
 
 
 def probe_chunk(heads: int, tokens: int, cols: int, layers: int, limit_bytes: float | None) -> int:

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import NearestConfig
+
 
 class ScalarUnitNorm(nn.Module):
     """x -> s * x / ||x||_2 with a single learnable scalar s."""
@@ -198,10 +200,9 @@ class NearestPointEncoder(nn.Module):
         return x[..., :self.dim]
 
 
-def build_nearest(spec: dict) -> NearestPointEncoder:
-    return NearestPointEncoder(dim=spec["dim"], tokens=spec["tokens"], depth=spec["depth"], heads=spec["heads"],
-                               modules=spec["modules"], ff=spec["ff"], posn=spec["posn"],
-                               posn_dim=spec["posn_dim"])
+def build_nearest(config: NearestConfig) -> NearestPointEncoder:
+    return NearestPointEncoder(dim=config.dim, tokens=config.tokens, depth=config.depth, heads=config.heads,
+                               modules=config.modules, ff=config.ff, posn=config.posn, posn_dim=config.posn_dim)
 
 
 def qk_identity_angle(model: NearestPointEncoder) -> list[float]:

@@ -15,6 +15,7 @@ import torch.nn as nn
 from timm.layers import trunc_normal_
 from timm.models.vision_transformer import Block
 
+from .config import CausalLMConfig, SequenceConfig
 from .vit import attention_with_head_dim, mlp_with_hidden
 
 
@@ -72,17 +73,14 @@ def _init(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
 
 
-def build_sequence_model(spec: dict) -> SequenceTransformer:
-    """spec: arch (sequence_classifier | causal_lm | masked_lm), vocab_size, max_len, width, depth,
-    heads, head_dim, mlp_hidden, num_classes (classifier), pad_id (encoders, default 0),
-    optionally qkv_bias, drop_path_rate."""
-    causal = spec["arch"] == "causal_lm"
+def build_sequence_model(config: SequenceConfig) -> SequenceTransformer:
+    """A classifier (ClassifierConfig), a causal LM or a masked LM."""
+    c = config
     model = SequenceTransformer(
-        vocab_size=spec["vocab_size"], max_len=spec["max_len"], width=spec["width"], depth=spec["depth"],
-        heads=spec["heads"], head_dim=spec["head_dim"], mlp_hidden=spec["mlp_hidden"],
-        num_classes=spec["num_classes"] if spec["arch"] == "sequence_classifier" else None, causal=causal,
-        pad_id=None if causal else spec.get("pad_id", 0), qkv_bias=spec.get("qkv_bias", True),
-        drop_path_rate=spec.get("drop_path_rate", 0.0))
+        vocab_size=c.vocab_size, max_len=c.max_len, width=c.width, depth=c.depth, heads=c.heads,
+        head_dim=c.head_dim, mlp_hidden=c.mlp_hidden, num_classes=getattr(c, "num_classes", None),
+        causal=isinstance(c, CausalLMConfig), pad_id=getattr(c, "pad_id", None), qkv_bias=c.qkv_bias,
+        drop_path_rate=c.drop_path_rate)
     attn = model.blocks[0].attn
-    assert attn.head_dim == spec["head_dim"] and attn.num_heads == spec["heads"]
+    assert attn.head_dim == c.head_dim and attn.num_heads == c.heads
     return model

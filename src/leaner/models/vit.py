@@ -12,6 +12,8 @@ from functools import cache
 from timm.layers import Mlp
 from timm.models.vision_transformer import Attention, VisionTransformer
 
+from .config import ViTConfig
+
 
 @cache
 def attention_with_head_dim(head_dim: int) -> type:
@@ -38,19 +40,16 @@ def mlp_with_hidden(hidden: int) -> type:
     return FixedHiddenMlp
 
 
-def build_vit(spec: dict) -> VisionTransformer:
-    """spec: depth, heads, width, head_dim, mlp_hidden, patch_size, img_size, in_chans,
-    num_classes, and optionally qkv_bias, drop_path_rate, global_pool."""
+def build_vit(config: ViTConfig) -> VisionTransformer:
+    c = config
     model = VisionTransformer(
-        img_size=spec["img_size"], patch_size=spec["patch_size"], in_chans=spec["in_chans"],
-        num_classes=spec["num_classes"], embed_dim=spec["width"], depth=spec["depth"],
-        num_heads=spec["heads"], mlp_ratio=spec["mlp_hidden"] / spec["width"],
-        qkv_bias=spec.get("qkv_bias", True), drop_path_rate=spec.get("drop_path_rate", 0.0),
-        global_pool=spec.get("global_pool", "token"),
-        attn_layer=attention_with_head_dim(spec["head_dim"]), mlp_layer=mlp_with_hidden(spec["mlp_hidden"]),
+        img_size=c.img_size, patch_size=c.patch_size, in_chans=c.in_chans, num_classes=c.num_classes,
+        embed_dim=c.width, depth=c.depth, num_heads=c.heads, mlp_ratio=c.mlp_hidden / c.width,
+        qkv_bias=c.qkv_bias, drop_path_rate=c.drop_path_rate, global_pool=c.global_pool,
+        attn_layer=attention_with_head_dim(c.head_dim), mlp_layer=mlp_with_hidden(c.mlp_hidden),
     )
     block = model.blocks[0]
-    assert block.attn.head_dim == spec["head_dim"] and block.attn.num_heads == spec["heads"]
-    assert block.mlp.fc1.out_features == spec["mlp_hidden"]
+    assert block.attn.head_dim == c.head_dim and block.attn.num_heads == c.heads
+    assert block.mlp.fc1.out_features == c.mlp_hidden
     return model
 

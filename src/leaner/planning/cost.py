@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..data import train_rows
 from ..data.kinds import dataset_kind
+from ..models.config import NearestConfig, ViTConfig, model_config
 from ..schema import Recipe
 from ..tasks import task_of
 from ..workflow.plan import Plan, Study
@@ -143,7 +144,7 @@ def sharing(k: int) -> float:
     return 1.0
 
 
-def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
+def p2_step_seconds(model: NearestConfig, batch: int, compute_s: float, k: int,
                     graphed: bool = False) -> tuple[float, str]:
     """(seconds of one step of each of k P2 jobs sharing a GPU, what bounds it): launches (each job's
     own, slowed by sharing; P2_GRAPH_SPEEDUP fewer with recipe.cuda_graph), else attention scores
@@ -152,9 +153,9 @@ def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
 
     from ..models.nearest import attention_kernel
 
-    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model["depth"]) / sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
-    kernel, _ = attention_kernel(model["tokens"], model["head_dim"], torch.float32, "cuda")
-    scores = P2_SCORE_S[kernel] * batch * model["depth"] * model["modules"] * model["heads"] * model["tokens"] ** 2
+    launch = (P2_STEP_S[0] + P2_STEP_S[1] * model.depth) / sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
+    kernel, _ = attention_kernel(model.tokens, model.head_dim, torch.float32, "cuda")
+    scores = P2_SCORE_S[kernel] * batch * model.depth * model.attention_heads * model.tokens**2
     return max((launch, "launches (CUDA graph)" if graphed else "launches"),
                (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
 
@@ -162,7 +163,7 @@ def p2_step_seconds(model: dict, batch: int, compute_s: float, k: int,
 def _mfu(spec: dict, override: float | None) -> tuple[float, str]:
     if override:
         return override, "--mfu"
-    if spec["model"]["arch"] == "vit":
+    if isinstance(model_config(spec["model"]), ViTConfig):
         compiled = bool(Recipe.of(spec["recipe"]).compile)
         return VIT_MFU[compiled], f"measured: ViT-B/16, H200, {'torch.compile' if compiled else 'eager'}"
     return DEFAULT_MFU, "assumed"
@@ -185,7 +186,8 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
     from ..data.splits import worker_count
 
     dataset = plan.datasets.get(spec["dataset"]) or {}
-    if spec["model"].get("arch") != "vit" or dataset.get("decode") != "pil":  # image files, decoded by Pillow
+    image_files = isinstance(model_config(spec["model"]), ViTConfig) and dataset.get("decode") == "pil"
+    if not image_files:
         return None
     threads = plan.studies[spec["study"]].resources["threads"]
     workers = worker_count(Recipe.of(spec["recipe"]).num_workers, cores=threads, local_world=gpus)
@@ -214,7 +216,7 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     if steps is not None:
         compute_s = fp.flops * batch / (gpu.peak_flops(arithmetic) * rate)  # one step, the GPU to itself
         if task_of(spec["task"]).launch_bound:
-            step_s, how = p2_step_seconds(spec["model"], batch, compute_s, k, recipe.cuda_graph)
+            step_s, how = p2_step_seconds(model_config(spec["model"]), batch, compute_s, k, recipe.cuda_graph)
             wall = steps * step_s
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
                        gpu_hours=wall / k / 3600)
@@ -247,9 +249,9 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
     from ..models.memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
 
-    model, cond = spec["model"], spec["conditioning"]
+    model, cond = model_config(spec["model"]), spec["conditioning"]
     tokens, heads, cols = probe_shape(model)
-    layers, samples = model["depth"], cond["samples"]
+    layers, samples = model.depth, cond["samples"]
     per = probe_bytes(heads, tokens, cols, layers)
     chunk = min(samples, probe_chunk(heads, tokens, cols, layers, MEMORY_SHARE * gpu.memory_gb * 1e9))
     memory = 8.0 * fp.params + max(chunk * per, jacobian_bytes(model, cond)) + CUDA_CONTEXT_GB * 1e9
@@ -258,7 +260,7 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     flops = checkpoints * samples * forward
     jac = min(cond.get("jacobian_samples", 0), samples)
     if jac:
-        n = tokens * model.get("width", model.get("d_model", cols))
+        n = tokens * model.residual_width
         one = 9.0 * n**3 if n <= cond.get("jacobian_exact_max", 0) else \
             cond.get("lanczos_steps", 1) * 4 * forward / layers
         flops += checkpoints * jac * layers * one
@@ -316,7 +318,7 @@ class StudyCost:
 def _baseline_variant(study: Study) -> str | None:
     b = study.baseline
     for vid, v in study.variants.items():
-        if b and all(v.model.get(k) == val for k, val in b.items() if k in v.model):
+        if b and all(getattr(v.model, k) == val for k, val in b.items() if hasattr(v.model, k)):
             return vid
     return None
 

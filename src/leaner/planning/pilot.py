@@ -56,7 +56,8 @@ def pilot_runs(plan: Plan, study: str, claim: dict, seeds: list[int]) -> list[tu
     runs = []
     for role, point in claim_arms(claim):
         for seed in seeds:
-            found = [v for v in variants if v.seed == seed and all(v.model.get(k) == x for k, x in point.items())]
+            found = [v for v in variants
+                     if v.seed == seed and all(getattr(v.model, k, None) == x for k, x in point.items())]
             runs.append((role, found[0].id, seed))
     return runs
 

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from ..io import read_json, write_json
+from ..models.config import ModelConfig
 from ..provenance import code_state
 from ..schema import Recipe
 from ..workflow.config import did_you_mean
@@ -63,12 +64,11 @@ def architectures(plan, studies: list[str] | None = None, ends: bool = False,
     for name, study in plan.studies.items():
         if studies and name not in studies:
             continue
-        seen: dict[str, tuple] = {}
+        seen: dict[ModelConfig, tuple] = {}
         for vid, v in study.variants.items():
-            key = json.dumps(v.model, sort_keys=True)
-            if key not in seen:
-                fp = footprint(v.model, Recipe.of(v.recipe).precision, flops=False)
-                seen[key] = (fp.params, fp.saved + fp.working, vid)
+            if v.model not in seen:
+                fp = footprint(v.model, v.recipe.precision, flops=False)
+                seen[v.model] = (fp.params, fp.saved + fp.working, vid)
         found = sorted(row for row in seen.values() if max_params is None or row[0] <= max_params)
         chosen = [found[0], found[-1]] if ends and len(found) > 1 else found
         out += [(name, vid, params) for params, _, vid in chosen]

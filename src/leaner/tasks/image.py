@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..models.config import model_config
 from ..schema import Recipe
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains
 
@@ -35,8 +36,9 @@ class ImageClassification(Task):
         if recipe.mixup > 0 or recipe.cutmix > 0:
             from timm.data import Mixup
 
+            classes = model_config(spec["model"]).num_classes
             self.mixup = Mixup(mixup_alpha=recipe.mixup, cutmix_alpha=recipe.cutmix,
-                               label_smoothing=self.label_smoothing, num_classes=spec["model"]["num_classes"])
+                               label_smoothing=self.label_smoothing, num_classes=classes)
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
         """This process's share of each global batch of `epoch`, from batch `skip` on (only the

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
+from ..models.config import model_config
 from ..schema import Recipe
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains, trim
 
@@ -87,7 +88,7 @@ class LanguageModeling(Task):
 
         recipe = Recipe.of(spec["recipe"])
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
-        self.context = spec["model"]["max_len"]
+        self.context = model_config(spec["model"]).max_len
         self.eval_batch_size = recipe.eval_batch_size
         self.eval_tokens = read_json(data_path).get("eval_tokens", 1 << 18)
         self.train, self.eval = open_data(data_path, spec, device)
@@ -154,7 +155,7 @@ class MaskedLanguageModeling(Task):
 
         recipe = Recipe.of(spec["recipe"])
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
-        self.span = spec["model"]["max_len"] - 2
+        self.span = model_config(spec["model"]).max_len - 2
         self.eval_batch_size = recipe.eval_batch_size
         self.train, self.eval = open_data(data_path, spec, device)
         self.steps_per_epoch = recipe.steps_per_epoch
@@ -227,7 +228,7 @@ class GlueFinetune(Task):
 
         recipe, self.glue_task = Recipe.of(spec["recipe"]), spec["glue_task"]
         data = open_data(data_path, spec, device)
-        self.regression = spec["model"]["num_classes"] == 1
+        self.regression = model_config(spec["model"]).num_classes == 1
         self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
         self.eval_batch_size = recipe.eval_batch_size
         self.splits = {role: InMemorySplit(*data[role]) for role in ("train", "eval")}

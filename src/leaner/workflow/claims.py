@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..tasks import GRID_AXES
 
 if TYPE_CHECKING:
+    from ..models.config import ModelConfig
     from .variants import Variant
 
 
@@ -29,7 +30,7 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
     names (`declared_seeds`: an `every_study` overlay may run others) and the block's digest."""
     out = []
     axes = GRID_AXES[info.grid]
-    configs = {json.dumps({k: v.model[k] for k in axes}, sort_keys=True): v for v in variants.values()}
+    configs = {json.dumps({k: getattr(v.model, k) for k in axes}, sort_keys=True): v for v in variants.values()}
     seeds = sorted({v.seed for v in variants.values()})
     modes = dict([info.metric, info.train_metric])  # metric -> max or min
     labels = sorted({_config_label(c, axes) for c in configs.values()})
@@ -52,7 +53,7 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
                 problems.append(f"{where}.{role}: {json.dumps(point)} matches {len(found) or 'no'} configurations of "
                                 f"the grid{', name more axes' if found else ''} (allowed: {options})")
             else:
-                resolved[role] = {k: found[0].model[k] for k in axes}
+                resolved[role] = {k: getattr(found[0].model, k) for k in axes}
         if len(resolved) == len(points) + ("control" in claim):
             as_declared = next((c for c in declared if c.get("name") == claim["name"]), claim)
             out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
@@ -71,12 +72,12 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
 
 def _claim_config(point: dict, configs: dict) -> list:
     """The grid's configurations (one variant each) that `point` names; mlp_ratio is mlp_hidden / width."""
-    def names(m: dict) -> bool:
-        return all(("mlp_hidden" in m and m["mlp_hidden"] == value * m["width"]) if key == "mlp_ratio"
-                   else m.get(key) == value for key, value in point.items())
+    def names(m: ModelConfig) -> bool:
+        return all((hasattr(m, "mlp_hidden") and m.mlp_hidden == value * m.width) if key == "mlp_ratio"
+                   else getattr(m, key, None) == value for key, value in point.items())
 
     return [v for v in configs.values() if names(v.model)]
 
 
 def _config_label(v: Variant, axes) -> str:
-    return ",".join(f"{k}={v.model[k]}" for k in axes)
+    return ",".join(f"{k}={getattr(v.model, k)}" for k in axes)

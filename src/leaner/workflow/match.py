@@ -17,17 +17,18 @@ from __future__ import annotations
 import math
 
 from ..grid import PROTOCOLS, head_shape
+from ..models.config import ModelConfig, model_config
 
 
-def count_params(model_spec: dict) -> int:
-    """Total parameters of the model `model_spec` builds (tied weights counted once)."""
+def count_params(model: ModelConfig | dict) -> int:
+    """Total parameters of `model` as built (tied weights counted once)."""
     import torch
 
     from ..models import build_model, param_counts
 
     with torch.device("meta"):
-        model = build_model(model_spec)
-    return param_counts(model)["total"]
+        built = build_model(model)
+    return param_counts(built)["total"]
 
 
 def baseline_point(baseline: dict) -> dict:
@@ -70,8 +71,8 @@ def candidates(base: dict, depths=None, heads=None, protocols=PROTOCOLS, mlp_rat
     return out
 
 
-def _spec(model_base: dict, point: dict) -> dict:
-    return {**model_base, **{k: point[k] for k in ("depth", "heads", "width", "head_dim", "mlp_hidden")}}
+def _spec(model_base: dict, point: dict) -> ModelConfig:
+    return model_config({**model_base, **{k: point[k] for k in ("depth", "heads", "width", "head_dim", "mlp_hidden")}})
 
 
 def match(model_base: dict, baseline: dict, budget: int | None = None, reduction: float | None = None,

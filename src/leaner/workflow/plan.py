@@ -11,13 +11,16 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..compute.numerics import DEFAULT_MODE
 from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
+from ..models.config import model_config
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
+from ..schema import Recipe
 from ..tasks import CATALOG, FINETUNE_SUFFIX, task_info
 from .claims import claims_digest, resolve_claims
 from .config import (
@@ -46,14 +49,14 @@ class Study:
     baseline: dict
     resources: dict
     acceptance: tuple[str, ...] = ACCEPTANCE_CHECKS
-    finetune: dict | None = None  # glue: {dataset, tasks, recipe}
+    finetune: dict | None = None  # glue: {dataset, tasks, recipe (a Recipe)}
     claims: tuple[dict, ...] = ()  # declared comparisons, checked against the grid (_claims)
     claims_digest: str = ""  # claims_digest() of the study's claims block as the config declares it
 
     def outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(figure names, table names) with something to show on this study's grid; the claims
         table where the study declares claims."""
-        rows = [{**v.model, "protocols": v.protocols} for v in self.variants.values()]
+        rows = [{**v.model.to_spec(), "protocols": v.protocols} for v in self.variants.values()]
         return study_outputs(self.task, grid_points(rows), self.baseline, bool(self.claims))
 
     def protocol_map(self) -> dict[str, list[str]]:
@@ -62,10 +65,12 @@ class Study:
     def finetune_spec(self, variant: str, glue_task: str) -> dict:
         """The spec of fine-tuning pretrained `variant` on one GLUE task (a `leaner train` job)."""
         v = self.variants[variant]
-        model = {**v.model, "arch": "sequence_classifier", "num_classes": GLUE_NUM_LABELS[glue_task]}
+        model = model_config({**v.model.to_spec(), "arch": "sequence_classifier",
+                              "num_classes": GLUE_NUM_LABELS[glue_task]})
         return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": f"{self.task}{FINETUNE_SUFFIX}",
-                "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed, "model": model,
-                "recipe": self.finetune["recipe"], "conditioning": {**v.conditioning, "steps": []},
+                "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed,
+                "model": model.to_spec(), "recipe": dataclasses.asdict(self.finetune["recipe"]),
+                "conditioning": {**v.conditioning, "steps": []},
                 "init_from": f"results/{self.name}/{variant}/model.safetensors"}
 
 
@@ -132,7 +137,8 @@ def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:
         if key not in allowed:
             problems.append(f"config error: studies.{name}.model.{key}: not used by task {task} "
                             f"(allowed: {', '.join(allowed)})")
-    settings = {**{k: v for k, v in MODEL_DEFAULTS.items() if k in allowed}, **info.model, **given}
+    used = {k: v for k, v in given.items() if k in allowed}  # a key of another task's is one line above
+    settings = {**{k: v for k, v in MODEL_DEFAULTS.items() if k in allowed}, **info.model, **used}
     return info.model_base(settings, ds, lambda text: problems.append(f"config error: studies.{name}.{text}"))
 
 
@@ -240,7 +246,7 @@ def _finetune(name: str, st: dict, info, datasets: dict, model_base: dict, probl
                         f"pretraining context, model.context)")
     else:
         return {"dataset": ft["dataset"], "tasks": list(datasets[ft["dataset"]]["tasks"]),
-                "recipe": {**RECIPE_DEFAULTS, **info.finetune_recipe, **(ft.get("recipe") or {})}}
+                "recipe": Recipe.of({**RECIPE_DEFAULTS, **info.finetune_recipe, **(ft.get("recipe") or {})})}
     return None
 
 

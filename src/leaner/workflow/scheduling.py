@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..compute.devices import SHARE_UNITS, share_of
-from ..schema import Recipe
 
 
 def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:
@@ -83,7 +82,7 @@ def bf16_problems(plan, device_name: str) -> list[str]:
     cannot do it."""
     problems = []
     for name, study in plan.studies.items():
-        wants = sorted({v.id for v in study.variants.values() if Recipe.of(v.recipe).precision == "bf16"})
+        wants = sorted({v.id for v in study.variants.values() if v.recipe.precision == "bf16"})
         if study.resources["gpu"] and wants:
             problems.append(f"study {name}: recipe.precision bf16 ({len(wants)} variant(s), e.g. {wants[0]}), but "
                             f"{device_name} does not support bf16 (allowed here: precision fp32)")

@@ -5,25 +5,28 @@ Light (no torch, unless a `lean` block counts parameters on the meta device)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
 from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
+from ..models.config import ModelConfig
+from ..schema import Recipe
 from ..tasks import CATALOG
 from .config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One trainable point of a study's grid."""
+    """One trainable point of a study's grid: its model and recipe typed, built once here."""
 
     study: str
     id: str
     task: str
     dataset: str
     seed: int
-    model: dict
-    recipe: dict
+    model: ModelConfig
+    recipe: Recipe
     conditioning: dict
     protocols: tuple[str, ...] = ()
     expect_params: dict | None = None
@@ -32,7 +35,7 @@ class Variant:
         """Everything a training job needs; the `params` of its rule (protocols excluded, so
         adding a protocol to the grid does not retrain a model it shares)."""
         out = {"study": self.study, "variant": self.id, "task": self.task, "dataset": self.dataset,
-               "seed": self.seed, "model": self.model, "recipe": self.recipe,
+               "seed": self.seed, "model": self.model.to_spec(), "recipe": dataclasses.asdict(self.recipe),
                "conditioning": self.conditioning}
         if self.expect_params:
             out["expect_params"] = self.expect_params
@@ -150,7 +153,7 @@ def variants_of(name: str, st: dict, info, points: list[dict], model_base: dict,
                 given[f"overrides[{i}].recipe"] = ov["recipe"]
         recipe = _independent_init(name, recipe, given, problems)
         variants[vid] = Variant(study=name, id=vid, task=st["task"], dataset=st["dataset"], seed=p["seed"],
-                                model=model, recipe=recipe, conditioning=conditioning,
+                                model=model, recipe=Recipe.of(recipe), conditioning=conditioning,
                                 expect_params=expect.get(vid))
     for i, ov in enumerate(overrides):
         if not any(_matches(ov["where"], p) for p in points):
