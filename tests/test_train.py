@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -17,7 +18,7 @@ from leaner.training.resume import RESUME_DIR, RESUME_FILE, rng_state, set_rng_s
 from leaner.training.train import train
 from leaner.training.weights import kept_steps
 
-from conftest import BIN, kill_after_checkpoint, saved_checkpoint, small_spec
+from conftest import BIN, REPO, kill_after_checkpoint, saved_checkpoint, small_spec
 
 
 def _weights(path):
@@ -63,6 +64,22 @@ def test_same_seed_same_result(tmp_path, digits_manifest):
     train(spec, str(digits_manifest), tmp_path / "a", progress=False)
     train(spec, str(digits_manifest), tmp_path / "b", progress=False)
     assert _same_weights(tmp_path / "a" / "model.safetensors", tmp_path / "b" / "model.safetensors")
+
+
+def test_the_same_weights_are_the_same_bytes_in_any_process(tmp_path):
+    """The sha256 metrics.json records of the weights holds across re-runs: three processes save
+    the same model to byte-identical files, whose one metadata key is the spec (several keys come
+    out in a hash map's order, which changes from one process to the next)."""
+    save = ("import sys, torch; from leaner.models import build_model; from leaner.training.weights import "
+            "save_weights; from conftest import small_spec; torch.manual_seed(0); spec = small_spec(); "
+            "save_weights(build_model(spec['model']), sys.argv[1], spec)")
+    paths = [tmp_path / f"w{i}.safetensors" for i in range(3)]
+    for path in paths:
+        subprocess.run([sys.executable, "-c", save, str(path)], check=True, cwd=REPO / "tests")
+    assert len({path.read_bytes() for path in paths}) == 1
+    header = paths[0].read_bytes()[8:8 + int.from_bytes(paths[0].read_bytes()[:8], "little")]
+    assert json.loads(json.loads(header)["__metadata__"]["spec"]) == small_spec()
+    assert list(json.loads(header)["__metadata__"]) == ["spec"]
 
 
 def test_warmup_then_cosine():

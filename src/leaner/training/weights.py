@@ -1,4 +1,5 @@
-"""Model weights on disk: safetensors written atomically, with the variant's spec as metadata.
+"""Model weights on disk: safetensors written atomically, with the variant's spec (its id
+included) as their one metadata key, so that the same weights are the same bytes in any process.
 
 Training writes init.safetensors, model.safetensors and the weights kept at the study's
 conditioning.steps (checkpoints/step<N>.safetensors); conditioning and fine-tuning read them.
@@ -28,7 +29,9 @@ def save_weights(model, path: Path, spec: dict) -> None:
         seen.add(key)
         tensors[name] = value.detach().to("cpu").contiguous()
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"variant": spec["variant"], "spec": json.dumps(spec, sort_keys=True)})
+        # one metadata key: safetensors writes several in a hash map's order, which changes from one
+        # process to the next, and the same weights would get other bytes (and sha256) on a re-run
+        save_file(tensors, str(tmp), metadata={"spec": json.dumps(spec, sort_keys=True)})
 
 
 def load_weights(model, path: str | Path) -> None:
