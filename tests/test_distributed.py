@@ -212,21 +212,34 @@ def test_evaluation_shared_by_two_and_three_processes_equals_one_bit_for_bit(tmp
         assert got[n]["batches"] == [len(range(r, total, n)) for r in range(n)], got
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
-def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_manifest, how):
+def _stop_spec() -> dict:
+    spec = small_spec()
+    spec["recipe"].update(epochs=6, checkpoint_every=10)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def two_process_reference(tmp_path_factory, digits_manifest):
+    out = tmp_path_factory.mktemp("ref")
+    _train(_stop_spec(), digits_manifest, out, nproc=2)
+    return out
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGINT"])
+def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_manifest, two_process_reference,
+                                                               how):
     """SIGKILL the launcher after the first checkpoint: its workers stop with it (none is left
     writing), and the re-run on two processes resumes and ends as an uninterrupted one did.
     SIGTERM (a scheduler's time limit) while the first checkpoint is written: both ranks agree on
-    the next step, save it and stop; the launcher exits with status 75 (stopped, resumable)."""
+    the next step, save it and stop; the launcher exits with status 75 (stopped, resumable).
+    SIGINT to the launcher's whole process group (Ctrl-C at a terminal): the same, each rank told
+    once (torchrun's own forward of the signal must not reach a rank as a second Ctrl-C)."""
     import os
     import signal
 
     from leaner.training.stopping import STOPPED_EXIT
 
-    spec = small_spec()
-    spec["recipe"].update(epochs=6, checkpoint_every=10)
-    _train(spec, digits_manifest, tmp_path / "ref", nproc=2)
-
+    spec = _stop_spec()
     out = tmp_path / "killed"
     ckpt = out / RESUME_DIR / RESUME_FILE
     if how == "SIGKILL":
@@ -237,17 +250,20 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
         os.environ["LEANER_FAULT_SLOW_RENAME"] = "state.pt:2"  # step 10's write held: a certain moment
         try:
             proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, start_new_session=True)
         finally:
             del os.environ["LEANER_FAULT_SLOW_RENAME"]
         deadline = time.time() + 120
         while not list(ckpt.parent.glob(".state.pt.*.tmp")):
             assert time.time() < deadline and proc.poll() is None, "no checkpoint was written"
             time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
         err = proc.communicate(timeout=60)[1]
         assert proc.returncode == STOPPED_EXIT, err[-3000:]
-        assert err.count("stopped by SIGTERM (it came after step 10): resume state saved at step 11") == 2, err[-3000:]
+        assert err.count(f"stopped by {how} (it came after step 10): resume state saved at step 11") == 2, err[-3000:]
         assert torch.load(ckpt, weights_only=True)["step"] == 11
     state = torch.load(saved_checkpoint(ckpt), weights_only=True)
     assert len(state["rng"]) == 2  # every rank's RNG state, written by rank 0
@@ -258,9 +274,9 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
 
     rerun = _train(spec, digits_manifest, out, nproc=2)
     assert "resumed from step" in rerun.stderr
-    ref, got = _weights(tmp_path / "ref" / "model.safetensors"), _weights(out / "model.safetensors")
+    ref, got = _weights(two_process_reference / "model.safetensors"), _weights(out / "model.safetensors")
     assert all(torch.equal(ref[k], got[k]) for k in ref)
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ref" / "history.csv").drop(columns="elapsed_s"),
+    pd.testing.assert_frame_equal(pd.read_csv(two_process_reference / "history.csv").drop(columns="elapsed_s"),
                                   pd.read_csv(out / "history.csv").drop(columns="elapsed_s"))
 
 

@@ -245,3 +245,83 @@ def test_sigterm_mid_epoch_saves_the_step_and_leaner_run_ends_identical(tmp_path
     assert all((weights[k] == ref_weights[k]).all() for k in ref_weights)
     pd.testing.assert_frame_equal(history, ref_history)
     assert json.loads((tmp_path / TARGET).read_text())["resumed_at"] == [21]
+
+
+def _trainer_pid(work: Path) -> int:
+    from leaner.training.tracking import read_progress
+
+    return read_progress(work / VARIANT)["pid"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("warm", ["warm", "cold"])
+def test_ctrl_c_saves_the_running_job_before_snakemake_exits(tmp_path, reference, warm):
+    """Ctrl-C at a workstation: SIGINT to the whole foreground process group (Snakemake, the job's
+    process, with or without the warm process). Step 20's checkpoint write is held 3 s and the save
+    the signal asks for is held 3 s more, so the save takes longer than Snakemake's own exit would:
+    Snakemake waits for it, the job saves the step after the signal and stops (75), and the re-run
+    resumes there and ends bit-identical to an uninterrupted run."""
+    from leaner.training.stopping import STOPPED_EXIT
+
+    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3", **({} if warm == "warm" else {"LEANER_WARM": "off"}))
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
+    trainer = _trainer_pid(tmp_path)
+    signalled = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    out, _ = proc.communicate(timeout=120)
+    exited = time.monotonic() - signalled
+    assert proc.returncode != 0, out[-3000:]
+    assert _gone(trainer), "Snakemake exited before the job it was running"
+    assert exited >= 2 * 3 - 1, f"Snakemake exited {exited:.1f} s after Ctrl-C, before the held saves could end"
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "stopped by SIGINT (it came after step 20): resume state saved at step 21" in log, log[-2000:]
+    assert f"exit status {STOPPED_EXIT}" in log
+    assert torch.load(_resume_dir(tmp_path) / RESUME_FILE, weights_only=True)["step"] == 21
+
+    rerun = subprocess.run([str(BIN / "leaner"), "run", *_snakemake_cmd(tmp_path)[1:]], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resumed from step 21" in (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    metrics, weights, history = _outputs(tmp_path)
+    ref_metrics, ref_weights, ref_history = reference
+    assert metrics == ref_metrics
+    assert all((weights[k] == ref_weights[k]).all() for k in ref_weights)
+    pd.testing.assert_frame_equal(history, ref_history)
+
+
+def test_a_second_ctrl_c_aborts_the_save_and_the_re_run_resumes_from_the_last_one(tmp_path, reference):
+    """Ctrl-C twice: the first asks for the save, the second (while that save is held) aborts it,
+    with its temporary file removed. The re-run resumes from the last complete checkpoint (step 20)
+    and still ends bit-identical. (A temporary file left by a kill during a save is removed by the
+    re-run: test_killed_snakemake_run_resumes_and_ends_identical.)"""
+    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3", LEANER_WARM="off")
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
+    os.killpg(proc.pid, signal.SIGINT)
+    _wait_for(lambda: (_resume_dir(tmp_path) / RESUME_FILE).exists())  # step 20's write is done
+    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))  # step 21's is held
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "aborted by a second SIGINT" in log, log[-2000:]
+    assert torch.load(_resume_dir(tmp_path) / RESUME_FILE, weights_only=True)["step"] == 20
+    assert not any(_resume_dir(tmp_path).glob(".state.pt.*.tmp"))
+
+    rerun = subprocess.run([str(BIN / "leaner"), "run", *_snakemake_cmd(tmp_path)[1:]], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "resumed from step 20" in log, log[-2000:]
+    metrics, weights, _ = _outputs(tmp_path)
+    assert metrics == reference[0]
+    assert all((weights[k] == reference[1][k]).all() for k in reference[1])
+    assert not list(_resume_dir(tmp_path).parent.glob(".resume"))

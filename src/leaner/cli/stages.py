@@ -18,9 +18,9 @@ def cmd_prepare_data(a):
 
 def cmd_train(a):
     """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
-    saved (training/stopping.py), 1 on an error."""
+    saved (training/stopping.py), INTERRUPTED_EXIT when a second Ctrl-C aborted that, 1 on an error."""
     from ..compute import distributed
-    from ..training.stopping import STOPPED_EXIT, Stopped
+    from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
 
     if a.nproc > 1 and not distributed.launched_by_torchrun():
@@ -37,6 +37,12 @@ def cmd_train(a):
     except Stopped as exc:
         print(f"leaner train: {exc}", file=sys.stderr, flush=True)
         return STOPPED_EXIT
+    except KeyboardInterrupt as exc:  # Ctrl-C again while stopping (training/stopping.py)
+        mark_failed(a.out, exc)
+        beat = read_progress(a.out) or {}
+        print(f"leaner train: aborted by a second SIGINT (Ctrl-C); a re-run resumes from the last resume state "
+              f"saved (step {beat.get('checkpoint_step') or 0})", file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT
     except BaseException as exc:  # before training began too: `leaner status` shows why
         mark_failed(a.out, exc)
         raise

@@ -2,10 +2,17 @@
 
 A scheduler ends a job at its time limit with SIGTERM to every process of the job, then SIGKILL
 after a grace (Slurm: KillWait, 30 s by default); a job may also ask for a warning earlier
-(`sbatch --signal=USR1@120`). A training process that gets SIGTERM or SIGUSR1 finishes the step
-it is in, saves its resume state at that step boundary (train.py) and exits with STOPPED_EXIT,
-"stopped, resumable": at most the step in flight is lost. Under DDP the ranks agree on the step
-(the flag is all-reduced, see `agree`), so every rank takes part in the same save.
+(`sbatch --signal=USR1@300`, profiles/slurm). On a workstation, Ctrl-C sends SIGINT to the
+foreground process group. A training process that gets SIGTERM, SIGUSR1 or a first SIGINT
+finishes the step it is in, saves its resume state at that step boundary (train.py) and exits
+with STOPPED_EXIT, "stopped, resumable": at most the step in flight is lost. A second SIGINT
+(Ctrl-C pressed again) aborts at once (KeyboardInterrupt): the resume state is then the last one
+saved. Under DDP the ranks agree on the step (the flag is all-reduced, see `agree`), so every
+rank takes part in the same save.
+
+For the save to finish, the training process must be the one its scheduler waits for: the rules
+start it with `exec` (no shell between it and Snakemake, which waits for running jobs on SIGTERM),
+and a Snakemake inside a Slurm job keeps running through SIGUSR1 (workflow/signals.py).
 
 Each resumed attempt is recorded (`Attempts`): an attempt that saved no progress since the one
 before it (a time limit shorter than start-up plus one step, say) stops the run with one line
@@ -21,7 +28,8 @@ from pathlib import Path
 from ..io import read_json, write_json
 
 STOPPED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped on request, resumable
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+INTERRUPTED_EXIT = 130  # 128 + SIGINT: aborted by a second Ctrl-C, as a shell reports it
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 ATTEMPTS_FILE = "attempts.json"
 
 
@@ -37,20 +45,27 @@ class Stopped(Exception):
 
 
 class StopSignal:
-    """Catches SIGTERM and SIGUSR1 while installed (a `with` block): the first one is kept, with
-    the time it came and the steps done by then (`steps`, which the training loop keeps current);
-    nothing else happens until the loop asks."""
+    """Catches SIGTERM, SIGUSR1 and SIGINT while installed (a `with` block): the first one is kept,
+    with the time it came and the steps done by then (`steps`, which the training loop keeps
+    current); nothing else happens until the loop asks. A second SIGINT raises KeyboardInterrupt
+    (an abort)."""
 
     def __init__(self):
         self.name: str | None = None
         self.at: float | None = None
         self.steps = 0
         self.signalled_at: int | None = None
+        self.interrupts = 0
         self._previous: dict = {}
 
     def _handle(self, signum, frame) -> None:
         if self.name is None:
             self.name, self.at, self.signalled_at = signal.Signals(signum).name, time.monotonic(), self.steps
+            self.interrupts = int(signum == signal.SIGINT)
+        elif signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:  # Ctrl-C again: abort, without the save
+                raise KeyboardInterrupt
 
     @property
     def received(self) -> bool:
