@@ -105,7 +105,8 @@ rule overview:
 # What each stage cost: every job's benchmark file in one table.
 rule job_costs:
     input:
-        benchmark_files(),
+        benchmarks=benchmark_files(),
+        metrics=trained_metrics(),
     output:
         table_files("all_studies", ["job_costs"], category="Run"),
     log:
@@ -114,7 +115,8 @@ rule job_costs:
     conda:
         "../envs/leaner.yaml"
     shell:
-        "leaner job-costs --benchmarks {input:q} --outdir results/tables > {log:q} 2>&1"
+        "leaner job-costs --benchmarks {input.benchmarks:q} --metrics {input.metrics:q} --outdir results/tables"
+        " > {log:q} 2>&1"
 
 
 # The configuration this run resolved, as YAML, for the report.

@@ -23,7 +23,10 @@ from leaner.workflow.scheduling import (
     job_resources,
     limit_resource,
     local_gpu_limits,
+    retries_by_job,
+    study_retries,
 )
+from leaner.training.attempts import no_progress
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -156,6 +159,11 @@ def glue_files(wildcards):
     return study_files(wildcards, "glue.json") if study_of(wildcards).task == "glue" else []
 
 
+def attempt_number(wildcards, attempt):
+    """Snakemake's attempt of the job (its retries), as a resource the shell can name."""
+    return attempt
+
+
 def processes_per_variant(wildcards):
     """One training process per requested GPU (at least one)."""
     return max(1, study_of(wildcards).resources["gpu"])
@@ -209,6 +217,45 @@ def benchmark_files():
             out += [f"logs/benchmarks/train/{study}/{vid}.tsv", f"logs/benchmarks/conditioning/{study}/{vid}.tsv"]
             if st.finetune:
                 out += [f"logs/benchmarks/finetune/{study}/{vid}/{task}.tsv" for task in st.finetune["tasks"]]
+    return out
+
+
+RESUMABLE_RULES = ("train", "finetune")  # their jobs keep a resume state (training/attempts.py)
+CONDITIONING_TRIES = 2  # a conditioning job starts over: one more try, for a failure that may not recur
+RETRY_LINES = set()
+
+
+def job_retries(job):
+    """A failed job's retries (workflow/scheduling.py study_retries): a training or fine-tuning
+    job's study allows resources.attempts, and one whose attempt saved no step beyond where it
+    began is not tried again (one line says why); a conditioning job gets one more try at most.
+    Inside a cluster job none: the submitting Snakemake retries."""
+    if job.rule.name not in RESUMABLE_RULES + ("conditioning",):
+        return None
+    if workflow.remote_exec:
+        return 0
+    allowed = study_of(job.wildcards).resources["attempts"]
+    if job.rule.name == "conditioning":
+        return study_retries(min(allowed, CONDITIONING_TRIES), job.attempt, None)[0]
+    folder = Path(job.output[0]).parent / ".resume"
+    tries, line = study_retries(allowed, job.attempt, no_progress(folder, job.attempt))
+    if line and (str(job), job.attempt) not in RETRY_LINES:
+        RETRY_LINES.add((str(job), job.attempt))
+        sys.stderr.write(f"{job.rule.name} {Path(job.output[0]).parent}: {line}\n")
+    return tries
+
+
+retries_by_job(job_retries)
+
+
+def trained_metrics():
+    """Every training and fine-tuning job's metrics.json (what their attempts cost)."""
+    out = []
+    for study, st in PLAN.studies.items():
+        for vid in st.variants:
+            out.append(f"results/{study}/{vid}/metrics.json")
+            if st.finetune:
+                out += [f"results/{study}/{vid}/glue/{task}/metrics.json" for task in st.finetune["tasks"]]
     return out
 
 

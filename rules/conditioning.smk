@@ -29,7 +29,7 @@ rule conditioning:
     params:
         numerics=PLAN.numerics,
     shell:
-        "leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
+        "exec leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"
         " --gpu-share {resources.gpu_share} --mem-mb {resources.mem_mb} --numerics {params.numerics}"
         " > {log:q} 2>&1"

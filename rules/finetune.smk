@@ -28,6 +28,7 @@ rule finetune:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
+        attempt=attempt_number,
         mem_mb=finetune_memory,
     params:
         spec=finetune_spec,
@@ -35,9 +36,9 @@ rule finetune:
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
     shell:
-        "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
-        " --numerics {params.numerics} > {log:q} 2>&1"
+        " --numerics {params.numerics} --attempt {resources.attempt} --log {log:q} > {log:q} 2>&1"
 
 
 rule glue_scores:

@@ -1,4 +1,7 @@
 # Train one variant. Its full spec is a param, so changing one variant re-runs only that variant.
+# `exec`: the training process is the job's process, the one Snakemake waits for and the
+# scheduler's signal reaches (a shell between them would die on SIGTERM, and Snakemake with it,
+# before the resume state is saved: training/stopping.py).
 # A study asking for more than one GPU per variant trains it on that many processes (DDP under
 # torchrun, launched by `leaner train --nproc`).
 # The rolling checkpoint lives in results/{study}/{variant}/.resume/ (not an output: it survives
@@ -31,6 +34,7 @@ rule train:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         runtime=study_resource("runtime"),
+        attempt=attempt_number,
         mem_mb=training_memory,
     params:
         spec=variant_spec,
@@ -38,6 +42,6 @@ rule train:
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
     shell:
-        "leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
-        " --numerics {params.numerics} > {log:q} 2>&1"
+        " --numerics {params.numerics} --attempt {resources.attempt} --log {log:q} > {log:q} 2>&1"

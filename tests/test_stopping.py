@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import time
@@ -19,8 +20,8 @@ from leaner.planning.cards import CARDS
 from leaner.planning.cost import START_MINUTES, attempts_needed
 from leaner.planning.fit import check_plan
 from leaner.schema import Recipe
+from leaner.training.attempts import ATTEMPTS_FILE, AttemptRecord
 from leaner.training.resume import RESUME_DIR, write_seconds
-from leaner.training.stopping import ATTEMPTS_FILE, Attempts
 from leaner.training.train import train
 from leaner.workflow.plan import load_plan
 
@@ -52,17 +53,18 @@ def test_an_attempt_without_progress_stops_the_run_in_one_line(tmp_path, digits_
     second = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record = out / RESUME_DIR / ATTEMPTS_FILE
     deadline = time.time() + 60
-    while not record.exists():
+    while len(AttemptRecord(out / RESUME_DIR).records()) < 2:  # the second attempt has begun
         assert time.time() < deadline and second.poll() is None
         time.sleep(0.01)
     second.send_signal(signal.SIGKILL)
     second.wait()
-    assert Attempts(out / RESUME_DIR).resumed_at() == [5]
+    assert AttemptRecord(out / RESUME_DIR).resumed_at() == [5]
 
     third = subprocess.run(cmd, capture_output=True, text=True)
     assert third.returncode == 1
     lines = third.stderr.strip().splitlines()
-    assert lines[-1].startswith("leaner train: error: no progress: the last attempt also resumed at step 5"), lines
+    assert lines[-1].startswith("leaner train: error: no progress: the last attempt also began at step 5 and saved "
+                                "nothing before it ended (running"), lines
     assert str(record) in lines[-1]
 
     record.unlink()
@@ -158,6 +160,87 @@ def test_leaner_status_shows_a_stopped_run_and_where_it_resumes(tmp_path, digits
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 75
     row = variant_row("unit", "v", out, tmp_path / "none.log")
-    saved = Attempts(out / RESUME_DIR).resumed_at()  # nothing resumed yet
-    assert row.state == "stopped" and saved == [], row
+    record = AttemptRecord(out / RESUME_DIR).records()  # one attempt, from step 0, stopped
+    assert row.state == "stopped" and [(a["began_at_step"], a["end"]) for a in record] == [(0, "stopped")], row
+    assert record[0]["saved_step"] > 0 and "stopped by SIGTERM" in record[0]["why"]
     assert "stopped by SIGTERM" in row.detail and "a re-run resumes from step" in row.detail, row.detail
+
+
+def test_a_stopped_job_comes_back_and_a_job_without_progress_is_not_tried_again(tmp_path):
+    """Through Snakemake on this machine, a study allowing 3 attempts: a training job stopped by
+    SIGTERM after its first checkpoint is tried again, resumes and finishes, each attempt's log
+    kept; a job that fails before its first step (its parameter count is wrong) is not tried
+    again, and one line says why."""
+    from leaner.training.tracking import read_progress
+
+    from conftest import REPO
+
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=20, checkpoint_every=100, checkpoint_minutes=None)
+    study["resources"]["attempts"] = 3
+    broken, stopped = "L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0"
+    study["expect_params"] = [{"variant": broken, "params": 1, "tolerance": 0}]
+    config = tmp_path / "retries.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2", "--keep-going",
+           f"results/tiny/{broken}/metrics.json", f"results/tiny/{stopped}/metrics.json", "--configfile", str(config)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = work / "results" / "tiny" / stopped
+    deadline = time.time() + 120
+    while not (out / RESUME_DIR / "state.pt").exists():
+        assert time.time() < deadline and proc.poll() is None, "no checkpoint was written"
+        time.sleep(0.05)
+    os.kill(read_progress(out)["pid"], signal.SIGTERM)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, log[-3000:]  # the broken variant failed the run
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    attempts = [(a["attempt"], a["end"]) for a in metrics["attempts"]]
+    assert attempts == [(1, "stopped"), (2, "done")], metrics["attempts"]
+    assert metrics["resumed_at"] == [metrics["attempts"][0]["saved_step"]] and metrics["resumed_at"][0] >= 100
+    logs = work / "logs" / "train" / "tiny"
+    assert "stopped by SIGTERM" in (logs / f"{stopped}.attempt-1.log").read_text()
+    assert "resumed from step" in (logs / f"{stopped}.attempt-2.log").read_text()
+    assert (logs / f"{stopped}.attempt-2.log").read_text() == (logs / f"{stopped}.log").read_text()
+
+    said = [line for line in log.splitlines() if "not tried again" in line]
+    assert said == [f"train results/tiny/{broken}: not tried again (1 of 3 attempts): attempt 1 failed before its "
+                    "first step"], log[-3000:]
+    assert log.count("Trying to restart job") == 1, log[-3000:]  # the stopped one, once
+    assert not (logs / f"{broken}.attempt-2.log").exists()
+
+
+def test_the_job_costs_table_counts_every_attempt(tmp_path):
+    """A training job's benchmark file holds its last attempt only; its metrics.json lists every
+    attempt, and the earlier ones' wall and CPU time (a killed one's until it was last seen) are
+    added to the table; a fine-tuning job's are matched by its task."""
+    from leaner.analysis.tables import job_costs
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    paths = []
+    for job in ("train/s/v", "finetune/s/v/cola"):
+        bench = tmp_path / "logs" / "benchmarks" / f"{job}.tsv"
+        bench.parent.mkdir(parents=True, exist_ok=True)
+        bench.write_text(header + "10.0\t0:00:10\t30.0\t1\t1\t1\t0\t0\t50.0\t5.0\n")
+        paths.append(str(bench))
+    earlier = [{"started_unix": 0.0, "last_seen_unix": 100.0, "ended_unix": 120.0, "cpu_s": 60.0},
+               {"started_unix": 200.0, "last_seen_unix": 230.0, "ended_unix": None, "cpu_s": None},  # killed
+               {"started_unix": 300.0, "last_seen_unix": 310.0, "ended_unix": 310.0, "cpu_s": 5.0}]
+    metrics = []
+    for folder, attempts in (("s/v", earlier), ("s/v/glue/cola", earlier[1:])):
+        path = tmp_path / "results" / folder / "metrics.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"study": "s", "attempts": attempts}))
+        metrics.append(str(path))
+    table = job_costs(paths, metrics).set_index("rule")
+    assert table.loc["train", "attempts"] == 3 and table.loc["train", "jobs"] == 1
+    assert table.loc["train", "wall_s_total"] == pytest.approx(10.0 + 120.0 + 30.0)
+    assert table.loc["train", "cpu_time_s_total"] == pytest.approx(5.0 + 60.0)
+    assert table.loc["finetune", "attempts"] == 2 and table.loc["finetune", "wall_s_total"] == pytest.approx(40.0)
+    assert table.loc["all", "attempts"] == 5

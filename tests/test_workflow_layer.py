@@ -156,3 +156,48 @@ def test_the_two_settings_made_through_snakemakes_internals_take_effect(tmp_path
     proc = subprocess.run([*base, "--cores", "4"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0", "1", "2", "3"]
+
+
+RETRIES_SNAKEFILE = '''
+from leaner.workflow.scheduling import retries_by_job
+
+
+def decide(job):
+    return None if job.rule.name != "fail" else int(job.wildcards.n)
+
+
+retries_by_job(decide)
+
+
+rule all:
+    input: expand("out/{n}", n=[0, 2]), "out/other"
+
+
+rule fail:
+    output: "out/{n}"
+    wildcard_constraints: n=r"\\d"
+    retries: 5
+    shell: "echo {wildcards.n} >> tries.txt; exit 1"
+
+
+rule other:
+    output: "out/other"
+    retries: 1
+    shell: "echo other >> tries.txt; exit 1"
+'''
+
+
+def test_retries_decided_per_job_through_snakemakes_internals(tmp_path):
+    """A failed job's retries decided per job (workflow/scheduling.py retries_by_job), on a
+    workflow of its own: a job whose decision is 0 runs once, one given 2 runs three times
+    (though its rule says 5), and a rule the decision leaves alone keeps its own retries. Fails
+    when a Snakemake release changes Job.restart_times under it."""
+    from conftest import BIN
+
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(RETRIES_SNAKEFILE)
+    proc = subprocess.run([str(BIN / "snakemake"), "-d", str(tmp_path), "-s", str(snakefile), "--cores", "1",
+                           "--keep-going"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode != 0
+    tries = (tmp_path / "tries.txt").read_text().split()
+    assert sorted(tries) == ["0", "2", "2", "2", "other", "other"], proc.stderr[-3000:]

@@ -27,7 +27,7 @@ def cmd_tables(a):
 def cmd_job_costs(a):
     from ..analysis.tables import write_job_costs
 
-    write_job_costs(a.benchmarks, a.outdir)
+    write_job_costs(a.benchmarks, a.outdir, a.metrics)
 
 
 def cmd_run_config(a):
@@ -96,6 +96,9 @@ def tables_parser(sub) -> None:
 def job_costs_parser(sub) -> None:
     s = sub.add_parser("job-costs", help="per-job benchmark files -> a table of what each stage cost")
     s.add_argument("--benchmarks", nargs="+", required=True)
+    s.add_argument("--metrics", nargs="*", default=[],
+                   help="the training jobs' metrics.json: their earlier attempts' costs (a retried job's benchmark "
+                        "file holds its last attempt only)")
     s.add_argument("--outdir", required=True)
     s.set_defaults(func=cmd_job_costs)
 

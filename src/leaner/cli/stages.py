@@ -20,20 +20,27 @@ def cmd_train(a):
     """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
     saved (training/stopping.py), INTERRUPTED_EXIT when a second Ctrl-C aborted that, 1 on an error."""
     from ..compute import distributed
+    from ..training.attempts import drop_single_attempt_log, keep_attempt_log
     from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
 
+    if not distributed.launched_by_torchrun():
+        keep_attempt_log(a.log, a.attempt)
     if a.nproc > 1 and not distributed.launched_by_torchrun():
         began = time.time()
         code = distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)
         beat = read_progress(a.out) or {}  # torchrun reports any rank's exit as its own failure
         stopped = code and beat.get("state") == "stopped" and beat.get("updated_unix", 0) >= began
+        if not code:
+            drop_single_attempt_log(a.log, _attempts_of(a.out))
         return STOPPED_EXIT if stopped else code
     from ..training.train import train
 
     try:
-        train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
-              gpu_share=a.gpu_share)
+        metrics = train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
+                        gpu_share=a.gpu_share, attempt=a.attempt)
+        if not distributed.launched_by_torchrun():
+            drop_single_attempt_log(a.log, metrics.get("attempts", []))
     except Stopped as exc:
         print(f"leaner train: {exc}", file=sys.stderr, flush=True)
         return STOPPED_EXIT
@@ -46,6 +53,15 @@ def cmd_train(a):
     except BaseException as exc:  # before training began too: `leaner status` shows why
         mark_failed(a.out, exc)
         raise
+
+
+def _attempts_of(out: str) -> list[dict]:
+    from ..io import read_json
+
+    try:
+        return read_json(f"{out}/metrics.json").get("attempts", [])
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 def cmd_conditioning(a):
@@ -81,6 +97,11 @@ def train_parser(sub) -> None:
                    help="processes (GPUs) for this one variant: >1 runs DistributedDataParallel under torchrun")
     s.add_argument("--numerics", choices=MODES, default=DEFAULT_MODE, help=NUMERICS_HELP)
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--attempt", type=int, default=None,
+                   help="Snakemake's attempt of this job (its retries): recorded, and a later attempt without "
+                        "progress is refused (training/attempts.py)")
+    s.add_argument("--log", default=None, help="the job's log (this process's output): each attempt's is kept "
+                                               "as <log>.attempt-N.log")
     s.set_defaults(func=cmd_train)
 
 

@@ -13,9 +13,9 @@ import torch
 from ..io import remove_stale_temps
 from ..models import build_model, param_counts
 from ..schema import Recipe
+from .attempts import AttemptRecord
 from .resume import RESUME_DIR, RunState, rank_seed, seed_everything, set_rng_state
 from .step import compile_mode
-from .stopping import Attempts
 from .weights import KEPT_DIR, load_pretrained, save_weights
 
 
@@ -68,24 +68,25 @@ def training_module(model, recipe: Recipe, dev: torch.device, ctx, log):
     return net, graphed
 
 
-def resume_state(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log) -> RunState:
+def resume_state(spec: dict, out: Path, model, optimizer, ctx, kept_tmp: Path, log,
+                 attempt: int | None = None) -> RunState:
     """The saved state of this spec restored into model, optimiser and RNGs; else a fresh state
-    (and the weights a killed run of another spec kept are not this run's). A resume at the step
-    the last attempt also resumed at is refused: that attempt made no progress."""
+    (and the weights a killed run of another spec kept are not this run's). The attempt is
+    recorded (attempts.py); one that begins where the last began, which saved nothing, is refused."""
     spec_json = json.dumps(spec, sort_keys=True)
     state = RunState.load(out, spec_json, log)
-    if state is None:
-        if ctx.main:
-            shutil.rmtree(kept_tmp, ignore_errors=True)
-        return RunState(spec_json)
     refused = None
-    if ctx.main:  # an attempt that saved nothing since the last one ends the run (stopping.Attempts)
+    if ctx.main:  # an attempt that saved nothing since the last one ends the run (attempts.AttemptRecord)
+        if state is None:
+            shutil.rmtree(kept_tmp, ignore_errors=True)
         try:
-            Attempts(out / RESUME_DIR).check_and_record(state.step)
+            AttemptRecord(out / RESUME_DIR, spec_json).begin(attempt, state.step if state else 0)
         except RuntimeError as exc:
             refused = str(exc)
     if ctx.from_main(refused):
         raise RuntimeError(refused if ctx.main else "no progress since the last attempt (rank 0 says why)")
+    if state is None:
+        return RunState(spec_json)
     model.load_state_dict(state.model)
     optimizer.load_state_dict(state.optimizer)
     if len(state.rng) == ctx.world:

@@ -12,25 +12,20 @@ rank takes part in the same save.
 
 For the save to finish, the training process must be the one its scheduler waits for: the rules
 start it with `exec` (no shell between it and Snakemake, which waits for running jobs on SIGTERM),
-and a Snakemake inside a Slurm job keeps running through SIGUSR1 (workflow/signals.py).
+and a Snakemake inside a Slurm job keeps running through SIGUSR1 (workflow/scheduling.py).
 
-Each resumed attempt is recorded (`Attempts`): an attempt that saved no progress since the one
-before it (a time limit shorter than start-up plus one step, say) stops the run with one line
-instead of being retried forever.
+Each attempt is recorded (attempts.py): one that saved no progress since the one before it (a
+time limit shorter than start-up plus one step, say) is not tried again.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
-
-from ..io import read_json, write_json
 
 STOPPED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped on request, resumable
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: aborted by a second Ctrl-C, as a shell reports it
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-ATTEMPTS_FILE = "attempts.json"
 
 
 class Stopped(Exception):
@@ -98,27 +93,3 @@ def agree(ctx, *flags: bool) -> list[bool]:
     t = torch.tensor([float(f) for f in flags], dtype=torch.float32, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [bool(v) for v in t.tolist()]
-
-
-class Attempts:
-    """The steps at which this run's attempts resumed, in its resume folder."""
-
-    def __init__(self, folder: Path):
-        self.path = Path(folder) / ATTEMPTS_FILE
-
-    def resumed_at(self) -> list[int]:
-        try:
-            return list(read_json(self.path)["resumed_at"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            return []
-
-    def check_and_record(self, step: int) -> None:
-        """Record that an attempt resumes at `step`; refuse (one line) if the attempt before
-        resumed at the same step: it saved nothing, and another would do the same. Rank 0 only."""
-        seen = self.resumed_at()
-        if seen and seen[-1] == step:
-            raise RuntimeError(
-                f"no progress: the last attempt also resumed at step {step} and saved nothing before it ended "
-                f"(a time limit shorter than start-up plus one step, or a crash at every start); stopping instead "
-                f"of trying again (see its log; to try once more, delete {self.path})")
-        write_json(self.path, {"resumed_at": seen + [step]})

@@ -31,25 +31,28 @@ from ..io import sha256_file, write_json
 from ..provenance import claims_declared, describe
 from ..schema import Recipe
 from ..tasks.trainers import make_task
+from .attempts import AttemptRecord
 from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
 from .progress import logger, progress_bar
 from .resume import RESUME_DIR, CheckpointClock, checkpoint_minutes, save_checkpoint
 from .start import initial_model, resume_state, training_module
 from .step import GraphedStep, LossMeter, autocast_for, set_precision, sync_interval
-from .stopping import Attempts, Stopped, StopSignal, agree
+from .stopping import Stopped, StopSignal, agree
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, publish_kept, save_weights
 
 
 def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
           threads: int | None = None, progress: bool = True, gpu_share: int | None = None,
-          stop_after: int | None = None) -> dict:
+          stop_after: int | None = None, attempt: int | None = None) -> dict:
     """Train one variant; returns the metrics written to metrics.json.
 
     SIGTERM or SIGUSR1 (a scheduler's time limit or its warning) stops the run at the next step
     boundary with its resume state saved: `stopping.Stopped` is raised (the CLI exits with
     STOPPED_EXIT) and the next call resumes there (stopping.py).
+
+    `attempt`: Snakemake's attempt of this job (attempts.py; None outside Snakemake).
 
     `stop_after`: a checkpoint step (a multiple of checkpoint_every, before the end) after whose
     checkpoint the run stops as a preempted job would, with its resume state and no outputs
@@ -61,12 +64,7 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
     with StopSignal() as stop:  # before the data loaders fork: their workers keep the handler, not die
-        return _train(spec, data_path, out_dir, device, threads, progress, gpu_share, stop_after, stop)
-
-
-def _train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None, threads: int | None,
-           progress: bool, gpu_share: int | None, stop_after: int | None, stop: StopSignal) -> dict:
-    return _Run(spec, data_path, out_dir, device, threads, gpu_share, stop_after, stop).run(progress)
+        return _Run(spec, data_path, out_dir, device, threads, gpu_share, stop_after, stop, attempt).run(progress)
 
 
 class _Run:
@@ -74,8 +72,9 @@ class _Run:
     the epochs (`run`: one epoch's steps, the epoch's row, the resume state), the outputs."""
 
     def __init__(self, spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None,
-                 threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal):
-        self.spec, self.stop_after, self.stop = spec, stop_after, stop
+                 threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal,
+                 attempt: int | None):
+        self.spec, self.stop_after, self.stop, self.attempt = spec, stop_after, stop, attempt
         out, self.started = Path(out_dir), time.time()
         local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
         log = logger(spec, local_rank)
@@ -111,7 +110,9 @@ class _Run:
     def _resume(self) -> None:
         """The saved state restored (or a fresh one) and the loss meter."""
         recipe, counts, ctx, dev, total = self.recipe, self.counts, self.ctx, self.dev, self.total
-        run = resume_state(self.spec, self.out, self.model, self.optimizer, ctx, self.kept_tmp, self.log)
+        run = resume_state(self.spec, self.out, self.model, self.optimizer, ctx, self.kept_tmp, self.log,
+                           self.attempt)
+        self.attempts = AttemptRecord(self.out / RESUME_DIR, run.spec)
         step, history = run.step, run.history
         self.stop.steps = step
         due = CheckpointClock(checkpoint_minutes(recipe.checkpoint_minutes, counts["total"]))
@@ -164,8 +165,10 @@ class _Run:
             self.bar.close()
             return self._outputs()
         except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
-            self.record.close(exc, self.step, self.meter.mean,
-                              state="stopped" if isinstance(exc, Stopped) else "failed")
+            how = "stopped" if isinstance(exc, Stopped) else "failed"
+            self.record.close(exc, self.step, self.meter.mean, state=how)
+            if ctx.main:
+                self.attempts.end(how, f"{type(exc).__name__}: {exc}")
             raise
 
     def _train_epoch(self, runner: GraphedStep | None) -> bool:
@@ -236,6 +239,8 @@ class _Run:
         save_checkpoint(self.out, self.run_state, self.model, self.optimizer, step, self.history, self.meter,
                         time.perf_counter() - self.t0, ctx)
         self.record.checkpointed(step, self.meter.mean)
+        if ctx.main:
+            self.attempts.saved(step)
         self.due.reset()
         if halt:  # told to stop: the state is saved, the step in flight was finished
             self.bar.close()
@@ -244,6 +249,8 @@ class _Run:
         if step == self.stop_after:  # preempted right after this checkpoint
             self.bar.close()
             self.record.close()
+            if ctx.main:
+                self.attempts.end("stopped", f"stop_after {step}")
             ctx.close()
             return True
         return False
@@ -276,7 +283,8 @@ class _Run:
             # what later stages check before they trust the weights (a truncated or replaced file)
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
-            "resumed_at": Attempts(out / RESUME_DIR).resumed_at(),  # the steps later attempts began at
+            "resumed_at": self.attempts.resumed_at(),  # the steps later attempts began at
+            "attempts": self.attempts.end("done"),  # each attempt: where it began and ended, what it cost
             "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained
             # which evaluation examples the final model gets right (a claim's bootstrap over them)
             "eval_outcomes": task.eval_outcomes(model, self.autocast),

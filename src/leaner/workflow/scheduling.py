@@ -161,3 +161,33 @@ def limit_resource(workflow, name: str, value: int) -> None:
     are set too."""
     workflow.register_resource(name, value)
     workflow.scheduler.global_resources[name] = value
+
+
+def retries_by_job(decide: Callable[[object], int | None]) -> None:
+    """A failed job's retries decided per job by `decide(job)` (None: the rule's own): Snakemake
+    9.27 keeps one `retries` number per rule (workflow.py refuses a callable) and reads it, once
+    per failure, as `Job.restart_times` (JobScheduler._handle_error: another attempt while
+    restart_times > attempt - 1), so that property is replaced here by one that asks `decide`
+    first. A group job takes the most of its jobs' (GroupJob.restart_times), unchanged."""
+    from snakemake.jobs import Job
+
+    rule_own = getattr(Job, "_rule_restart_times", None) or Job.__dict__["restart_times"]
+    Job._rule_restart_times = rule_own
+
+    def restart_times(job) -> int:
+        own = decide(job)
+        return rule_own.fget(job) if own is None else own
+
+    Job.restart_times = property(restart_times)
+
+
+def study_retries(allowed: int, attempt: int, why_not: str | None) -> tuple[int, str | None]:
+    """(restart_times for a failed job of a study that allows `allowed` attempts, now at
+    `attempt`; the line that says why it stops where it is not tried again): none more where
+    its attempt made no progress (`why_not`, training/attempts.no_progress) or where the
+    study's attempts are spent."""
+    if attempt >= allowed:
+        return attempt - 1, None  # Snakemake's own message says the job failed
+    if why_not:
+        return attempt - 1, f"not tried again ({attempt} of {allowed} attempts): {why_not}"
+    return allowed - 1, None
