@@ -31,7 +31,7 @@ check_resource_settings()
 
 onstart:
     count_gpus()
-    check_gpu_memory()
+    check_plan_at_start()
     check_hub_data()
     start_warm()
 

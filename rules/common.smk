@@ -23,6 +23,7 @@ from leaner.workflow.scheduling import (
     job_resources,
     limit_resource,
     local_gpu_limits,
+    cluster_check_args,
     retries_by_job,
     study_retries,
 )
@@ -291,13 +292,15 @@ def count_gpus():
         limit_resource(workflow, name, value)
 
 
-def check_gpu_memory():
-    """At the start of a run (onstart: not in dry runs), before any job: a GPU study whose jobs cannot
-    fit the memory of the card they will run on, or whose jobs_per_gpu jobs cannot fit it together,
-    stops the run with one line (`leaner cost --check`, leaner/planning/fit.py). The card: $LEANER_GPU_MEM_GB,
-    else locally the CUDA devices here, else on a cluster the study's gpu_model; where none is known,
-    no check. It runs in a child process: the estimate opens a CUDA context where CUDA is present,
-    which this process, alive for the whole sweep, must not hold."""
+def check_plan_at_start():
+    """At the start of a run (onstart: not in dry runs), before any job: `leaner cost --check`
+    (leaner/planning/fit.py), one line per job that cannot fit or finish, and the run stops. Locally:
+    each GPU study's memory against the CUDA devices here ($LEANER_GPU_MEM_GB instead). On a cluster,
+    always: memory and time on each study's gpu_model, else the card every training job's resolved
+    gpu_model names (the profile's set-resources), else $LEANER_GPU, else the default card, with the
+    early stop signal the jobs' slurm_extra asks for (workflow/scheduling.py cluster_check_args); one
+    line says what was checked and how long it took. It runs in a child process: the estimate opens
+    a CUDA context where CUDA is present, which this process, alive for the whole sweep, must not hold."""
     import subprocess
     import tempfile
 
@@ -307,13 +310,17 @@ def check_gpu_memory():
     where = "local" if workflow.local_exec else "cluster"
     if not may_know_a_card(PLAN, where):
         return
+    extra = []
+    if where == "cluster":
+        trained = [dict(j.resources) for j in workflow.dag.needrun_jobs() if j.rule.name in RESUMABLE_RULES]
+        extra = cluster_check_args(trained, os.environ)
     with tempfile.NamedTemporaryFile("w", prefix=".leaner-config-", suffix=".yaml") as resolved:
         yaml.safe_dump(dict(config), resolved)
         resolved.flush()
         src = str(Path(workflow.basedir) / "src")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
         proc = subprocess.run(
-            [sys.executable, "-m", "leaner", "cost", resolved.name, "--check", where],
+            [sys.executable, "-m", "leaner", "cost", resolved.name, "--check", where, *extra],
             env=env,
             capture_output=True,
             text=True,
@@ -321,6 +328,8 @@ def check_gpu_memory():
     if proc.returncode:
         sys.stderr.write(proc.stderr)
         raise SystemExit(2)
+    if where == "cluster":
+        sys.stderr.write(proc.stderr)
 
 
 def check_hub_data():

@@ -17,7 +17,14 @@ import pytest
 import yaml
 
 from leaner.planning.cards import CARDS
-from leaner.planning.cost import START_MINUTES, attempts_needed
+from leaner.planning.cost import (
+    KILL_WAIT_S,
+    SIGNAL_LEAD_S,
+    START_MINUTES,
+    STOP_GRACE_S,
+    attempts_needed,
+    stop_seconds,
+)
 from leaner.planning.fit import check_plan
 from leaner.schema import Recipe
 from leaner.training.attempts import ATTEMPTS_FILE, AttemptRecord
@@ -73,19 +80,28 @@ def test_an_attempt_without_progress_stops_the_run_in_one_line(tmp_path, digits_
 
 
 def test_attempts_a_job_needs(monkeypatch):
-    """One attempt where the work and the start-up fit the runtime; else the work over what each
-    attempt keeps. A state too big to write between SIGTERM and SIGKILL keeps only what its last
-    periodic checkpoint saved; without one, no attempt keeps anything."""
-    small = 10_000
+    """One attempt where the start-up, the work and the early signal's lead fit the runtime; else
+    the work over what each attempt keeps. A stop (the step in flight, then the state's write) that
+    does not fit between the stop signal and SIGKILL keeps only what the last periodic checkpoint
+    saved; without one, no attempt keeps anything. Without the early signal the grace is KillWait."""
+    small, lead = 10_000, SIGNAL_LEAD_S / 60
     assert attempts_needed(None, 60, small, "auto") == (None, None)
-    assert attempts_needed((60 - START_MINUTES) / 60, 60, small, "auto") == (1, None)
-    assert attempts_needed(10.0, 60, small, "auto") == (math.ceil(600 / (60 - START_MINUTES)), None)
-    big = 5 * 10**9  # 60 GB: minutes to write
-    assert write_seconds(big) > 30
-    assert attempts_needed(10.0, 120, big, 30.0) == (math.ceil(600 / (120 - START_MINUTES - 30)), None)
+    assert attempts_needed((60 - START_MINUTES - lead) / 60, 60, small, "auto") == (1, None)
+    assert attempts_needed((60 - START_MINUTES - lead + 1) / 60, 60, small, "auto")[0] == 2
+    assert attempts_needed(10.0, 60, small, "auto") == (math.ceil(600 / (60 - START_MINUTES - lead)), None)
+    assert attempts_needed(10.0, 60, small, "auto", lead_s=0.0) == (math.ceil(600 / (60 - START_MINUTES)), None)
+    big = 10**10  # 120 GB: ten minutes to write
+    assert write_seconds(big) > STOP_GRACE_S
+    assert attempts_needed(10.0, 120, big, 30.0) == (math.ceil(600 / (120 - START_MINUTES - lead - 30)), None)
     n, why = attempts_needed(10.0, 120, big, None)
     assert n is None and why.startswith("an attempt of 120 min keeps no progress")
     assert attempts_needed(1.0, START_MINUTES, small, "auto")[1] is not None
+    # a 7 GB state fits the profile's early signal, not KillWait alone
+    seven_gb = 7 * 10**9 // 12
+    assert stop_seconds(seven_gb, 7.0) < STOP_GRACE_S
+    assert stop_seconds(seven_gb, 7.0) > KILL_WAIT_S
+    assert attempts_needed(30.0, 1440, seven_gb, None, 7.0)[0] == 2
+    assert attempts_needed(30.0, 1440, seven_gb, None, 7.0, grace_s=KILL_WAIT_S, lead_s=0.0)[0] is None
 
 
 def test_the_cluster_check_lists_long_jobs_and_refuses_too_few_attempts(tmp_path):
@@ -244,3 +260,62 @@ def test_the_job_costs_table_counts_every_attempt(tmp_path):
     assert table.loc["train", "cpu_time_s_total"] == pytest.approx(5.0 + 60.0)
     assert table.loc["finetune", "attempts"] == 2 and table.loc["finetune", "wall_s_total"] == pytest.approx(40.0)
     assert table.loc["all", "attempts"] == 5
+
+
+def test_the_early_signal_a_job_asks_slurm_for_and_the_card_a_cluster_run_is_checked_on():
+    from leaner.workflow.scheduling import cluster_check_args, signal_lead
+
+    assert signal_lead("--signal=USR1@300") == 300 and signal_lead("'--signal=B:USR1@90' --qos=x") == 90
+    assert signal_lead("--signal SIGTERM@120") == 120 and signal_lead("--signal=USR1") == 60
+    assert signal_lead(None) == 0 and signal_lead("--qos=long") == 0
+    jobs = [{"gpu_model": "h200", "slurm_extra": "--signal=USR1@300"}, {"gpu_model": "h200"}]
+    assert cluster_check_args(jobs, {}) == ["--gpu", "h200", "--signal-lead", "0"]  # the least lead asked
+    assert cluster_check_args([{"gpu_model": ""}], {"LEANER_GPU": "a100"}) == ["--gpu", "a100", "--signal-lead", "0"]
+    assert cluster_check_args([], {}) == []
+
+
+def test_the_profile_asks_for_an_early_signal_that_fits_the_largest_stop_of_the_paper_plan():
+    """profiles/slurm asks Slurm for SIGUSR1 SIGNAL_LEAD_S before each training job's time limit;
+    the largest stop `leaner cost` prices in configs/paper.yaml (vit_imagenet's L12-D2048: its step
+    in flight, then its 7.3 GB state's write) needs more than Slurm's KillWait alone and fits the
+    lead with room."""
+    from leaner.planning.cost import jobs, price
+
+    from conftest import REPO
+
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.v8+.yaml").read_text())
+    for rule in ("train", "finetune"):
+        assert profile["set-resources"][rule]["slurm_extra"] == f"'--signal=USR1@{SIGNAL_LEAD_S:g}'"
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    rows = [price(j, plan, CARDS["h100"], None, REPO) for s in plan.studies.values() for j in jobs(s)
+            if s.resources["gpu"]]
+    stop, job = max((stop_seconds(r["params"], r["step_s"]), r["job"]) for r in rows)
+    assert job == "L12-H32-D2048-hd64-mlp8192-s0" and KILL_WAIT_S < stop < STOP_GRACE_S / 2, (job, stop)
+
+
+def test_a_group_that_outlasts_its_runtime_and_a_conditioning_that_outlasts_its_own_are_refused(tmp_path):
+    """k jobs sharing a GPU are one Slurm job whose jobs cannot resume apart: a job that needs a
+    second attempt there is refused, one line; so is a conditioning job longer than its runtime.
+    Where no study names a card, the default card is named in the line."""
+    from leaner.planning.fit import default_card
+
+    cfg = yaml.safe_load(TINY.read_text())
+    study = cfg["studies"]["tiny_nearest"]
+    study["recipe"].update(epochs=30_000)
+    study["resources"] = {"gpu": 1, "jobs_per_gpu": 2, "runtime": 30, "threads": 1, "mem_mb": 1000, "attempts": 9}
+    path = tmp_path / "group.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    gpu = default_card(None)
+    listed, problems = check_plan(load_plan(path), "cluster", gpu, env={})
+    assert len(problems) == 2 and listed == [], problems
+    assert problems[0].startswith("study tiny_nearest: job L1-H1-W1-r8-d8-N4-none-s0 needs ~")
+    assert "on an H100 SXM (the default card), 2 at once on one GPU (jobs_per_gpu): more than one" in problems[0]
+    need = int(problems[0].split("runtime >= ")[1].split(",")[0])
+    study["resources"]["runtime"] = need
+    path.write_text(yaml.safe_dump(cfg))
+    assert check_plan(load_plan(path), "cluster", gpu, env={}) == ([], [])
+    study["resources"]["conditioning_runtime"] = 1
+    path.write_text(yaml.safe_dump(cfg))
+    _, problems = check_plan(load_plan(path), "cluster", gpu, env={})
+    assert len(problems) == 2 and all("'s conditioning needs ~" in p for p in problems), problems
+    assert problems[0].endswith("resources.conditioning_runtime is 1 (allowed: conditioning_runtime >= 6)")

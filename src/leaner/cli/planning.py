@@ -121,18 +121,29 @@ def cmd_rehearse(a):
 
 def cmd_cost(a):
     from ..planning.cards import card
-    from ..planning.cost import LOADER_RATE, parse_mfu, plan_cost
+    from ..planning.cost import KILL_WAIT_S, LOADER_RATE, SIGNAL_LEAD_S, jobs, parse_mfu, plan_cost
     from ..planning.cost_report import format_cost, write_cost_csv
-    from ..planning.fit import check_plan
+    from ..planning.fit import DEFAULT_CARD, GPU_ENV, check_plan, default_card, default_card_note
 
     if a.check:
-        listed, problems = check_plan(plan_of(a.config), a.check, card(a.gpu))
+        started = time.perf_counter()
+        plan = plan_of(a.config)
+        gpu = default_card(a.gpu or os.environ.get(GPU_ENV))
+        lead = SIGNAL_LEAD_S if a.signal_lead is None else a.signal_lead
+        listed, problems = check_plan(plan, a.check, gpu, grace_s=lead + KILL_WAIT_S, lead_s=lead)
         for line in listed:
             print(line)
         for line in problems:
             print(line, file=sys.stderr)
+        if a.check == "cluster":  # what was checked, on what, in how long
+            gpu_jobs = sum(len(jobs(s)) for s in plan.studies.values() if s.resources["gpu"] >= 1)
+            named = a.gpu or os.environ.get(GPU_ENV)
+            fallback = f" ({gpu.name}: {default_card_note(named)})" if "default card" in gpu.name else ""
+            print(f"leaner cost --check cluster: {gpu_jobs} GPU jobs checked in {time.perf_counter() - started:.1f} s"
+                  f"{fallback}, with the stop signal {lead:g} s before each time limit: {len(problems)} problem(s), "
+                  f"{len(listed)} job(s) of several attempts", file=sys.stderr)
         return 2 if problems else 0
-    gpu, mfu = card(a.gpu), parse_mfu(a.mfu)
+    gpu, mfu = card(a.gpu or DEFAULT_CARD), parse_mfu(a.mfu)
     costs = plan_cost(plan_of(a.config), gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
     print(format_cost(costs, gpu, " + ".join(a.config)))
     if a.out:
@@ -222,7 +233,8 @@ def rehearse_parser(sub) -> None:
 def cost_parser(sub) -> None:
     s = sub.add_parser("cost", help="GPU-hours of every study on a card, and each job's GPU memory against it")
     s.add_argument("config", **CONFIG_FILES)
-    s.add_argument("--gpu", default="h100", help="the card: h100, h200 or a100 (default h100)")
+    s.add_argument("--gpu", default=None, help="the card: h100, h200 or a100 (default h100; with --check cluster, "
+                                               "where no study names one, default $LEANER_GPU, else h100)")
     s.add_argument("--mfu", default=None, help="model FLOPs utilisation for every FLOPs-priced job, in (0, 1] "
                                                "(default: measured where it was, else 0.3)")
     s.add_argument("--loader-rate", type=positive_float, default=None,
@@ -235,6 +247,10 @@ def cost_parser(sub) -> None:
                         "that cannot fit, exit status 2. On a cluster also each job's time against its study's "
                         "runtime (on the gpu_model, else --gpu): the jobs that need several attempts, and one line "
                         "per job that cannot finish")
+    s.add_argument("--signal-lead", type=float, default=None,
+                   help="with --check cluster: seconds before the time limit the jobs get their stop signal "
+                        "(sbatch --signal=USR1@N; default: what profiles/slurm asks, planning/cost.py SIGNAL_LEAD_S; "
+                        "0: none, only SIGTERM at the limit)")
     s.set_defaults(func=cmd_cost)
 
 

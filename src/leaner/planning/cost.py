@@ -194,9 +194,14 @@ def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, 
     return max(workers, 1) * rate, workers
 
 
-def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader_rate: float = LOADER_RATE) -> dict:
-    """One job's row of the plan: its FLOPs, GPU-hours, wall time and memory per GPU; an image job
-    at the slower of its step and its loader (`loader_feed`)."""
+def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader_rate: float = LOADER_RATE,
+          grace_s: float | None = None, lead_s: float | None = None) -> dict:
+    """One job's row of the plan: its FLOPs, GPU-hours, wall time, step time and memory per GPU; an
+    image job at the slower of its step and its loader (`loader_feed`); the attempts it needs
+    (`attempts_needed`, with the stop signal `lead_s` before each time limit and `grace_s` from it
+    to the SIGKILL: by default what profiles/slurm asks)."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
+    lead_s = SIGNAL_LEAD_S if lead_s is None else lead_s
     from ..models.footprint import footprint
 
     spec, resources = job.spec, plan.studies[job.study].resources
@@ -232,8 +237,10 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     if "/glue/" not in job.name:  # a fine-tuning has no conditioning job
         row["cond_memory_gb"], row["cond_hours"] = conditioning_price(spec, fp, gpu)
     runtime = plan.studies[job.study].resources["runtime"]
+    row["step_s"] = None if row["wall_hours"] is None else row["wall_hours"] * 3600 / max(steps, 1)
     row["attempts"], row["cannot_finish"] = attempts_needed(row["wall_hours"], runtime, fp.params,
-                                                            recipe.checkpoint_minutes)
+                                                            recipe.checkpoint_minutes, row["step_s"] or 0.0,
+                                                            grace_s, lead_s)
     return row
 
 
@@ -272,30 +279,46 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
 # ---------------------------------------------------------------- a job's life against its time limit
 
 START_MINUTES = 5.0  # an attempt's start-up before its first step (imports, data, model, compile), assumed
-KILL_GRACE_S = 30.0  # from a scheduler's SIGTERM to its SIGKILL: Slurm's KillWait default
+KILL_WAIT_S = 30.0  # from a scheduler's SIGTERM at the time limit to its SIGKILL: Slurm's KillWait default
+# profiles/slurm asks Slurm for SIGUSR1 this long before the time limit (sbatch --signal=USR1@300, a
+# test checks the two agree): sized from the largest stop `leaner cost` prices in configs/paper.yaml,
+# vit_imagenet's L12-H32-D2048 (its step in flight, 0.3 s, then its 7.3 GB state written in ~38 s at
+# WRITE_BYTES_PER_S), with room for a slower filesystem and Slurm's signal timer (up to 60 s early)
+SIGNAL_LEAD_S = 300.0
+STOP_GRACE_S = SIGNAL_LEAD_S + KILL_WAIT_S  # from the early signal to the SIGKILL
 
 
-def attempts_needed(wall_hours: float | None, runtime: float, params: int,
-                    checkpoint: float | str | None) -> tuple[int | None, str | None]:
+def stop_seconds(params: int, step_s: float) -> float:
+    """Seconds a stop signal takes to become a saved state: the step in flight, then the write."""
+    from ..training.resume import write_seconds
+
+    return step_s + write_seconds(params)
+
+
+def attempts_needed(wall_hours: float | None, runtime: float, params: int, checkpoint: float | str | None,
+                    step_s: float = 0.0, grace_s: float = STOP_GRACE_S,
+                    lead_s: float = SIGNAL_LEAD_S) -> tuple[int | None, str | None]:
     """(how many runs of at most `runtime` minutes a job of `wall_hours` needs, or None; why it
-    cannot finish, or None). Each attempt pays START_MINUTES; at its time limit it saves its state
-    on SIGTERM (stopping.py) if the write fits in KILL_GRACE_S, else only what its last periodic
-    checkpoint (recipe.checkpoint_minutes) saved survives: up to that interval is lost."""
+    cannot finish, or None). Each attempt pays START_MINUTES and stops `lead_s` before its limit
+    (the early signal); it saves its state there (stopping.py) if the step in flight and the
+    write (`stop_seconds`) fit in `grace_s` (the early signal to the SIGKILL), else only what its
+    last periodic checkpoint (recipe.checkpoint_minutes) saved survives: up to that interval is
+    lost."""
     from ..training.resume import checkpoint_minutes, write_seconds
 
     if wall_hours is None:
         return None, None
-    work = wall_hours * 60
-    if work + START_MINUTES <= runtime:
+    work, gain = wall_hours * 60, runtime - START_MINUTES - lead_s / 60  # gain: the minutes an attempt trains
+    if work <= gain:
         return 1, None
-    gain = runtime - START_MINUTES  # minutes of training an attempt keeps
-    if write_seconds(params) > KILL_GRACE_S:
+    stop = stop_seconds(params, step_s)
+    if stop > grace_s:
         minutes = checkpoint_minutes(checkpoint, params)
         gain -= minutes if minutes else gain
     if gain <= 0:
-        return None, (f"an attempt of {runtime} min keeps no progress (start-up ~{START_MINUTES:g} min; its "
-                      f"{write_seconds(params):.0f} s state write does not fit the {KILL_GRACE_S:g} s between "
-                      f"SIGTERM and SIGKILL, and the checkpoint interval is "
+        return None, (f"an attempt of {runtime} min keeps no progress (start-up ~{START_MINUTES:g} min; its stop, "
+                      f"a {step_s:.0f} s step and a {write_seconds(params):.0f} s state write, does not fit the "
+                      f"{grace_s:g} s from the stop signal to SIGKILL, and the checkpoint interval is "
                       f"{checkpoint_minutes(checkpoint, params) or 'by steps only'})")
     return math.ceil(work / gain), None
 

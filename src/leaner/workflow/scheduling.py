@@ -22,6 +22,7 @@ their conditioning. Locally Snakemake runs no groups: each job claims its seat o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -191,3 +192,25 @@ def study_retries(allowed: int, attempt: int, why_not: str | None) -> tuple[int,
     if why_not:
         return attempt - 1, f"not tried again ({attempt} of {allowed} attempts): {why_not}"
     return allowed - 1, None
+
+
+GPU_ENV = "LEANER_GPU"  # the card a cluster run's jobs are checked on where no study or profile names one
+SIGNAL_OPTION = re.compile(r"--signal[= ]['\"]?(?:[RB]+:)?(?:SIG)?(USR1|USR2|TERM|INT|\d+)(?:@(\d+))?")
+
+
+def signal_lead(slurm_extra: str | None) -> float:
+    """Seconds before its time limit a job's `slurm_extra` asks Slurm to signal it (sbatch
+    --signal=[B:]SIG@N; no @N: Slurm's 60), or 0 where it asks for none."""
+    found = SIGNAL_OPTION.search(slurm_extra or "")
+    return float(found.group(2) or 60) if found else 0.0
+
+
+def cluster_check_args(train_resources: list[Mapping], env: Mapping) -> list[str]:
+    """`leaner cost --check cluster`'s arguments for a cluster run whose training jobs resolved to
+    `train_resources` (their resources, the profile's default and set resources applied): the
+    card where no study names one (a gpu_model every job agrees on, else $LEANER_GPU), and the
+    early signal's lead the jobs ask for (the least of theirs)."""
+    models = {r.get("gpu_model") or "" for r in train_resources}
+    gpu = models.pop() if len(models) == 1 and "" not in models else env.get(GPU_ENV)
+    lead = min((signal_lead(r.get("slurm_extra")) for r in train_resources), default=None)
+    return (["--gpu", gpu] if gpu else []) + ([] if lead is None else ["--signal-lead", f"{lead:g}"])
