@@ -231,7 +231,9 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
     """SIGKILL the launcher after the first checkpoint: its workers stop with it (none is left
     writing), and the re-run on two processes resumes and ends as an uninterrupted one did.
     SIGTERM (a scheduler's time limit) while the first checkpoint is written: both ranks agree on
-    the next step, save it and stop; the launcher exits with status 75 (stopped, resumable).
+    the next step, save it and stop; the launcher exits with status 75 (stopped, resumable). Each
+    write is held 16 s here, so the stop takes longer than the 30 s torchrun gives its workers once
+    it is told to stop: the launcher, not torchrun, passes the signal on.
     SIGINT to the launcher's whole process group (Ctrl-C at a terminal): the same, each rank told
     once (torchrun's own forward of the signal must not reach a rank as a second Ctrl-C)."""
     import os
@@ -247,7 +249,8 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
         kill_after_checkpoint(proc, ckpt)
         assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
     else:
-        os.environ["LEANER_FAULT_SLOW_RENAME"] = "state.pt:2"  # step 10's write held: a certain moment
+        # step 10's write held: a certain moment; and under SIGTERM a stop that outlasts torchrun's 30 s
+        os.environ["LEANER_FAULT_SLOW_RENAME"] = "state.pt:16" if how == "SIGTERM" else "state.pt:2"
         try:
             proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, start_new_session=True)

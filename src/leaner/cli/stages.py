@@ -24,7 +24,9 @@ def cmd_train(a):
     from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
 
-    if not distributed.launched_by_torchrun():
+    if distributed.launched_by_torchrun():
+        distributed.restore_stop_signals()
+    else:
         keep_attempt_log(a.log, a.attempt)
     if a.nproc > 1 and not distributed.launched_by_torchrun():
         began = time.time()

@@ -169,7 +169,13 @@ def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int |
 
     Unless a device is forced, a job that asked for GPUs (`gpu_share`, see devices.py; None: CUDA
     when present) first claims `nproc` of them (held by this process until training ends) and shows
-    the workers only those."""
+    the workers only those.
+
+    A stop signal (SIGTERM, SIGINT, SIGUSR1) is passed to the workers by this process, not by
+    torchrun: torchrun, told to stop, gives its workers 30 s before it kills them, less than a
+    large state's save takes (vit_imagenet's 7.3 GB: ~38 s), so it ignores them (`_torchrun_child`)
+    and handles only SIGHUP and SIGQUIT. The workers save and exit on their own, together
+    (training/train.py waits for the save on every rank), and torchrun then ends."""
     env = dict(os.environ)
     if device is None and not env.get("LEANER_DEVICE") and gpu_share != 0:
         import torch
@@ -181,17 +187,21 @@ def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int |
             slots = claim_slots(nproc, len(ids))
             env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[s] for s in slots)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={nproc}", "-m", "leaner", "--", *argv]
+           f"--nproc-per-node={nproc}", f"--signals-to-handle={TORCHRUN_HANDLES}", "-m", "leaner", "--", *argv]
     print("launching: " + " ".join(cmd), file=sys.stderr, flush=True)
-    child = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(cmd, env=env, preexec_fn=_torchrun_child)
 
-    def forward(signum, frame) -> None:  # torchrun stops its workers with the signal it gets
-        # a scheduler's early warning (SIGUSR1) reaches the workers as the stop it means: torchrun
-        # has no handler of its own for SIGUSR1, so it ignores it (see _die_with_parent)
-        child.send_signal(signal.SIGTERM if signum == signal.SIGUSR1 else signum)
+    def forward(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            child.send_signal(signum)
+            return
+        for worker in _workers(child.pid):
+            try:
+                os.kill(worker, signum)
+            except ProcessLookupError:
+                pass
 
-    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
-    previous = {sig: signal.signal(sig, forward) for sig in stops}
+    previous = {sig: signal.signal(sig, forward) for sig in STOPS + (signal.SIGHUP,)}
     try:
         return child.wait()
     finally:
@@ -199,15 +209,37 @@ def launch(argv: Sequence[str], nproc: int, device: str | None, gpu_share: int |
             signal.signal(sig, handler)
 
 
-def _die_with_parent() -> None:
-    """In the torchrun child: get SIGTERM if the launcher dies, even by SIGKILL (Linux), so no
-    orphaned workers go on writing into a folder a re-run is about to use. SIGUSR1 is ignored
-    there (a scheduler may send it to every process of the job; by default it would kill torchrun
-    before its workers save): the workers set their own handler (stopping.py)."""
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # the stop signals (training/stopping.py)
+TORCHRUN_HANDLES = "SIGHUP,SIGQUIT"  # what torchrun itself acts on (it stops its workers)
+
+
+def _workers(torchrun: int) -> list[int]:
+    """The worker processes torchrun `torchrun` started (its children)."""
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(torchrun).children()]
+    except psutil.Error:
+        return []
+
+
+def _torchrun_child() -> None:
+    """In the torchrun child: the stop signals ignored (a scheduler sends them to every process of
+    the job; the workers get them from it, or from the launcher), and SIGHUP (which torchrun
+    handles by stopping its workers) if the launcher dies, even by SIGKILL (Linux), so no orphaned
+    workers go on writing into a folder a re-run is about to use."""
+    for sig in STOPS:
+        signal.signal(sig, signal.SIG_IGN)
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGHUP)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def restore_stop_signals() -> None:
+    """In a worker: the stop signals back to their defaults (torchrun's ignoring them is inherited
+    across exec) until the training loop handles them."""
+    for sig in STOPS:
+        signal.signal(sig, signal.SIG_DFL)

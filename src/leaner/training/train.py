@@ -244,6 +244,8 @@ class _Run:
         self.due.reset()
         if halt:  # told to stop: the state is saved, the step in flight was finished
             self.bar.close()
+            if ctx.active:  # no rank ends before rank 0's write has: torchrun would stop the others
+                ctx.all_sum([0.0])
             ctx.close()
             raise Stopped(stop.name or "a signal to another rank", stop.signalled_at, step, stop.since())
         if step == self.stop_after:  # preempted right after this checkpoint
