@@ -27,6 +27,7 @@ rule finetune:
         gpu_share=gpu_resource("gpu_share"),
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
+        nodes=gpu_resource("nodes"),
         runtime=study_resource("runtime"),
         attempt=attempt_number,
         mem_mb=finetune_memory,

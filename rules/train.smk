@@ -33,6 +33,7 @@ rule train:
         gpu_share=gpu_resource("gpu_share"),
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
+        nodes=gpu_resource("nodes"),
         runtime=study_resource("runtime"),
         attempt=attempt_number,
         mem_mb=training_memory,

@@ -35,6 +35,10 @@ from .config import ModelConfig, model_config
 
 MIB = 2**20
 RUNTIME_MB = 1024
+# host memory a process that uses CUDA holds beyond a CPU one (the CUDA runtime, cuBLAS and the
+# kernels torch loads, mapped into its RSS): an allowance, 1-2 GB as torch processes are commonly
+# seen; `make gpu-check`'s conditioning section measures a conditioning job's peak RSS on a GPU
+CUDA_HOST_MB = 2048
 MARGIN = 1.25
 TRAINING_BYTES = 16
 CONDITIONING_BYTES = 16
@@ -114,10 +118,11 @@ def conditioning_mem_mb(model: ModelConfig | dict, cond: dict, on_cpu: bool = Tr
     """A conditioning job's mem_mb, from its model's size and, where it runs on the CPU, room for
     the larger of the probe's chunk of `cpu_chunk` inputs and the Jacobian's products
     (`jacobian_bytes`); the chunk `conditioning.probe_limit` then sizes from this mem_mb is at
-    least `cpu_chunk`."""
+    least `cpu_chunk`. On a GPU, the host memory CUDA itself holds (CUDA_HOST_MB)."""
     model = model_config(model)
     probe = max(cpu_chunk(model, cond["samples"]) * _input_bytes(model), jacobian_bytes(model, cond)) if on_cpu else 0
-    return math.ceil(MARGIN * (model_params(model) * CONDITIONING_BYTES + probe / MEMORY_SHARE) / MIB) + RUNTIME_MB
+    runtime = RUNTIME_MB + (0 if on_cpu else CUDA_HOST_MB)
+    return math.ceil(MARGIN * (model_params(model) * CONDITIONING_BYTES + probe / MEMORY_SHARE) / MIB) + runtime
 
 
 def jacobian_bytes(model: ModelConfig | dict, cond: dict) -> float:

@@ -13,6 +13,8 @@ declare:
   gres       for a shared job, "gpu:1" (or "gpu:<model>:1"): on a cluster the k jobs of a group
              become one allocation, and Snakemake sums integer resources over a group but keeps a
              string that all its jobs agree on, so the allocation asks for one GPU.
+  nodes      1 for a job of several GPUs (its DDP processes talk over one node's NVLink/shared
+             memory: --nodes=1); unset (None) otherwise, since a group would sum it.
 
 On a cluster the shared jobs of a study form the Snakemake group `gpu_share_group(study)`, which
 spans k connected components (`--group-components <group>=k`; the Snakefile sets it from the
@@ -37,8 +39,9 @@ def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:
     model = resources["gpu_model"]
     if k > 1:
         return {"gpu": 0, "gpu_share": share_of(1, k), "gpu_model": "",
-                "gres": f"gpu:{model}:1" if model else "gpu:1"}
-    return {"gpu": gpus, "gpu_share": share_of(gpus), "gpu_model": model if gpus else "", "gres": ""}
+                "gres": f"gpu:{model}:1" if model else "gpu:1", "nodes": None}
+    return {"gpu": gpus, "gpu_share": share_of(gpus), "gpu_model": model if gpus else "", "gres": "",
+            "nodes": 1 if gpus > 1 else None}
 
 
 def gpu_share_group(study: str, resources: Mapping) -> str | None:
