@@ -32,6 +32,7 @@ check_resource_settings()
 onstart:
     count_gpus()
     check_plan_at_start()
+    drop_finished_copies()
     check_hub_data()
     start_warm()
 

@@ -24,10 +24,12 @@ from leaner.workflow.scheduling import (
     limit_resource,
     local_gpu_limits,
     cluster_check_args,
+    retrains,
     retries_by_job,
     study_retries,
 )
-from leaner.training.attempts import no_progress
+from leaner.training.attempts import RESUME_DIR, no_progress
+from leaner.training.finished import drop as drop_finished
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
@@ -238,7 +240,7 @@ def job_retries(job):
     allowed = study_of(job.wildcards).resources["attempts"]
     if job.rule.name == "conditioning":
         return study_retries(min(allowed, CONDITIONING_TRIES), job.attempt, None)[0]
-    folder = Path(job.output[0]).parent / ".resume"
+    folder = Path(job.output[0]).parent / RESUME_DIR
     tries, line = study_retries(allowed, job.attempt, no_progress(folder, job.attempt))
     if line and (str(job), job.attempt) not in RETRY_LINES:
         RETRY_LINES.add((str(job), job.attempt))
@@ -330,6 +332,15 @@ def check_plan_at_start():
         raise SystemExit(2)
     if where == "cluster":
         sys.stderr.write(proc.stderr)
+
+
+def drop_finished_copies():
+    """At the start of a run (onstart: not in dry runs, not in cluster jobs): a training job this run
+    retrains (forced, new params, new input: workflow/scheduling.py retrains) forgets the finished run
+    a shared-GPU group kept for it (training/finished.py), so that it trains again."""
+    for job in workflow.dag.needrun_jobs():
+        if job.rule.name in RESUMABLE_RULES and retrains(workflow.dag.reason(job)):
+            drop_finished(Path(job.output[0]).parent)
 
 
 def check_hub_data():

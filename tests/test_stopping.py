@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -319,3 +320,38 @@ def test_a_group_that_outlasts_its_runtime_and_a_conditioning_that_outlasts_its_
     _, problems = check_plan(load_plan(path), "cluster", gpu, env={})
     assert len(problems) == 2 and all("'s conditioning needs ~" in p for p in problems), problems
     assert problems[0].endswith("resources.conditioning_runtime is 1 (allowed: conditioning_runtime >= 6)")
+
+
+def test_a_finished_member_of_a_shared_gpu_group_is_put_back_not_trained_again(tmp_path, digits_manifest,
+                                                                              monkeypatch):
+    """A run on a seat of a shared GPU inside a Slurm job keeps its finished outputs under a second
+    name; with its outputs deleted (its group failed), the job run again puts them back, the same
+    bytes, and trains nothing. Another spec is not given them; a dropped copy is gone."""
+    from leaner.training import finished
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    spec = small_spec()
+    spec["recipe"].update(epochs=2, checkpoint_every=10)
+    spec["conditioning"]["steps"] = [0.5]
+    out = tmp_path / "run"
+    train(spec, str(digits_manifest), out, progress=False, gpu_share=5000)
+    names = ["checkpoints/step23.safetensors", "history.csv", "init.safetensors", "metrics.json", "model.safetensors"]
+    original = {n: (out / n).read_bytes() for n in names}
+    assert sorted(json.loads((out / RESUME_DIR / finished.FINISHED_FILE).read_text())["files"]) == names
+    for n in names:  # what Snakemake does to a failed group's members, and again before it runs them
+        (out / n).unlink()
+    shutil.rmtree(out / "checkpoints")
+    cmd = [str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data", str(digits_manifest), "--out",
+           str(out), "--threads", "1", "--no-progress", "--gpu-share", "5000"]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "leaner train: already trained: 5 outputs of the finished run put back" in again.stderr
+    assert "step 0 of" not in again.stderr  # nothing trained
+    assert {n: (out / n).read_bytes() for n in names} == original
+
+    other = {**spec, "seed": 1}
+    assert finished.restore(out, json.dumps(other, sort_keys=True)) is None
+    assert finished.drop(out) and finished.restore(out, json.dumps(spec, sort_keys=True)) is None
+    monkeypatch.delenv("SLURM_JOB_ID")  # a local run: no groups, nothing kept
+    train(spec, str(digits_manifest), tmp_path / "local", progress=False, gpu_share=5000)
+    assert not (tmp_path / "local" / RESUME_DIR).exists()

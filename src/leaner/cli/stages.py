@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 
 from ..compute.numerics import DEFAULT_MODE, MODES
 from .args import GPU_SHARE_HELP, NUMERICS_HELP, json_arg, nonneg_int
@@ -20,6 +22,7 @@ def cmd_train(a):
     """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
     saved (training/stopping.py), INTERRUPTED_EXIT when a second Ctrl-C aborted that, 1 on an error."""
     from ..compute import distributed
+    from ..training import finished
     from ..training.attempts import drop_single_attempt_log, keep_attempt_log
     from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
@@ -28,6 +31,13 @@ def cmd_train(a):
         distributed.restore_stop_signals()
     else:
         keep_attempt_log(a.log, a.attempt)
+        restored = finished.restore(Path(a.out), json.dumps(a.spec, sort_keys=True))
+        if restored:
+            print(f"leaner train: already trained: {len(restored)} outputs of the finished run put back from "
+                  f"{Path(a.out) / finished.RESUME_DIR / finished.FINISHED_DIR} (its group ran again); nothing "
+                  "trained",
+                  file=sys.stderr, flush=True)
+            return 0
     if a.nproc > 1 and not distributed.launched_by_torchrun():
         began = time.time()
         code = distributed.launch(a.argv, a.nproc, a.device, a.gpu_share)

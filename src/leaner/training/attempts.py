@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..io import read_json, write_json
 
+RESUME_DIR = ".resume"  # a run's resume folder in its output folder (not a Snakemake output: a kill keeps it)
 ATTEMPTS_FILE = "attempts.json"
 
 

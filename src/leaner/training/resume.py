@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..io import atomic_path
+from .attempts import RESUME_DIR
 from .step import LossMeter
 
 RESUME_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two moments
@@ -28,7 +29,6 @@ WRITE_BYTES_PER_S = 200e6  # a shared filesystem's sustained write for one job (
 KILLS_EVERY_S = 24 * 3600.0  # assumed mean time between kills without warning (node loss, memory)
 CHECKPOINT_MINUTES = (5.0, 60.0)  # the range an automatic interval is kept in
 
-RESUME_DIR = ".resume"
 RESUME_FILE = "state.pt"
 PREVIOUS_FILE = "state.prev.pt"  # the checkpoint before the last: the fallback if the last is damaged
 

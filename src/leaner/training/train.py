@@ -31,6 +31,7 @@ from ..io import sha256_file, write_json
 from ..provenance import claims_declared, describe
 from ..schema import Recipe
 from ..tasks.trainers import make_task
+from . import finished
 from .attempts import AttemptRecord
 from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
@@ -75,6 +76,7 @@ class _Run:
                  threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal,
                  attempt: int | None):
         self.spec, self.stop_after, self.stop, self.attempt = spec, stop_after, stop, attempt
+        self.keeps_finished = finished.wanted(gpu_share)  # a member of a shared GPU's Slurm job
         out, self.started = Path(out_dir), time.time()
         local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
         log = logger(spec, local_rank)
@@ -293,6 +295,8 @@ class _Run:
         }
         write_json(out / "metrics.json", metrics)
         shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+        if self.keeps_finished:  # its group's failure would delete these outputs: keep a second name
+            finished.keep(out, self.run_state.spec)
         self.record.close()
         ctx.close()
         return metrics

@@ -217,3 +217,11 @@ def cluster_check_args(train_resources: list[Mapping], env: Mapping) -> list[str
     gpu = models.pop() if len(models) == 1 and "" not in models else env.get(GPU_ENV)
     lead = min((signal_lead(r.get("slurm_extra")) for r in train_resources), default=None)
     return (["--gpu", gpu] if gpu else []) + ([] if lead is None else ["--signal-lead", f"{lead:g}"])
+
+
+def retrains(reason) -> bool:
+    """Whether Snakemake runs a job for a reason that asks for new results (forced, new params,
+    code, software or input), not only because its outputs are missing or incomplete (then a
+    finished run kept aside, training/finished.py, is its result)."""
+    return bool(reason.forced or reason.is_provenance_triggered() or reason.updated_input
+                or reason.updated_input_run)

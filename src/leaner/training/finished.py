@@ -1,0 +1,91 @@
+"""A finished run's outputs, kept where Snakemake does not delete them, for a job that shares its
+Slurm job with others.
+
+Variants that share a GPU on a cluster are one Snakemake group, one Slurm job. When one of them
+fails (or the group meets its time limit), Snakemake deletes every member's outputs, and when it
+tries the group again it runs every member again, deleting their outputs first. A member that had
+finished would train again from step 0. So a training job in such a group (a seat of a shared GPU,
+inside a Slurm job) gives each output a second name when it finishes (hard links: no second copy
+on disk) under `.resume/finished/`, with `finished.json` naming its spec and files; the job run
+again finds them, puts them back in place and ends at once (`restore`). The Snakemake that starts
+a run drops this copy for a job it runs for any reason other than missing outputs (forced, new
+params, new input or code: `drop`), so `--forcerun` and a changed spec still retrain.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ..compute.devices import SHARE_UNITS
+from ..io import read_json, write_json
+from .attempts import RESUME_DIR, spec_digest
+
+FINISHED_DIR = "finished"
+FINISHED_FILE = "finished.json"
+
+
+def wanted(gpu_share: int | None, environ=os.environ) -> bool:
+    """Whether a job keeps its finished outputs: a seat of a shared GPU inside a Slurm job (a
+    Snakemake group; a local run runs no groups)."""
+    return bool(environ.get("SLURM_JOB_ID")) and gpu_share is not None and 0 < gpu_share < SHARE_UNITS
+
+
+def _link(source: Path, target: Path) -> None:
+    """`target` as a second name of `source`, replacing what is there (a copy where the filesystem
+    has no hard links)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copy2(source, tmp)
+    os.replace(tmp, target)
+
+
+def _outputs(out: Path) -> list[Path]:
+    """The run's outputs, relative to its folder (metrics.json last)."""
+    names = [p.relative_to(out) for p in sorted(out.glob("checkpoints/*.safetensors"))]
+    names += [Path(n) for n in ("init.safetensors", "model.safetensors", "history.csv", "metrics.json")]
+    return [n for n in names if (out / n).exists()]
+
+
+def keep(out: Path, spec_json: str) -> None:
+    """The finished run's outputs under .resume/finished/, named in finished.json (written last)."""
+    folder = out / RESUME_DIR / FINISHED_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    files = _outputs(out)
+    for name in files:
+        _link(out / name, folder / name)
+    write_json(out / RESUME_DIR / FINISHED_FILE, {"spec": spec_digest(spec_json),
+                                                  "files": {str(n): (out / n).stat().st_size for n in files}})
+
+
+def restore(out: Path, spec_json: str) -> list[str] | None:
+    """Put a finished run of this spec back in place (the outputs' names it restored), or None
+    where there is none whole: another spec's, a file missing or of another size."""
+    record = out / RESUME_DIR / FINISHED_FILE
+    try:
+        kept = read_json(record)
+    except (FileNotFoundError, ValueError):
+        return None
+    folder = out / RESUME_DIR / FINISHED_DIR
+    files = kept.get("files", {}) if kept.get("spec") == spec_digest(spec_json) else {}
+    if not files or any(not (folder / n).is_file() or (folder / n).stat().st_size != size
+                        for n, size in files.items()):
+        return None
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)  # a directory output, perhaps with nothing kept
+    for name in sorted(files, key=lambda n: n == "metrics.json"):  # metrics.json last, as training writes it
+        _link(folder / name, out / name)
+    return sorted(files)
+
+
+def drop(out: Path) -> bool:
+    """Forget a finished run kept here (True where there was one)."""
+    record = out / RESUME_DIR / FINISHED_FILE
+    had = record.exists()
+    record.unlink(missing_ok=True)
+    shutil.rmtree(out / RESUME_DIR / FINISHED_DIR, ignore_errors=True)
+    return had
