@@ -295,7 +295,7 @@ def test_the_profile_asks_for_an_early_signal_that_fits_the_largest_stop_of_the_
 
 
 def test_a_group_that_outlasts_its_runtime_and_a_conditioning_that_outlasts_its_own_are_refused(tmp_path):
-    """k jobs sharing a GPU are one Slurm job whose jobs cannot resume apart: a job that needs a
+    """k jobs sharing a GPU are one Slurm job, which runs again whole: a job that needs a
     second attempt there is refused, one line; so is a conditioning job longer than its runtime.
     Where no study names a card, the default card is named in the line."""
     from leaner.planning.fit import default_card

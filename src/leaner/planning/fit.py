@@ -1,7 +1,7 @@
 """Whether each GPU study's jobs fit the card they will run on, checked at a run's start (onstart:
 `leaner cost --check`): its memory, alone and k jobs sharing a GPU, and on a cluster its time:
 the attempts a training job needs within the study's runtime and allows, a group of k jobs
-sharing a GPU within one runtime (a group's jobs cannot resume apart), each conditioning job
+sharing a GPU within one runtime (a group is one Slurm job: it runs again whole), each conditioning job
 within its runtime. The card: $LEANER_GPU_MEM_GB (memory only), else this machine's smallest
 CUDA device (local), else the study's gpu_model, else the run's default card (cluster: the
 profile's gpu_model, else $LEANER_GPU, else DEFAULT_CARD), named in every line."""
@@ -109,7 +109,7 @@ def time_limit_lines(plan: Plan, cards: dict[str, Card], root: str | Path = ".",
     """`leaner cost --check cluster`'s time check: (one line per job predicted to outlast its
     study's runtime, with the attempts it needs; one line per job that cannot finish: no attempt
     keeps progress, it needs more attempts than its study's resources.attempts allows, it shares a
-    GPU in a group whose runtime it outlasts (a group's jobs cannot resume apart), or its
+    GPU in a group whose runtime it outlasts (a group is one Slurm job and runs again whole), or its
     conditioning outlasts resources.conditioning_runtime)."""
     listed, problems = [], []
     for name, gpu in cards.items():
@@ -136,8 +136,8 @@ def time_limit_lines(plan: Plan, cards: dict[str, Card], root: str | Path = ".",
             if row["attempts"] > 1 and k > 1:
                 problems.append(f"study {name}: job {job.name} needs ~{row['wall_hours']:.1f} h on {gpu.name}, "
                                 f"{k} at once on one GPU (jobs_per_gpu): more than one attempt of its group's "
-                                f"runtime, {runtime} min, and a group's jobs cannot resume apart (allowed: runtime "
-                                f">= {need}, or a smaller jobs_per_gpu)")
+                                f"runtime, {runtime} min: a group is one Slurm job and runs again whole "
+                                f"(allowed: runtime >= {need}, or a smaller jobs_per_gpu)")
                 continue
             if row["attempts"] > 1:
                 listed.append(f"study {name}: job {job.name}: ~{row['wall_hours']:.1f} h on {gpu.name} against "
