@@ -11,10 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from leaner.planning.cards import CARDS
@@ -355,3 +357,73 @@ def test_a_finished_member_of_a_shared_gpu_group_is_put_back_not_trained_again(t
     monkeypatch.delenv("SLURM_JOB_ID")  # a local run: no groups, nothing kept
     train(spec, str(digits_manifest), tmp_path / "local", progress=False, gpu_share=5000)
     assert not (tmp_path / "local" / RESUME_DIR).exists()
+
+
+def test_a_stalled_job_saves_stops_and_comes_back_to_the_same_result(tmp_path):
+    """Through Snakemake on this machine: the batch after step 30 is held for 10 minutes (a loader
+    that stopped feeding). With the stall floor at 2 s the run says so in one line within
+    seconds, saves its state at step 30 (it was waiting for a batch: a step boundary) and stops
+    (75); the job comes back, resumes at step 30 and ends bit-identical to an uninterrupted run."""
+    from safetensors.torch import load_file
+
+    from conftest import REPO
+
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=3, checkpoint_every=1000, checkpoint_minutes=None)
+    study["resources"]["attempts"] = 2
+    config = tmp_path / "stall.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    target = "results/tiny/L1-H2-D16-hd8-mlp32-s0"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+    def run(work, **extra):
+        cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "1",
+               f"{target}/metrics.json", "--configfile", str(config)]
+        return subprocess.run(cmd, env={**env, **extra}, capture_output=True, text=True, timeout=300)
+
+    started = time.monotonic()
+    stalled = run(tmp_path / "stalled", LEANER_FAULT_STALL="30:600", LEANER_FAULT_STALL_FLOOR_S="2")
+    took = time.monotonic() - started
+    assert stalled.returncode == 0, stalled.stderr[-3000:]
+    assert took < 200, took  # not the 600 s the batch was held
+    logs = tmp_path / "stalled" / "logs" / "train" / "tiny"
+    first = (logs / "L1-H2-D16-hd8-mlp32-s0.attempt-1.log").read_text()
+    assert "leaner train: stalled: no progress for" in first and "in step after step 30" in first, first[-2000:]
+    assert "the loader" in first and "exit status 75 (stopped, resumable)" in first, first[-2000:]
+    assert "resumed from step 30" in (logs / "L1-H2-D16-hd8-mlp32-s0.attempt-2.log").read_text()
+    metrics = json.loads((tmp_path / "stalled" / target / "metrics.json").read_text())
+    assert [(a["began_at_step"], a["saved_step"], a["end"]) for a in metrics["attempts"]] == [
+        (0, 30, "stopped"), (30, 69, "done")]
+
+    assert run(tmp_path / "plain").returncode == 0
+    ref = load_file(str(tmp_path / "plain" / target / "model.safetensors"))
+    got = load_file(str(tmp_path / "stalled" / target / "model.safetensors"))
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    plain = json.loads((tmp_path / "plain" / target / "metrics.json").read_text())
+    assert plain["final"] == metrics["final"]
+
+
+STUCK = """
+import signal, sys, time
+from leaner.training.stall import StallWatch
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])  # a main thread stuck where no signal reaches it
+with StallWatch(print, 75, on_exit=lambda why: print("recorded:", why), floor_s=0.5, exit_after_s=1.0) as watch:
+    watch.beat(7)
+    time.sleep(60)
+print("not reached")
+"""
+
+
+def test_a_stall_the_main_thread_cannot_answer_ends_the_process_resumable():
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 20
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("stalled: no progress for") and "after step 7" in lines[0], lines
+    assert lines[1] == "the main thread did not answer the stall in 1 s: exiting 75 (resumable)"
+    assert lines[2].startswith("recorded: stalled:") and "not reached" not in proc.stdout

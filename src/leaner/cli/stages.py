@@ -24,6 +24,7 @@ def cmd_train(a):
     from ..compute import distributed
     from ..training import finished
     from ..training.attempts import drop_single_attempt_log, keep_attempt_log
+    from ..training.stall import Stalled
     from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
 
@@ -55,6 +56,10 @@ def cmd_train(a):
             drop_single_attempt_log(a.log, metrics.get("attempts", []))
     except Stopped as exc:
         print(f"leaner train: {exc}", file=sys.stderr, flush=True)
+        return STOPPED_EXIT
+    except Stalled as exc:  # its line was said when it was found (training/stall.py)
+        print(f"leaner train: stopped, stalled ({str(exc).split(': ', 1)[-1].split(';')[0]}); exit status "
+              f"{STOPPED_EXIT} (stopped, resumable)", file=sys.stderr, flush=True)
         return STOPPED_EXIT
     except KeyboardInterrupt as exc:  # Ctrl-C again while stopping (training/stopping.py)
         mark_failed(a.out, exc)

@@ -142,9 +142,10 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init(device: torch.device, timeout_min: float = 120.0) -> Context:
+def init(device: torch.device, timeout_min: float = 36.0) -> Context:
     """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); a one-process context
-    in a plain run. The long timeout covers rank 0 evaluating alone (GLUE) while the others wait.
+    in a plain run. `timeout_min` bounds a collective's wait (training/stall.py sets it beyond what
+    its stall watch allows a long phase, such as rank 0 evaluating alone while the others wait).
 
     Under NCCL, `device` must be this worker's GPU, cuda:LOCAL_RANK, already the current device
     (devices.pick_device makes it so): the group is bound to it (`device_id`), and the object

@@ -91,11 +91,12 @@ class AttemptRecord:
         """The resume state now holds `step`."""
         self._update(saved_step=step)
 
-    def end(self, how: str, why: str | None = None) -> list[dict]:
-        """This attempt ended: `how` is done, stopped (on a signal, resumable) or failed; with
-        its cost. Returns every attempt's record."""
+    def end(self, how: str, why: str | None = None, step: int | None = None) -> list[dict]:
+        """This attempt ended: `how` is done (its outputs hold `step`), stopped (on a signal,
+        resumable) or failed; with its cost. Returns every attempt's record."""
         now = time.time()
-        self._update(end=how, why=why and why[:300], ended_unix=now, **_cost())
+        done = {} if step is None else {"saved_step": step}
+        self._update(end=how, why=why and why[:300], ended_unix=now, **done, **_cost())
         return self.records()
 
     def resumed_at(self) -> list[int]:

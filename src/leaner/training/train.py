@@ -20,6 +20,7 @@ Outputs (each written atomically, metrics.json last):
 import math
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -37,9 +38,10 @@ from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
 from .progress import logger, progress_bar
 from .resume import RESUME_DIR, CheckpointClock, checkpoint_minutes, save_checkpoint
+from .stall import Stalled, StallWatch, collective_timeout_min, fault_hold
 from .start import initial_model, resume_state, training_module
 from .step import GraphedStep, LossMeter, autocast_for, set_precision, sync_interval
-from .stopping import Stopped, StopSignal, agree
+from .stopping import STOPPED_EXIT, Stopped, StopSignal, agree
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, publish_kept, save_weights
 
@@ -64,8 +66,15 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
-    with StopSignal() as stop:  # before the data loaders fork: their workers keep the handler, not die
-        return _Run(spec, data_path, out_dir, device, threads, gpu_share, stop_after, stop, attempt).run(progress)
+    # the stop signals before the data loaders fork (their workers keep the handler, not die); the
+    # stall watch from the start (a hung start-up is one too: stall.py)
+    with StopSignal() as stop, StallWatch(_say, STOPPED_EXIT) as watch:
+        return _Run(spec, data_path, out_dir, device, threads, gpu_share, stop_after, stop, attempt,
+                    watch).run(progress)
+
+
+def _say(line: str) -> None:
+    print(f"leaner train: {line}", file=sys.stderr, flush=True)
 
 
 class _Run:
@@ -74,14 +83,14 @@ class _Run:
 
     def __init__(self, spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None,
                  threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal,
-                 attempt: int | None):
-        self.spec, self.stop_after, self.stop, self.attempt = spec, stop_after, stop, attempt
+                 attempt: int | None, watch: StallWatch):
+        self.spec, self.stop_after, self.stop, self.attempt, self.watch = spec, stop_after, stop, attempt, watch
         self.keeps_finished = finished.wanted(gpu_share)  # a member of a shared GPU's Slurm job
         out, self.started = Path(out_dir), time.time()
         local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
         log = logger(spec, local_rank)
         dev = pick_device(device, gpu_share, local_rank, log=log)
-        ctx = distributed.init(dev)
+        ctx = distributed.init(dev, collective_timeout_min())
         if ctx.main:
             starting(out)  # the heartbeat of this attempt, before data and model load
         if threads:
@@ -116,6 +125,7 @@ class _Run:
                            self.attempt)
         self.attempts = AttemptRecord(self.out / RESUME_DIR, run.spec)
         step, history = run.step, run.history
+        self.watch.checkpointed(step)
         self.stop.steps = step
         due = CheckpointClock(checkpoint_minutes(recipe.checkpoint_minutes, counts["total"]))
         minutes = due.seconds and due.seconds / 60
@@ -153,6 +163,7 @@ class _Run:
         step, total, per_epoch, history, ctx = self.step, self.total, self.per_epoch, self.history, self.ctx
         self.bar = progress_bar(total, step, progress and ctx.main, self.spec["variant"], self.log)
         self.record = RunRecord(self.out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
+        self.watch.on_exit = self._stalled_exit
         self.t0, self.samples, self.status, self.diverged_at = time.perf_counter(), 0, "ok", None
         self.best = best_of(history, self.task)
         self.data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
@@ -167,7 +178,7 @@ class _Run:
             self.bar.close()
             return self._outputs()
         except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
-            how = "stopped" if isinstance(exc, Stopped) else "failed"
+            how = "stopped" if isinstance(exc, Stopped | Stalled) else "failed"
             self.record.close(exc, self.step, self.meter.mean, state=how)
             if ctx.main:
                 self.attempts.end(how, f"{type(exc).__name__}: {exc}")
@@ -178,7 +189,8 @@ class _Run:
         after its checkpoint at stop_after (as a preempted job would)."""
         task, ctx, recipe, optimizer = self.task, self.ctx, self.recipe, self.optimizer
         total, per_epoch, epoch, sync_every = self.total, self.per_epoch, self.epoch, self.sync_every
-        for batch in task.train_batches(epoch, self.step - epoch * per_epoch, ctx.rank, ctx.world):
+        batches = iter(task.train_batches(epoch, self.step - epoch * per_epoch, ctx.rank, ctx.world))
+        while (batch := self._next_batch(batches)) is not None:
             lr = lr_at(self.step, total, recipe, per_epoch)
             if runner is not None:
                 runner.set_lr(lr)
@@ -190,6 +202,7 @@ class _Run:
             self.step, self.samples = self.step + 1, self.samples + len(batch[0])
             step = self.step
             self.stop.steps = step
+            self.watch.beat(step)
             self.bar.update(1)
             # a stop signal and the checkpoint clock: read at every step on one process, at the
             # syncs under DDP (where the ranks agree on them)
@@ -221,9 +234,34 @@ class _Run:
             self.epoch += 1
         return False
 
+    def _next_batch(self, batches):
+        """The epoch's next batch (None at its end). A stall while waiting for it (stall.py) is at a
+        step boundary: one process saves its state there before it stops."""
+        self.watch.fetching = True
+        try:
+            fault_hold(self.step, self.run_state.step)
+            return next(batches)
+        except StopIteration:
+            return None
+        except Stalled:
+            if not self.ctx.active and self.step > self.watch.saved:
+                self.meter.sync()
+                self._save_state(False)
+            raise
+        finally:
+            self.watch.fetching = False
+
+    def _stalled_exit(self, why: str) -> None:
+        """The stall watch ends a process whose main thread is stuck: the heartbeat and the attempt
+        say so."""
+        self.record.close(Stalled(why), self.step, None, state="stopped")
+        if self.ctx.main:
+            self.attempts.end("stopped", why)
+
     def _end_epoch(self, number: int) -> None:
         """Epoch `number`'s history row (evaluated every eval_every epochs and at the end), its
         TensorBoard scalars and data events."""
+        self.watch.allow("evaluation")
         step, task, ctx = self.step, self.task, self.ctx
         last = step >= self.total or self.status != "ok"
         row = _epoch_row(task, self.model, self.autocast, self.meter, self.recipe, number, step, self.total,
@@ -238,8 +276,10 @@ class _Run:
         """Write the resume state at `step`; stop there if told to (`Stopped`) or at stop_after
         (True: return, as a preempted job would)."""
         step, ctx, stop = self.step, self.ctx, self.stop
+        self.watch.allow("a checkpoint's write")
         save_checkpoint(self.out, self.run_state, self.model, self.optimizer, step, self.history, self.meter,
                         time.perf_counter() - self.t0, ctx)
+        self.watch.checkpointed(step)
         self.record.checkpointed(step, self.meter.mean)
         if ctx.main:
             self.attempts.saved(step)
@@ -288,7 +328,7 @@ class _Run:
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
             "resumed_at": self.attempts.resumed_at(),  # the steps later attempts began at
-            "attempts": self.attempts.end("done"),  # each attempt: where it began and ended, what it cost
+            "attempts": self.attempts.end("done", step=step),  # each attempt: where it began and ended, its cost
             "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained
             # which evaluation examples the final model gets right (a claim's bootstrap over them)
             "eval_outcomes": task.eval_outcomes(model, self.autocast),
