@@ -82,7 +82,7 @@ from sections.plan import (  # noqa: E402
     longer_budget,
     summary_lines,
 )
-from sections.stop import section_stop  # noqa: E402
+from sections.stop import section_stop, stop_verdict  # noqa: E402, F401 (stop_verdict: the tests)
 from sections.vit import section_vit  # noqa: E402
 
 IN_PROCESS = {"stop": section_stop, "conditioning": section_conditioning, "p2train": section_p2train,

@@ -82,6 +82,23 @@ def test_the_pass_rules_can_fail():
     assert verdict({k: v for k, v in runs().items() if k != "eager fp32"}, 2000) == "fail"
 
 
+def test_the_stop_rule_can_fail():
+    """The stop section passes on exit 75 within 30 s with the state at the step the signal came
+    after (or the next) and a second run resumed there to its end on the device, on nothing less."""
+    gc = _module()
+    stop = {"exit": 75, "signal_to_exit_s": 0.4, "came_after_step": 23, "saved_step": 24, "state_mb": 12.2}
+    done = {"resumed_at": [24], "status": "ok", "steps": 460, "total_steps": 460, "device": "cuda:0"}
+    assert gc.stop_verdict(stop, done) == (True, True)
+    assert gc.stop_verdict({**stop, "saved_step": 23}, {**done, "resumed_at": [23]}) == (True, True)
+    for change in ({"exit": 1}, {"exit": 0}, {"signal_to_exit_s": 31.0}, {"saved_step": 26}, {"saved_step": 22},
+                   {"saved_step": None}, {"state_mb": 0.0}):
+        assert gc.stop_verdict({**stop, **change}, done)[0] is False, change
+    for change in ({"resumed_at": []}, {"resumed_at": [20]}, {"status": "diverged"}, {"steps": 300},
+                   {"device": "cpu"}):
+        assert gc.stop_verdict(stop, {**done, **change}) == (True, False), change
+    assert gc.stop_verdict(stop, {}) == (True, False)  # the second run failed: no metrics.json
+
+
 def test_the_proving_sections_come_first_and_their_limits_fit_the_default_budget():
     """Each section a sweep relies on runs within 450 s even where every one takes its whole limit;
     those that only add coverage come after them, and --budget 1200 runs them all."""
