@@ -113,6 +113,12 @@ def test_the_proving_sections_come_first_and_their_limits_fit_the_default_budget
     assert 450 < plan.budget_to_run("ddp", gc.SECTIONS) < plan.budget_to_run("tests", gc.SECTIONS)
     assert plan.budget_to_run("bench", gc.SECTIONS) == 1200  # all of them, DDP included
     assert plan.budget_to_run("bench", [n for n in gc.SECTIONS if n != "ddp"]) == 1100  # one GPU
+    # the command's help says the same limits, in the same order
+    import re
+
+    said = re.findall(r"^  (\w+) +\((\d+) s\)", gc.__doc__, re.M)
+    assert said == [(n, str(gc.LIMITS[n])) for n in gc.SECTIONS]
+    assert f"limits ({sum(gc.LIMITS[n] for n in gc.PROVING)} s)" in gc.__doc__
 
 
 def _plan_run(gc, monkeypatch, tmp_path, budget, share=1.0, gpus=1, fail=(), only=None):
