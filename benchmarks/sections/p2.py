@@ -1,5 +1,5 @@
-"""gpu-check's p2 and precision sections: P2's attention at the paper's largest shapes (kernel, peak
-memory, step time), and a P2 fig1 variant trained in fp32 and in bf16; the rules each passes by."""
+"""gpu-check's p2 section: P2's attention at the paper's largest shapes (kernel, peak memory, step
+time) and the rule it passes by. (P2 trained through `leaner train`: sections/p2train.py.)"""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from .common import DEVICE, ON_CPU, REPO, card_gib, peak_gib
-
-BF16_MSE_RATIO = 1.5  # declared before any GPU run: bf16's final eval MSE at most this times fp32's
+from .common import DEVICE, ON_CPU, card_gib, peak_gib
 
 # (label, depth, heads, modules, dim, tokens, batch of one forward): configs/paper.yaml's largest P2
 # shapes at the batch each step runs at (figN's H64 N 256: 256 in 4 micro-batches)
@@ -83,45 +81,3 @@ def p2_verdict(rows: list[dict], ratios: dict, need_growth: bool = True) -> str:
     fits = bool(rows) and all(isinstance(r["peak_gib"], float) for r in rows)
     linear = all(v < 8 for v in ratios.values()) and (len(ratios) == 2 or not need_growth)
     return "pass" if fused_ok and fits and linear else "fail"
-
-
-def precision_verdict(rows: list[dict], bf16_as: tuple = ("bf16", True)) -> str:
-    """pass: each run recorded the precision it was asked for (`bf16_as`: what a bf16 run records),
-    both ended finite, and bf16's eval MSE is at most BF16_MSE_RATIO x fp32's."""
-    import math
-
-    ok = bool(rows) and all(
-        r["fp32"]["recorded"] == ["fp32", False] and r["bf16"]["recorded"] == list(bf16_as)
-        and math.isfinite(r["fp32"]["final_eval_mse"]) and math.isfinite(r["bf16"]["final_eval_mse"])
-        and r["bf16"]["final_eval_mse"] <= BF16_MSE_RATIO * r["fp32"]["final_eval_mse"] for r in rows)
-    return "pass" if ok else "fail"
-
-
-def section_precision(work: Path, steps: int = 3000) -> dict:
-    steps = 200 if ON_CPU else steps
-    from leaner.data import prepare
-    from leaner.training.train import train
-    from leaner.workflow.plan import load_plan
-
-    plan = load_plan(REPO / "configs" / "paper.yaml")
-    study = plan.studies["nearest_fig1"]
-    manifest = work / "np" / "manifest.json"
-    prepare(study.dataset, plan.datasets[study.dataset], str(manifest))
-    rows = []
-    for prefix in ("L1-H1-W1-", "L1-H4-W8-"):
-        spec = next(v for vid, v in study.variants.items() if vid.startswith(prefix)).spec()
-        row = {"variant": spec["variant"], "steps": steps}
-        for precision, tf32 in (("fp32", False), ("bf16", True)):
-            run = {**spec, "recipe": {**spec["recipe"], "max_steps": steps, "precision": precision, "tf32": tf32}}
-            m = train(run, str(manifest), work / f"{spec['variant']}-{precision}", device=DEVICE, progress=False)
-            row[precision] = {"best_train_mse": m["best"]["train_loss"], "final_eval_mse": m["final"]["eval_mse"],
-                              "steps_per_s": round(m["throughput_samples_per_s"] / spec["recipe"]["batch_size"], 1),
-                              "recorded": [m["precision"], m["tf32"]]}
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    summary = "; ".join(f"{r['variant']}: eval MSE fp32 {r['fp32']['final_eval_mse']:.4g} ({r['fp32']['steps_per_s']}"
-                        f" steps/s), bf16 {r['bf16']['final_eval_mse']:.4g} ({r['bf16']['steps_per_s']} steps/s)"
-                        for r in rows)
-    # --cpu: training on the CPU runs and records fp32 where bf16 is asked (leaner.compute.devices)
-    return {"status": precision_verdict(rows, ("fp32", False) if ON_CPU else ("bf16", True)), "summary": summary,
-            "rows": rows}
