@@ -20,7 +20,8 @@ import torch
 import yaml
 
 from leaner.planning.cards import CARDS
-from leaner.planning.cost import (
+from leaner.planning.fit import check_plan
+from leaner.planning.time_limit import (
     KILL_WAIT_S,
     SIGNAL_LEAD_S,
     START_MINUTES,
@@ -28,7 +29,6 @@ from leaner.planning.cost import (
     attempts_needed,
     stop_seconds,
 )
-from leaner.planning.fit import check_plan
 from leaner.schema import Recipe
 from leaner.training.attempts import ATTEMPTS_FILE, AttemptRecord
 from leaner.training.resume import RESUME_DIR, write_seconds
@@ -239,7 +239,7 @@ def test_the_job_costs_table_counts_every_attempt(tmp_path):
     """A training job's benchmark file holds its last attempt only; its metrics.json lists every
     attempt, and the earlier ones' wall and CPU time (a killed one's until it was last seen) are
     added to the table; a fine-tuning job's are matched by its task."""
-    from leaner.analysis.tables import job_costs
+    from leaner.analysis.job_costs import job_costs
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     paths = []

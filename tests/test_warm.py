@@ -162,7 +162,7 @@ def test_jobs_the_warm_process_cannot_serve_alike_run_cold(tmp_path, warm_socket
 
 
 def test_a_warm_job_measures_its_child_for_the_job_costs_table(tmp_path):
-    from leaner.analysis.tables import job_costs
+    from leaner.analysis.job_costs import job_costs
 
     bench = tmp_path / "logs" / "benchmarks" / "train" / "s"
     bench.mkdir(parents=True)

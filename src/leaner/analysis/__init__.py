@@ -1,11 +1,12 @@
-"""From per-variant results to what a reader sees: all 18 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 19 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved
     power           a declared claim's power from a pilot (noncentral t), and the pilot's report
     labels          readable column headers for the tables people read (the CSV keeps raw names)
     table_render    the one table writer: CSV, Markdown, LaTeX and HTML from a data frame
     summary         summary.csv (one row per variant); a configuration's axes; the headline metric
-    tables          tables over configurations: by config, lean vs baseline, acceptance, claims, costs
+    tables          tables over configurations: by config, lean vs baseline, acceptance, claims
+    job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     findings        the findings paragraphs, generated from the overview's numbers
     papers          the papers' reported numbers beside ours
     study_data      what a study's figures and tables are made from (its summary and its plan)

@@ -25,7 +25,7 @@ def cmd_tables(a):
 
 
 def cmd_job_costs(a):
-    from ..analysis.tables import write_job_costs
+    from ..analysis.job_costs import write_job_costs
 
     write_job_costs(a.benchmarks, a.outdir, a.metrics)
 

@@ -121,9 +121,10 @@ def cmd_rehearse(a):
 
 def cmd_cost(a):
     from ..planning.cards import card
-    from ..planning.cost import KILL_WAIT_S, LOADER_RATE, SIGNAL_LEAD_S, jobs, parse_mfu, plan_cost
+    from ..planning.cost import LOADER_RATE, jobs, parse_mfu, plan_cost
     from ..planning.cost_report import format_cost, write_cost_csv
     from ..planning.fit import DEFAULT_CARD, GPU_ENV, check_plan, default_card, default_card_note
+    from ..planning.time_limit import KILL_WAIT_S, SIGNAL_LEAD_S
 
     if a.check:
         started = time.perf_counter()

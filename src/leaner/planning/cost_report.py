@@ -12,11 +12,11 @@ from .cost import (
     P2_GRAPH_SPEEDUP,
     P2_SCORE_S,
     P2_STEP_S,
-    START_MINUTES,
     STATE_BYTES,
     StudyCost,
     sharing,
 )
+from .time_limit import START_MINUTES
 
 
 def _hours(value: float | None) -> str:

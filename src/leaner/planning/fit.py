@@ -16,7 +16,8 @@ from pathlib import Path
 from ..workflow.plan import Plan
 from ..workflow.scheduling import GPU_ENV
 from .cards import CARDS, MEM_ENV, Card, local_card, parse_memory_gb
-from .cost import SIGNAL_LEAD_S, START_MINUTES, job_memory_bytes, jobs, precision_of, price
+from .cost import job_memory_bytes, jobs, precision_of, price
+from .time_limit import SIGNAL_LEAD_S, START_MINUTES
 
 DEFAULT_CARD = "h100"  # a cluster run's card where neither its study nor its profile names one
 

@@ -1,10 +1,15 @@
 """What a training run tells the person watching it: its log lines (rank 0's, named by study and
-variant) and its progress (a tqdm bar on a terminal, a line a minute in a log file)."""
+variant), its progress (a tqdm bar on a terminal, a line a minute in a log file) and each epoch's
+history row."""
 
 from __future__ import annotations
 
 import sys
 import time
+
+from ..schema import Recipe
+from .optim import lr_at
+from .step import LossMeter
 
 
 class LineProgress:
@@ -49,3 +54,22 @@ def logger(spec: dict, local_rank: int | None):
             print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
 
     return log
+
+
+def epoch_row(task, model, autocast, meter: LossMeter, recipe: Recipe, epoch: int, step: int, total: int,
+               per_epoch: int, elapsed: float, last: bool, ctx, bar, log) -> dict:
+    """The epoch's history row (every rank evaluates its share of the batches, or for a task that
+    cannot share, rank 0 while the others wait; every rank gets the row)."""
+    evaluate = (epoch + 1) % recipe.eval_every == 0 or last
+    train_loss = meter.end_epoch()
+    scores = task.evaluate(model, autocast) if evaluate and (ctx.main or task.shards_evaluation) else {}
+    row = None
+    if ctx.main:
+        row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total, recipe, per_epoch),
+               "train_loss": train_loss, **scores, "elapsed_s": elapsed}
+    row = ctx.from_main(row)
+    if evaluate:
+        shown = {k: v for k, v in row.items() if k.startswith(("train", "eval"))}
+        bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
+        log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()))
+    return row

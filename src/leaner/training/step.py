@@ -175,3 +175,29 @@ class GraphedStep:
                 dst.copy_(src, non_blocking=True)
             self.step_t.fill_(step)
         self.graph.replay()
+
+
+def accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, ctx) -> None:
+    """The gradient of one batch (this rank's share) from k micro-batches, one after the other:
+    only one micro-batch's activations are alive at a time. Each micro-batch's mean loss is
+    weighted by its share of the global batch's samples (DDP averages ranks): the batch's mean
+    exactly where the loss is a mean over samples (ViT, P2, classification), and up to how
+    masked tokens fall between micro-batches for the masked-LM loss. DDP reduces the gradients
+    once, after the last micro-batch."""
+    import contextlib
+
+    from ..compute.distributed import shard
+
+    samples = len(batch[0])
+    if samples < k:
+        raise ValueError(f"recipe.accumulate {k}: a batch of {samples} samples in this process cannot be cut into "
+                         f"{k} micro-batches (allowed: accumulate <= batch_size / processes)")
+    total = ctx.device_sum(samples) if ctx.active else samples
+    for i in range(k):
+        part = shard(batch, i, k)
+        with autocast():
+            loss, n_local = task.loss(net, part)
+        meter.add(loss, n_local, step_now)
+        hold = net.no_sync() if ctx.active and i < k - 1 else contextlib.nullcontext()
+        with hold:
+            (loss * (len(part[0]) * ctx.world / total)).backward()

@@ -36,11 +36,11 @@ from . import finished
 from .attempts import AttemptRecord
 from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
-from .progress import logger, progress_bar
+from .progress import epoch_row, logger, progress_bar
 from .resume import RESUME_DIR, CheckpointClock, checkpoint_minutes, save_checkpoint
 from .stall import Stalled, StallWatch, collective_timeout_min, fault_hold
 from .start import initial_model, resume_state, training_module
-from .step import GraphedStep, LossMeter, autocast_for, set_precision, sync_interval
+from .step import GraphedStep, LossMeter, accumulate, autocast_for, set_precision, sync_interval
 from .stopping import STOPPED_EXIT, Stopped, StopSignal, agree
 from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, publish_kept, save_weights
@@ -149,7 +149,7 @@ class _Run:
             # weight each rank's mean by its share, so DDP's average is the global-batch mean
             (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
         else:
-            _accumulate(batch, self.accumulate, self.task, self.net, self.autocast, meter, step_now, ctx)
+            accumulate(batch, self.accumulate, self.task, self.net, self.autocast, meter, step_now, ctx)
         if self.recipe.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.grad_clip)
         optimizer.step()
@@ -264,7 +264,7 @@ class _Run:
         self.watch.allow("evaluation")
         step, task, ctx = self.step, self.task, self.ctx
         last = step >= self.total or self.status != "ok"
-        row = _epoch_row(task, self.model, self.autocast, self.meter, self.recipe, number, step, self.total,
+        row = epoch_row(task, self.model, self.autocast, self.meter, self.recipe, number, step, self.total,
                          self.per_epoch, self.run_state.elapsed_s + time.perf_counter() - self.t0, last, ctx,
                          self.bar, self.log)
         self.history.append(row)
@@ -340,48 +340,3 @@ class _Run:
         self.record.close()
         ctx.close()
         return metrics
-
-
-def _accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, ctx) -> None:
-    """The gradient of one batch (this rank's share) from k micro-batches, one after the other:
-    only one micro-batch's activations are alive at a time. Each micro-batch's mean loss is
-    weighted by its share of the global batch's samples (DDP averages ranks): the batch's mean
-    exactly where the loss is a mean over samples (ViT, P2, classification), and up to how
-    masked tokens fall between micro-batches for the masked-LM loss. DDP reduces the gradients
-    once, after the last micro-batch."""
-    import contextlib
-
-    from ..compute.distributed import shard
-
-    samples = len(batch[0])
-    if samples < k:
-        raise ValueError(f"recipe.accumulate {k}: a batch of {samples} samples in this process cannot be cut into "
-                         f"{k} micro-batches (allowed: accumulate <= batch_size / processes)")
-    total = ctx.device_sum(samples) if ctx.active else samples
-    for i in range(k):
-        part = shard(batch, i, k)
-        with autocast():
-            loss, n_local = task.loss(net, part)
-        meter.add(loss, n_local, step_now)
-        hold = net.no_sync() if ctx.active and i < k - 1 else contextlib.nullcontext()
-        with hold:
-            (loss * (len(part[0]) * ctx.world / total)).backward()
-
-
-def _epoch_row(task, model, autocast, meter: LossMeter, recipe: Recipe, epoch: int, step: int, total: int,
-               per_epoch: int, elapsed: float, last: bool, ctx, bar, log) -> dict:
-    """The epoch's history row (every rank evaluates its share of the batches, or for a task that
-    cannot share, rank 0 while the others wait; every rank gets the row)."""
-    evaluate = (epoch + 1) % recipe.eval_every == 0 or last
-    train_loss = meter.end_epoch()
-    scores = task.evaluate(model, autocast) if evaluate and (ctx.main or task.shards_evaluation) else {}
-    row = None
-    if ctx.main:
-        row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total, recipe, per_epoch),
-               "train_loss": train_loss, **scores, "elapsed_s": elapsed}
-    row = ctx.from_main(row)
-    if evaluate:
-        shown = {k: v for k, v in row.items() if k.startswith(("train", "eval"))}
-        bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
-        log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()))
-    return row
