@@ -2,6 +2,11 @@
 private folder: its own slurm.conf (SLURM_CONF), ports, state and spool folders, munge socket and
 two fake GPUs in gres.conf. It never touches /etc/slurm and stops only the daemons it started, by
 pid. Needs root; installs the Debian packages when they are missing.
+
+It tracks a job's processes as most clusters do, with proctrack/cgroup (cgroup v1's freezer, where
+this machine has it mounted): a signal other than SIGKILL then reaches a step's own process only,
+not the processes it started (with proctrack/linuxproc, the fallback, every process of the step
+gets it). The cgroups it made are removed when it stops.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from pathlib import Path
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+FREEZER = "/sys/fs/cgroup/freezer"  # cgroup v1's freezer: proctrack/cgroup needs it
 
 
 def ensure_installed() -> None:
@@ -54,13 +60,18 @@ class SlurmCluster:
         shutil.chown(self.munge_dir, "munge", "munge")
         self.munge_socket = self.munge_dir / "munge.socket"
         ctld_port, d_port = _free_port(), _free_port()
+        self.proctrack = "cgroup" if os.access(FREEZER, os.W_OK) else "linuxproc"
+        if self.proctrack == "cgroup":
+            (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
+                                           "ConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n")
         devices = ",".join(["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][:self.gpus])
         (r / "gres.conf").write_text(f"NodeName={self.host} Name=gpu Type=fake File={devices}\n")
         self.conf.write_text("\n".join([
             "ClusterName=leanertest", f"SlurmctldHost={self.host}", "SlurmUser=root", "SlurmdUser=root",
             f"SlurmctldPort={ctld_port}", f"SlurmdPort={d_port}",
             "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={self.munge_socket}",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+            f"ProctrackType=proctrack/{self.proctrack}", "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory", "MinJobAge=3600", "ReturnToService=2", "GresTypes=gpu",
             "SchedulerType=sched/backfill", "MpiDefault=none", "SwitchType=switch/none",
@@ -141,6 +152,13 @@ class SlurmCluster:
         self.procs.clear()
         if getattr(self, "munge_dir", None):
             shutil.rmtree(self.munge_dir, ignore_errors=True)
+        if getattr(self, "proctrack", None) == "cgroup":  # the freezer cgroups slurmd made, innermost first
+            made = Path(FREEZER) / f"slurm_{self.host}"
+            for folder in sorted((d for d in made.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [made]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
 
     def __enter__(self) -> SlurmCluster:
         try:

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def _config(tmp_path):
     study = cfg["studies"]["tiny"]
     study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
                      "seeds": [0, 1]}
-    study["resources"] = {"gpu": 1, "gpu_model": "fake", "threads": 1, "runtime": 5, "mem_mb": 1000}
+    study["resources"] = {"gpu": 1, "gpu_model": "fake", "threads": 1, "runtime": 15, "mem_mb": 1000}
     # one variant fails on purpose: its parameter count cannot match
     study["expect_params"] = [{"variant": FAILING, "params": 1, "tolerance": 0}]
     path = tmp_path / "slurm.yaml"
@@ -75,14 +76,17 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     submitted = {re.search(r"rule_train_wildcards_tiny_(\S+)", c).group(1) for c in train_calls}
     assert submitted == set(ok) | {FAILING}, calls
     assert all("--gpus=fake:1" in c for c in train_calls), train_calls  # gpu and gpu_model
-    assert sum(FAILING in c for c in train_calls) == 2  # the profile's retry, then reported
+    assert sum(FAILING in c for c in train_calls) == 1  # failed before its first step: not tried again
+    assert f"train results/tiny/{FAILING}: not tried again (1 of 1 attempts)" not in out  # attempts spent, no line
+    assert all("--signal=USR1@300" in c for c in train_calls), train_calls  # the profile's early stop signal
+    assert "leaner cost --check cluster: 4 GPU jobs checked" in out  # the plan check at the start
     # aggregation and figures stay on the submitting host
     assert not any(re.search(r"rule_(summary|figures|tables|overview|theory_report)", c) for c in calls)
     jobs = subprocess.run(["squeue", "-t", "all", "-h", "-O", "Comment:|,TresPerJob:|,State"], env=cluster.env,
                           capture_output=True, text=True, check=True).stdout.splitlines()
     jobs = ["|".join(part.strip() for part in j.split("|")) for j in jobs]
     train_jobs = [j for j in jobs if j.startswith("rule_train_")]
-    assert len(train_jobs) == 5 and sum(j.endswith("|FAILED") for j in train_jobs) == 2, jobs
+    assert len(train_jobs) == 4 and sum(j.endswith("|FAILED") for j in train_jobs) == 1, jobs
     for v in ok:  # each training ran inside its own Slurm job, on the (fake) GPU Slurm gave it
         meta = json.loads((remote / "results" / "tiny" / v / "metrics.json").read_text())["run"]
         assert meta["slurm_job_id"] and meta["cuda_visible_devices"] in ("0", "1"), meta
@@ -117,8 +121,8 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
 
 
 def test_a_cancelled_job_is_resubmitted_and_resumes(cluster, tmp_path):
-    """scancel a training job mid-run (as preemption would): the profile's retry submits it again
-    and the new job resumes from the rolling checkpoint instead of step 0."""
+    """scancel a training job mid-run (as preemption would): the study's second attempt submits it
+    again and the new job resumes from the rolling checkpoint instead of step 0."""
     import time
 
     cfg = yaml.safe_load(TINY.read_text())
@@ -127,7 +131,7 @@ def test_a_cancelled_job_is_resubmitted_and_resumes(cluster, tmp_path):
     study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
                      "seeds": [0]}
     study["recipe"].update(epochs=40, checkpoint_every=10)
-    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 15, "mem_mb": 1000, "attempts": 2}
     config = tmp_path / "long.yaml"
     config.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "work"
@@ -164,7 +168,7 @@ def _shared_config(tmp_path):
     study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
                      "seeds": [0]}
     study["conditioning"] = {"samples": 32}
-    study["resources"] = {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 5, "mem_mb": 1000}
+    study["resources"] = {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 15, "mem_mb": 1000}
     path = tmp_path / "shared.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -235,37 +239,130 @@ def test_two_slurm_jobs_that_both_see_gpu_0_do_not_wait_on_each_other(cluster, t
     assert max(c["at_unix"] for c in claims) < min(c["released_unix"] for c in claims), "one waited for the other"
 
 
-def test_a_job_longer_than_its_time_limit_comes_back_and_finishes(cluster, tmp_path):
-    """A training job of ~2 minutes of work (23,000 steps) under a 1-minute limit: Slurm ends each attempt at its
-    time limit with SIGTERM, the training saves its state at the next step and exits, the job
-    comes back (resources.attempts: Snakemake's retries) and resumes, until it is done. No
-    periodic checkpoint here (checkpoint_every beyond the run, checkpoint_minutes null): every
-    step kept across attempts was saved on the stop signal."""
+def _long_config(tmp_path, name: str, grid_heads: list[int], epochs: dict, study_resources: dict) -> Path:
     cfg = yaml.safe_load(TINY.read_text())
     del cfg["studies"]["tiny_nearest"]
     study = cfg["studies"]["tiny"]
-    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": grid_heads, "mlp_ratio": [2],
                      "seeds": [0]}
-    study["recipe"].update(epochs=1000, eval_every=100, checkpoint_every=100_000, checkpoint_minutes=None)
-    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000, "attempts": 6}
-    config = tmp_path / "long.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    study["recipe"].update(eval_every=100, checkpoint_every=100_000, checkpoint_minutes=None)
+    study["overrides"] = [{"where": {"heads": h}, "recipe": {"epochs": e}} for h, e in epochs.items()]
+    study["conditioning"] = {"samples": 32}
+    study["resources"] = study_resources
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _on_slurm(cluster, work, config, *args, extra_env=None) -> subprocess.Popen:
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), *args,
+           "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
+    env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}", **(extra_env or {})}
+    return subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _slurm_job_of(cluster, what: str) -> str:
+    jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%i|%k"], env=cluster.env, capture_output=True,
+                          text=True, check=True).stdout.split()
+    return next(j.split("|")[0] for j in jobs if what in j)
+
+
+def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_uninterrupted_run(cluster, tmp_path):
+    """A training job of ~1.5 minutes of work (18,400 steps) under a 1-minute limit, whose every
+    save of its resume state is held 8 s (LEANER_FAULT_SLOW_RENAME): longer than the Snakemake in
+    the job takes to exit once its job ends. Attempt 1 gets SIGUSR1 as `sbatch --signal=USR1@N`
+    delivers it (every process of the job's steps, the Snakemake in it included); later attempts
+    get Slurm's SIGTERM at the time limit (every process of every step, the batch shell included).
+    Each saves at the step the signal came after, exits 75 and comes back as the next attempt
+    (resources.attempts), which resumes at that step; the final weights equal an uninterrupted
+    local run's bit for bit, every attempt's log is kept and every attempt is counted. No periodic
+    checkpoint: every step kept across attempts was saved on a stop signal. (Where the last attempt
+    ends within the seconds after its limit, Slurm says TIMEOUT and Snakemake deletes its outputs;
+    the attempt after puts them back: training/finished.py.)"""
+
+    config = _long_config(tmp_path, "long", [2], {2: 800}, {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000,
+                                                           "attempts": 6})
+    variant = "L1-H2-D16-hd8-mlp32-s0"
+    target = f"results/tiny/{variant}/metrics.json"
     work = tmp_path / "work"
     work.mkdir()
-    target = "results/tiny/L1-H2-D16-hd8-mlp32-s0/metrics.json"
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), target,
-           "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
-    env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}"}
     started = time.time()
-    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-4000:]
-    submitted = sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines())
+    # 1-minute attempts: no early signal (the profile's 300 s lead would come at once), and no plan
+    # check (its 5 minutes of assumed start-up refuse a 1-minute runtime)
+    proc = _on_slurm(cluster, work, config, target, "--set-resources", "train:slurm_extra=''",
+                     extra_env={"LEANER_FAULT_SLOW_RENAME": "state.pt:8", "LEANER_SKIP_PLAN_CHECK": "1"})
+    progress = work / "results" / "tiny" / variant / "progress.json"
+    deadline = time.time() + 300
+    while not (progress.exists() and json.loads(progress.read_text()).get("step")):
+        assert time.time() < deadline and proc.poll() is None, "the first attempt never trained"
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", _slurm_job_of(cluster, "rule_train")], env=cluster.env, check=True)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+
     metrics = json.loads((work / target).read_text())
-    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 1000 * 23
-    resumed = metrics["resumed_at"]
-    assert submitted == len(resumed) + 1 >= 2, (submitted, resumed, out[-3000:])
-    assert resumed == sorted(set(resumed)) and resumed[0] > 0  # every attempt kept progress
+    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 800 * 23
+    attempts = metrics["attempts"]
+    submitted = sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines())
+    logs = work / "logs" / "train" / "tiny"
+    put_back = int("already trained" in (logs / f"{variant}.log").read_text())
+    assert submitted == len(attempts) + put_back and len(attempts) >= 3, (submitted, attempts)
+    assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    for i, (before, after) in enumerate(zip(attempts, attempts[1:]), start=1):
+        assert before["end"] == "stopped" and after["began_at_step"] == before["saved_step"] > before["began_at_step"]
+        log = (logs / f"{variant}.attempt-{i}.log").read_text()
+        how = "SIGUSR1" if i == 1 else "SIGTERM"
+        found = re.search(rf"stopped by {how} \(it came after step (\d+)\): resume state saved at step (\d+), "
+                          r"([\d.]+) s after the signal", log)
+        assert found and int(found[2]) == before["saved_step"] and int(found[2]) - int(found[1]) <= 1, log[-2000:]
+        assert float(found[3]) >= 8.0  # the held save took its time and was not cut short
+        assert f"resumed from step {before['saved_step']}" in (logs / f"{variant}.attempt-{i + 1}.log").read_text()
     slurm_logs = "".join(p.read_text(errors="replace") for p in (work / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert "DUE TO TIME LIMIT" in slurm_logs, slurm_logs[-3000:]
-    print(f"time-limited job: {submitted} attempts, resumed at steps {resumed}, {time.time() - started:.0f} s")
+
+    local = tmp_path / "local"
+    local.mkdir()
+    assert _snakemake(local, config, target, "--cores", "1").returncode == 0
+    ref = load_file(str(local / "results" / "tiny" / variant / "model.safetensors"))
+    got = load_file(str(work / "results" / "tiny" / variant / "model.safetensors"))
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    assert json.loads((local / target).read_text())["final"] == metrics["final"]
+    print(f"time-limited job: {submitted} attempts, saved at {[a['saved_step'] for a in attempts]}, "
+          f"{time.time() - started:.0f} s")
+
+
+def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, tmp_path):
+    """Two variants share a GPU (jobs_per_gpu 2): one Snakemake group, one Slurm job. Once the short
+    one has finished training, the job gets SIGUSR1 as `sbatch --signal` sends it; the long one
+    stops with its state saved, so Snakemake fails the group, deletes both members' outputs and
+    runs the group again. There the finished one is put back from its kept copy, not trained (its
+    metrics.json still records one attempt), and the long one resumes where it stopped; both end
+    with their conditioning. The plan check at the start prices the group on the default card."""
+    config = _long_config(tmp_path, "group", [1, 2], {1: 3, 2: 600},
+                          {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 15, "mem_mb": 1000, "attempts": 2})
+    work = tmp_path / "work"
+    work.mkdir()
+    short, long_ = (work / "results" / "tiny" / v for v in ("L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0"))
+    proc = _on_slurm(cluster, work, config)
+    deadline = time.time() + 300
+    while not ((short / "metrics.json").exists() and (long_ / ".resume" / "attempts.json").exists()):
+        assert time.time() < deadline and proc.poll() is None, "the group never got going"
+        time.sleep(0.5)
+    time.sleep(2)
+    subprocess.run(["scancel", "--signal=USR1", _slurm_job_of(cluster, "gpu_share_tiny")], env=cluster.env,
+                   check=True)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    assert "leaner cost --check cluster: 2 GPU jobs checked" in out and "(the default card)" in out
+    calls = [line for line in out.splitlines() if "sbatch call:" in line and "--gres=gpu:1" in line]
+    assert len(calls) == 2, out[-4000:]  # the group ran again
+    kept = json.loads((short / "metrics.json").read_text())
+    assert [a["attempt"] for a in kept["attempts"]] == [1]  # trained once
+    again = (work / "logs" / "train" / "tiny" / "L1-H1-D16-hd16-mlp32-s0.log").read_text()
+    assert "leaner train: already trained:" in again and "nothing trained" in again, again[-2000:]
+    done = json.loads((long_ / "metrics.json").read_text())
+    assert done["status"] == "ok" and [a["end"] for a in done["attempts"]] == ["stopped", "done"]
+    assert "stopped by SIGUSR1" in (work / "logs" / "train" / "tiny" / "L1-H2-D16-hd8-mlp32-s0.attempt-1.log"
+                                    ).read_text()
+    for folder in (short, long_):
+        assert (folder / "conditioning.csv").exists()

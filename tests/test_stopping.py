@@ -324,12 +324,13 @@ def test_a_group_that_outlasts_its_runtime_and_a_conditioning_that_outlasts_its_
     assert problems[0].endswith("resources.conditioning_runtime is 1 (allowed: conditioning_runtime >= 6)")
 
 
-def test_a_finished_member_of_a_shared_gpu_group_is_put_back_not_trained_again(tmp_path, digits_manifest,
-                                                                              monkeypatch):
-    """A run on a seat of a shared GPU inside a Slurm job keeps its finished outputs under a second
-    name; with its outputs deleted (its group failed), the job run again puts them back, the same
-    bytes, and trains nothing. Another spec is not given them; a dropped copy is gone."""
+def test_a_finished_cluster_job_is_put_back_not_trained_again(tmp_path, digits_manifest, monkeypatch):
+    """A run inside a Slurm job keeps its finished outputs under a second name; with its outputs
+    deleted (its group failed, or Slurm said TIMEOUT as it ended), the job run again puts them
+    back, the same bytes, and trains nothing, and the retry decision counts it worth a try.
+    Another spec is not given them; a dropped copy is gone. A local run keeps nothing."""
     from leaner.training import finished
+    from leaner.training.attempts import no_progress
 
     monkeypatch.setenv("SLURM_JOB_ID", "1234")
     spec = small_spec()
@@ -340,6 +341,7 @@ def test_a_finished_member_of_a_shared_gpu_group_is_put_back_not_trained_again(t
     names = ["checkpoints/step23.safetensors", "history.csv", "init.safetensors", "metrics.json", "model.safetensors"]
     original = {n: (out / n).read_bytes() for n in names}
     assert sorted(json.loads((out / RESUME_DIR / finished.FINISHED_FILE).read_text())["files"]) == names
+    assert no_progress(out / RESUME_DIR, 2) is None
     for n in names:  # what Snakemake does to a failed group's members, and again before it runs them
         (out / n).unlink()
     shutil.rmtree(out / "checkpoints")
@@ -355,7 +357,7 @@ def test_a_finished_member_of_a_shared_gpu_group_is_put_back_not_trained_again(t
     assert finished.restore(out, json.dumps(other, sort_keys=True)) is None
     assert finished.drop(out) and finished.restore(out, json.dumps(spec, sort_keys=True)) is None
     monkeypatch.delenv("SLURM_JOB_ID")  # a local run: no groups, nothing kept
-    train(spec, str(digits_manifest), tmp_path / "local", progress=False, gpu_share=5000)
+    train(spec, str(digits_manifest), tmp_path / "local", progress=False)
     assert not (tmp_path / "local" / RESUME_DIR).exists()
 
 
@@ -427,3 +429,52 @@ def test_a_stall_the_main_thread_cannot_answer_ends_the_process_resumable():
     assert lines[0].startswith("stalled: no progress for") and "after step 7" in lines[0], lines
     assert lines[1] == "the main thread did not answer the stall in 1 s: exiting 75 (resumable)"
     assert lines[2].startswith("recorded: stalled:") and "not reached" not in proc.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_the_snakemake_of_a_slurm_job_passes_the_stop_signal_on_and_waits(tmp_path, signum):
+    """Slurm with proctrack/cgroup signals only the step's own process: the Snakemake that runs the
+    job's rules (SLURM_JOB_ID set, not the jobstep one). Here that Snakemake alone gets SIGTERM
+    (a time limit) or SIGUSR1 (the early stop signal): it passes the signal on to the training it
+    runs, which saves and stops (75), and it exits only after, reporting the job unfinished."""
+    from leaner.training.tracking import read_progress
+
+    from conftest import REPO
+
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=400, checkpoint_every=100_000, checkpoint_minutes=None)
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    work, variant = tmp_path / "work", "L1-H2-D16-hd8-mlp32-s0"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "1",
+           f"results/tiny/{variant}/metrics.json", "--configfile", str(config)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    out = work / "results" / "tiny" / variant
+    deadline = time.time() + 120
+    while not (read_progress(out) or {}).get("step"):
+        assert time.time() < deadline and proc.poll() is None, "training never began"
+        time.sleep(0.1)
+    trainer = read_progress(out)["pid"]
+    proc.send_signal(signum)  # to Snakemake alone, as proctrack/cgroup delivers it
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, log[-3000:]
+    train_log = (work / "logs" / "train" / "tiny" / f"{variant}.log").read_text()
+    name = signal.Signals(signum).name
+    assert f"stopped by {name}" in train_log and "exit status 75" in train_log, train_log[-2000:]
+    assert not (out / "metrics.json").exists() and not psutil_alive(trainer)
+    assert torch.load(out / RESUME_DIR / "state.pt", weights_only=True)["step"] > 0
+
+
+def psutil_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

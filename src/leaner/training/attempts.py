@@ -31,6 +31,7 @@ from ..io import read_json, write_json
 
 RESUME_DIR = ".resume"  # a run's resume folder in its output folder (not a Snakemake output: a kill keeps it)
 ATTEMPTS_FILE = "attempts.json"
+FINISHED_FILE = "finished.json"  # a finished run kept aside (finished.py)
 
 
 def spec_digest(spec_json: str) -> str:
@@ -107,7 +108,10 @@ class AttemptRecord:
 def no_progress(folder: Path, attempt: int) -> str | None:
     """Why a failed attempt `attempt` of the run whose resume folder is `folder` is not worth
     trying again (None: it is): it ended before it began training, or saved no step beyond the
-    one it began at."""
+    one it began at. A run that finished and kept its outputs aside (finished.py: Slurm took the
+    job for failed, in its group or just past its time limit) is worth it: it puts them back."""
+    if (folder / FINISHED_FILE).exists():
+        return None
     seen = AttemptRecord(folder).records()
     last = seen[-1] if seen else None
     if last is None or last.get("attempt") != attempt:

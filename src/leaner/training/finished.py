@@ -1,15 +1,16 @@
-"""A finished run's outputs, kept where Snakemake does not delete them, for a job that shares its
-Slurm job with others.
+"""A finished run's outputs, kept where Snakemake does not delete them, for a job on a cluster.
 
-Variants that share a GPU on a cluster are one Snakemake group, one Slurm job. When one of them
-fails (or the group meets its time limit), Snakemake deletes every member's outputs, and when it
-tries the group again it runs every member again, deleting their outputs first. A member that had
-finished would train again from step 0. So a training job in such a group (a seat of a shared GPU,
-inside a Slurm job) gives each output a second name when it finishes (hard links: no second copy
-on disk) under `.resume/finished/`, with `finished.json` naming its spec and files; the job run
-again finds them, puts them back in place and ends at once (`restore`). The Snakemake that starts
-a run drops this copy for a job it runs for any reason other than missing outputs (forced, new
-params, new input or code: `drop`), so `--forcerun` and a changed spec still retrain.
+When Snakemake takes a cluster job for failed, it deletes its outputs, and when it tries the job
+again it deletes them first: a job that trained to its end can still lose its result. This
+happens (a) to every member of a group of variants sharing a GPU (one Slurm job) when one of them
+fails or the group meets its time limit, and (b) to a job that ends in the seconds Slurm gives it
+after its time limit (Slurm reports TIMEOUT). So a training job inside a Slurm job gives each
+output a second name when it finishes (hard links: no second copy on disk) under
+`.resume/finished/`, with `finished.json` naming its spec and files; the job run again finds them,
+puts them back in place and ends at once (`restore`). The Snakemake that starts a run drops this
+copy for a job it runs for any reason other than missing outputs (forced, new params, new input or
+code: `drop`), so `--forcerun` and a changed spec still retrain. A local run (no groups; a failed
+job's outputs are its own) keeps nothing.
 """
 
 from __future__ import annotations
@@ -18,18 +19,15 @@ import os
 import shutil
 from pathlib import Path
 
-from ..compute.devices import SHARE_UNITS
 from ..io import read_json, write_json
-from .attempts import RESUME_DIR, spec_digest
+from .attempts import FINISHED_FILE, RESUME_DIR, spec_digest
 
 FINISHED_DIR = "finished"
-FINISHED_FILE = "finished.json"
 
 
-def wanted(gpu_share: int | None, environ=os.environ) -> bool:
-    """Whether a job keeps its finished outputs: a seat of a shared GPU inside a Slurm job (a
-    Snakemake group; a local run runs no groups)."""
-    return bool(environ.get("SLURM_JOB_ID")) and gpu_share is not None and 0 < gpu_share < SHARE_UNITS
+def wanted(environ=os.environ) -> bool:
+    """Whether a job keeps its finished outputs: inside a Slurm job."""
+    return bool(environ.get("SLURM_JOB_ID"))
 
 
 def _link(source: Path, target: Path) -> None:
@@ -80,6 +78,11 @@ def restore(out: Path, spec_json: str) -> list[str] | None:
     for name in sorted(files, key=lambda n: n == "metrics.json"):  # metrics.json last, as training writes it
         _link(folder / name, out / name)
     return sorted(files)
+
+
+def kept(out: Path) -> bool:
+    """Whether a finished run is kept here."""
+    return (out / RESUME_DIR / FINISHED_FILE).exists()
 
 
 def drop(out: Path) -> bool:

@@ -85,7 +85,7 @@ class _Run:
                  threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal,
                  attempt: int | None, watch: StallWatch):
         self.spec, self.stop_after, self.stop, self.attempt, self.watch = spec, stop_after, stop, attempt, watch
-        self.keeps_finished = finished.wanted(gpu_share)  # a member of a shared GPU's Slurm job
+        self.keeps_finished = finished.wanted()  # a cluster job: Snakemake may still delete its outputs
         out, self.started = Path(out_dir), time.time()
         local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
         log = logger(spec, local_rank)
@@ -335,7 +335,7 @@ class _Run:
         }
         write_json(out / "metrics.json", metrics)
         shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
-        if self.keeps_finished:  # its group's failure would delete these outputs: keep a second name
+        if self.keeps_finished:  # a failed group or a late TIMEOUT would delete these outputs: a second name
             finished.keep(out, self.run_state.spec)
         self.record.close()
         ctx.close()

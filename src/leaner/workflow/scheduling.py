@@ -198,6 +198,12 @@ def study_retries(allowed: int, attempt: int, why_not: str | None) -> tuple[int,
 
 
 GPU_ENV = "LEANER_GPU"  # the card a cluster run's jobs are checked on where no study or profile names one
+SKIP_PLAN_CHECK_ENV = "LEANER_SKIP_PLAN_CHECK"
+
+
+def plan_check_skipped(environ: Mapping) -> bool:
+    """Whether the plan check at a run's start is skipped ($LEANER_SKIP_PLAN_CHECK=1)."""
+    return environ.get(SKIP_PLAN_CHECK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 SIGNAL_OPTION = re.compile(r"--signal[= ]['\"]?(?:[RB]+:)?(?:SIG)?(USR1|USR2|TERM|INT|\d+)(?:@(\d+))?")
 
 
@@ -225,3 +231,50 @@ def retrains(reason) -> bool:
     finished run kept aside, training/finished.py, is its result)."""
     return bool(reason.forced or reason.is_provenance_triggered() or reason.updated_input
                 or reason.updated_input_run)
+
+
+def relay_stop_signals(environ: Mapping, argv: list[str]) -> bool:
+    """In the Snakemake that runs a Slurm job's rules (inside the job, not the jobstep Snakemake of
+    its batch step): SIGTERM (the time limit, scancel, a preemption) and SIGUSR1 (the early stop
+    signal profiles/slurm asks for) are passed on to the job processes it runs (its children: the
+    rules `exec` the training), then Snakemake does what it does: on SIGTERM it waits for them
+    to end; SIGUSR1, which would end it at once (its default action) and with it, Slurm's step
+    and the training before its save, it lets pass. Slurm with proctrack/cgroup, as most clusters
+    run it, signals only the step's own process, this Snakemake, which would otherwise keep the
+    signal to itself. True where installed (in the main thread of such a Snakemake).
+
+    SIGTERM reaches the scheduler's own handler (JobScheduler.exit_gracefully, snakemake 9.27.1,
+    installed after this file is parsed), which is wrapped here."""
+    import signal
+    import threading
+
+    if not environ.get("SLURM_JOB_ID") or "slurm-jobstep" in argv:
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    graceful = getattr(JobScheduler, "_leaner_graceful", None) or JobScheduler.exit_gracefully
+    JobScheduler._leaner_graceful = graceful
+
+    def exit_gracefully(self, *args):
+        pass_on(signal.SIGTERM)
+        return graceful(self, *args)
+
+    JobScheduler.exit_gracefully = exit_gracefully
+    signal.signal(signal.SIGUSR1, lambda signum, frame: pass_on(signum))
+    return True
+
+
+def pass_on(signum: int) -> list[int]:
+    """Send `signum` to this process's children (the pids it reached)."""
+    import psutil
+
+    reached = []
+    for child in psutil.Process().children():
+        try:
+            child.send_signal(signum)
+            reached.append(child.pid)
+        except psutil.Error:
+            continue
+    return reached
