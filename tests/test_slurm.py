@@ -308,6 +308,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     put_back = int("already trained" in (logs / f"{variant}.log").read_text())
     assert submitted == len(attempts) + put_back and len(attempts) >= 3, (submitted, attempts)
     assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    stops = []  # seconds from each stop signal to the saved state
     for i, (before, after) in enumerate(zip(attempts, attempts[1:]), start=1):
         assert before["end"] == "stopped" and after["began_at_step"] == before["saved_step"] > before["began_at_step"]
         log = (logs / f"{variant}.attempt-{i}.log").read_text()
@@ -316,6 +317,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
                           r"([\d.]+) s after the signal", log)
         assert found and int(found[2]) == before["saved_step"] and int(found[2]) - int(found[1]) <= 1, log[-2000:]
         assert float(found[3]) >= 8.0  # the held save took its time and was not cut short
+        stops.append(float(found[3]))
         assert f"resumed from step {before['saved_step']}" in (logs / f"{variant}.attempt-{i + 1}.log").read_text()
     slurm_logs = "".join(p.read_text(errors="replace") for p in (work / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert "DUE TO TIME LIMIT" in slurm_logs, slurm_logs[-3000:]
@@ -327,8 +329,8 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     got = load_file(str(work / "results" / "tiny" / variant / "model.safetensors"))
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
     assert json.loads((local / target).read_text())["final"] == metrics["final"]
-    print(f"time-limited job: {submitted} attempts, saved at {[a['saved_step'] for a in attempts]}, "
-          f"{time.time() - started:.0f} s")
+    print(f"time-limited job: {submitted} attempts, saved at {[a['saved_step'] for a in attempts]}, each stop "
+          f"{stops} s after its signal, {time.time() - started:.0f} s in all")
 
 
 def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, tmp_path):
@@ -366,3 +368,29 @@ def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, 
                                     ).read_text()
     for folder in (short, long_):
         assert (folder / "conditioning.csv").exists()
+
+
+def test_a_cluster_run_is_refused_at_its_start_by_the_plan_check_leaner_cost_makes(cluster, tmp_path):
+    """A GPU study that names no card, whose job needs ~1.6 h (600,000 of P2's steps on an H100)
+    against a 30-minute runtime and one attempt: `leaner cost --check cluster` refuses it, and a
+    run with the Slurm profile stops at its start with the same line, before anything is
+    submitted."""
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny"]
+    study = cfg["studies"]["tiny_nearest"]
+    study["recipe"].update(epochs=30_000)
+    study["resources"] = {"gpu": 1, "threads": 1, "runtime": 30, "mem_mb": 1000}
+    config = tmp_path / "too_long.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    check = subprocess.run([str(BIN / "leaner"), "cost", str(config), "--check", "cluster"], capture_output=True,
+                           text=True)
+    refused = [line for line in check.stderr.splitlines() if line.startswith("study tiny_nearest: job ")]
+    assert check.returncode == 2 and len(refused) == 2, check.stderr
+    assert "on an H100 SXM (the default card)" in refused[0] and "resources.attempts allows 1" in refused[0]
+    work = tmp_path / "work"
+    work.mkdir()
+    run = _snakemake(work, config, "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose",
+                     env=cluster.env)
+    assert run.returncode != 0
+    assert [line for line in run.stderr.splitlines() if line.startswith("study tiny_nearest: job ")] == refused
+    assert "sbatch call:" not in run.stdout + run.stderr and not (work / "results").exists()

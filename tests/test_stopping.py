@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -36,6 +37,21 @@ from leaner.training.train import train
 from leaner.workflow.plan import load_plan
 
 from conftest import BIN, TINY, small_spec
+
+
+def _vit_config(tmp_path, name: str, heads: list[int], recipe: dict, **resources) -> tuple[Path, dict]:
+    """tests/config/tiny.yaml's ViT study alone, at width 16, depth 1 and seed 0 with `heads`, its
+    recipe and resources updated; (the config's path, its study, to change and write again)."""
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": heads, "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(recipe)
+    study["resources"].update(resources)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path, cfg
 
 
 def test_a_checkpoint_at_an_epochs_end_keeps_that_epochs_row(tmp_path, digits_manifest):
@@ -194,16 +210,10 @@ def test_a_stopped_job_comes_back_and_a_job_without_progress_is_not_tried_again(
 
     from conftest import REPO
 
-    cfg = yaml.safe_load(TINY.read_text())
-    del cfg["studies"]["tiny_nearest"]
-    study = cfg["studies"]["tiny"]
-    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1, 2], "mlp_ratio": [2],
-                     "seeds": [0]}
-    study["recipe"].update(epochs=20, checkpoint_every=100, checkpoint_minutes=None)
-    study["resources"]["attempts"] = 3
+    config, cfg = _vit_config(tmp_path, "retries", [1, 2], {"epochs": 20, "checkpoint_every": 100,
+                                                           "checkpoint_minutes": None}, attempts=3)
     broken, stopped = "L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0"
-    study["expect_params"] = [{"variant": broken, "params": 1, "tolerance": 0}]
-    config = tmp_path / "retries.yaml"
+    cfg["studies"]["tiny"]["expect_params"] = [{"variant": broken, "params": 1, "tolerance": 0}]
     config.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "work"
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "2", "--keep-going",
@@ -370,15 +380,8 @@ def test_a_stalled_job_saves_stops_and_comes_back_to_the_same_result(tmp_path):
 
     from conftest import REPO
 
-    cfg = yaml.safe_load(TINY.read_text())
-    del cfg["studies"]["tiny_nearest"]
-    study = cfg["studies"]["tiny"]
-    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
-                     "seeds": [0]}
-    study["recipe"].update(epochs=3, checkpoint_every=1000, checkpoint_minutes=None)
-    study["resources"]["attempts"] = 2
-    config = tmp_path / "stall.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    config, _ = _vit_config(tmp_path, "stall", [2], {"epochs": 3, "checkpoint_every": 1000,
+                                                      "checkpoint_minutes": None}, attempts=2)
     target = "results/tiny/L1-H2-D16-hd8-mlp32-s0"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
@@ -441,14 +444,8 @@ def test_the_snakemake_of_a_slurm_job_passes_the_stop_signal_on_and_waits(tmp_pa
 
     from conftest import REPO
 
-    cfg = yaml.safe_load(TINY.read_text())
-    del cfg["studies"]["tiny_nearest"]
-    study = cfg["studies"]["tiny"]
-    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
-                     "seeds": [0]}
-    study["recipe"].update(epochs=400, checkpoint_every=100_000, checkpoint_minutes=None)
-    config = tmp_path / "job.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    config, _ = _vit_config(tmp_path, "job", [2], {"epochs": 400, "checkpoint_every": 100_000,
+                                                    "checkpoint_minutes": None})
     work, variant = tmp_path / "work", "L1-H2-D16-hd8-mlp32-s0"
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "1",
            f"results/tiny/{variant}/metrics.json", "--configfile", str(config)]
