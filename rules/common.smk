@@ -18,19 +18,20 @@ from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import warm
 from leaner.workflow.preflight import resource_problems, unknown_study_message
 from leaner.workflow.scheduling import (
-    plan_check_skipped,
+    RESUMABLE_RULES,
+    RETRIED_RULES,
     ask_group_components,
+    cluster_check_args,
     gpu_share_group,
     job_resources,
+    job_retries,
     limit_resource,
     local_gpu_limits,
-    cluster_check_args,
-    retrains,
+    plan_check_skipped,
     relay_stop_signals,
+    retrains,
     retries_by_job,
-    study_retries,
 )
-from leaner.training.attempts import RESUME_DIR, no_progress
 from leaner.training.finished import drop as drop_finished
 
 
@@ -225,32 +226,25 @@ def benchmark_files():
     return out
 
 
-RESUMABLE_RULES = ("train", "finetune")  # their jobs keep a resume state (training/attempts.py)
-CONDITIONING_TRIES = 2  # a conditioning job starts over: one more try, for a failure that may not recur
-RETRY_LINES = set()
+RETRY_LINES = set()  # (job, attempt): said once
 
 
-def job_retries(job):
-    """A failed job's retries (workflow/scheduling.py study_retries): a training or fine-tuning
-    job's study allows resources.attempts, and one whose attempt saved no step beyond where it
-    began is not tried again (one line says why); a conditioning job gets one more try at most.
-    Inside a cluster job none: the submitting Snakemake retries."""
-    if job.rule.name not in RESUMABLE_RULES + ("conditioning",):
+def decide_retries(job):
+    """A failed job's retries (workflow/scheduling.py job_retries) for the rules retried as their
+    study allows; one line where a job is not tried again, and why."""
+    if job.rule.name not in RETRIED_RULES:
         return None
-    if workflow.remote_exec:
-        return 0
-    allowed = study_of(job.wildcards).resources["attempts"]
-    if job.rule.name == "conditioning":
-        return study_retries(min(allowed, CONDITIONING_TRIES), job.attempt, None)[0]
-    folder = Path(job.output[0]).parent / RESUME_DIR
-    tries, line = study_retries(allowed, job.attempt, no_progress(folder, job.attempt))
+    out_dir = Path(job.output[0]).parent
+    tries, line = job_retries(
+        job.rule.name, job.attempt, study_of(job.wildcards).resources["attempts"], out_dir, workflow.remote_exec
+    )
     if line and (str(job), job.attempt) not in RETRY_LINES:
         RETRY_LINES.add((str(job), job.attempt))
-        sys.stderr.write(f"{job.rule.name} {Path(job.output[0]).parent}: {line}\n")
+        sys.stderr.write(f"{job.rule.name} {out_dir}: {line}\n")
     return tries
 
 
-retries_by_job(job_retries)
+retries_by_job(decide_retries)
 relay_stop_signals(os.environ, sys.argv)
 
 
@@ -342,7 +336,7 @@ def check_plan_at_start():
 def drop_finished_copies():
     """At the start of a run (onstart: not in dry runs, not in cluster jobs): a training job this run
     retrains (forced, new params, new input: workflow/scheduling.py retrains) forgets the finished run
-    a shared-GPU group kept for it (training/finished.py), so that it trains again."""
+    a cluster job kept for it (training/finished.py), so that it trains again."""
     for job in workflow.dag.needrun_jobs():
         if job.rule.name in RESUMABLE_RULES and retrains(workflow.dag.reason(job)):
             drop_finished(Path(job.output[0]).parent)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..compute.devices import SHARE_UNITS, share_of
 
@@ -183,6 +184,26 @@ def retries_by_job(decide: Callable[[object], int | None]) -> None:
         return rule_own.fget(job) if own is None else own
 
     Job.restart_times = property(restart_times)
+
+
+RESUMABLE_RULES = ("train", "finetune")  # their jobs keep a resume state (training/attempts.py)
+RETRIED_RULES = RESUMABLE_RULES + ("conditioning",)  # retried as their study allows
+CONDITIONING_TRIES = 2  # a conditioning job starts over: one more try, for a failure that may not recur
+
+
+def job_retries(rule: str, attempt: int, allowed: int, out_dir: Path, inside_job: bool) -> tuple[int, str | None]:
+    """(restart_times, the line that says why it stops) for a failed job of `rule` at `attempt`,
+    writing into `out_dir`, of a study that allows `allowed` attempts: a training or fine-tuning
+    job is not tried again where its attempt saved no step beyond where it began; a conditioning
+    job gets CONDITIONING_TRIES at most. Inside a cluster job none: the submitting Snakemake
+    retries."""
+    from ..training.attempts import RESUME_DIR, no_progress
+
+    if inside_job:
+        return 0, None
+    if rule not in RESUMABLE_RULES:
+        return study_retries(min(allowed, CONDITIONING_TRIES), attempt, None)
+    return study_retries(allowed, attempt, no_progress(Path(out_dir) / RESUME_DIR, attempt))
 
 
 def study_retries(allowed: int, attempt: int, why_not: str | None) -> tuple[int, str | None]:
