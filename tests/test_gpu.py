@@ -115,6 +115,41 @@ def test_a_killed_gpu_run_resumes_and_ends_close_to_an_uninterrupted_one(tmp_pat
     assert abs(resumed["final"]["eval_acc"] - whole["final"]["eval_acc"]) < 0.05
 
 
+def test_a_stop_signal_to_a_graphed_gpu_run_saves_its_step_and_the_run_resumes(tmp_path, monkeypatch):
+    """P2 on CUDA with the step replayed as a CUDA graph, as paper.yaml trains it: SIGTERM after its
+    first checkpoint stops it at the next step with its state saved (75), and the run started again
+    resumes there, on the GPU, to its last step."""
+    import re
+    import signal
+    import time
+
+    from leaner.training.resume import RESUME_DIR, RESUME_FILE
+
+    from conftest import nearest_setup
+
+    monkeypatch.delenv("LEANER_DEVICE", raising=False)
+    spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 200, "steps_per_epoch": 50, "checkpoint_every": 500,
+                                                     "cuda_graph": True})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "leaner", "train", "--spec", json.dumps(spec), "--data", str(manifest), "--out",
+           str(out), "--gpu-share", "10000", "--no-progress"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / RESUME_DIR / RESUME_FILE).exists():
+        assert time.time() < deadline and proc.poll() is None, "no checkpoint was written"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 75, err[-3000:]
+    found = re.search(r"stopped by SIGTERM \(it came after step (\d+)\): resume state saved at step (\d+)", err)
+    assert found and int(found[2]) - int(found[1]) <= 1, err[-3000:]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed_at"] == [int(found[2])] and metrics["steps"] == metrics["total_steps"] == 10_000
+    assert metrics["device"].startswith("cuda") and metrics["status"] == "ok"
+
+
 def test_k_jobs_train_on_one_gpu_at_once(tmp_path, monkeypatch):
     """jobs_per_gpu 4 with --resources gpu=1: four variants hold seats on the same GPU at the same
     time, each training on it."""
