@@ -202,7 +202,7 @@ BAD = [
     ("partition in a study (belongs to the user's profile)",
      _set(["studies", "tiny", "resources", "slurm_partition"], "gpu"),
      "studies.tiny.resources.slurm_partition: unknown key "
-     "(allowed: attempts, gpu, gpu_model, jobs_per_gpu, mem_mb, runtime, threads)"),
+     "(allowed: attempts, conditioning_runtime, gpu, gpu_model, jobs_per_gpu, mem_mb, runtime, threads)"),
     ("width missing for fixed_width", lambda c: c["studies"]["tiny"]["grid"][0].pop("width"),
      "studies.tiny.grid[0].width: required by protocol fixed_width"),
     ("zero width", _set(["studies", "tiny", "grid", 0, "width"], [0]),
