@@ -340,7 +340,7 @@ def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, 
     runs the group again. There the finished one is put back from its kept copy, not trained (its
     metrics.json still records one attempt), and the long one resumes where it stopped; both end
     with their conditioning. The plan check at the start prices the group on the default card."""
-    config = _long_config(tmp_path, "group", [1, 2], {1: 3, 2: 600},
+    config = _long_config(tmp_path, "group", [1, 2], {1: 3, 2: 300},
                           {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 15, "mem_mb": 1000, "attempts": 2})
     work = tmp_path / "work"
     work.mkdir()
