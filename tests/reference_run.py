@@ -92,24 +92,27 @@ def numbers_behind() -> str:
 
     acc, kappa = (lambda v: f"{v:.3f}"), (lambda v: f"{v:.1e}".replace("e+0", "e").replace("e+", "e"))
     fig3 = [pick(vit, "fixed_head_dim", d) for d in (1, 2)]
-    wide = vit[(vit["width"] == 64) & (vit["depth"] == 2)].sort_values("heads")
-    ratios = accept[accept["check"].str.contains("MSE")]["observed"]
-    angles = accept[accept["check"].str.contains("angle")]["observed"]
+    wide = vit[(vit["width"] == 64) & (vit["depth"] == 1)].sort_values("heads")
+    ratios = accept[accept["check"].str.contains("MSE")]
+    angles = accept[accept["check"].str.contains("angle")]
     one_run = "one run each, one platform"
     rows = [
-        ("vit_digits", "P1's Fig. 3 shape, head dim 16, 3 seeds each: accuracy "
+        ("vit_digits", "P1's Fig. 3 shape, head dim 16 "
+                       f"({_arrows(fig3[0]['n'], str)} and {_arrows(fig3[1]['n'], str)} seeds): accuracy "
                        f"{_arrows(fig3[0]['eval_acc_mean'], acc)} "
                        f"(1 layer: {_arrows(fig3[0]['params'], lambda v: f'{v / 1e3:.1f}k')} parameters) and "
                        f"{_arrows(fig3[1]['eval_acc_mean'], acc)} (2 layers) with "
                        f"{_arrows(fig3[0]['heads'], str)} heads; kappa of the head outputs after training (geometric "
                        f"mean over layers and seeds) {_arrows(fig3[0]['kappa_final_gmean'], kappa)} at 1 layer. At "
-                       f"width 64 and 2 layers, {_arrows(wide['heads'], str)} heads (head dim "
-                       f"{', '.join(map(str, wide['head_dim']))}): accuracy "
+                       f"width 64 and 1 layer, {_arrows(wide['heads'], str)} heads (head dim "
+                       f"{', '.join(map(str, wide['head_dim']))}, {_arrows(wide['n'], str)} seeds): accuracy "
                        f"{', '.join(map(acc, wide['eval_acc_mean']))} "
                        f"and kappa {', '.join(map(kappa, wide['kappa_final_gmean']))}"),
-        ("nearest_rank", f"P2's acceptance: MSE(rank 8) / MSE(rank 16) = {ratios.iloc[0]:.1f} (W = 1) and "
-                         f"{ratios.iloc[1]:.1f} (W = 2), both >= 10; angle(QK^T, I) "
-                         f"{' / '.join(f'{a:.1f}' for a in angles)} degrees"),
+        ("nearest_rank", "P2's acceptance, over the runs that learned: MSE(rank 8) / MSE(rank 16) = "
+                         + " and ".join(f"{r['observed']:.1f} (W = {w}; {r['runs']})" for w, (_, r) in
+                                        zip((1, 2), ratios.iterrows()))
+                         + "; angle(QK^T, I) " + " / ".join(f"{r['observed']:.1f}" for _, r in angles.iterrows())
+                         + " degrees (W = 1 / 2; " + " / ".join(r["runs"] for _, r in angles.iterrows()) + ")"),
         ("listops_small", f"accuracy {_arrows(pick(listops, 'fixed_width', 1)['eval_acc_mean'], acc)} with "
                           f"{_arrows(pick(listops, 'fixed_width', 1)['heads'], str)} heads at 1 layer, "
                           f"{_arrows(pick(listops, 'fixed_width', 2)['eval_acc_mean'], acc)} with "

@@ -249,22 +249,33 @@ def test_what_another_platform_could_read_moves_the_bounds_by_the_platform_reach
     assert verdicts_elsewhere(0.0, 1.0, float("nan"), verdict) == ()
 
 
-def test_a_model_that_never_beat_chance_gets_no_verdict():
+def test_a_run_that_never_beat_chance_is_counted_and_left_out_of_the_verdict():
     """summary.learned: an accuracy must clear the majority rate by 1.645 binomial standard errors,
-    a loss must fall below the unigram's; a claim on a model that did not gets "did not learn"."""
-    from leaner.analysis.summary import learned
+    a loss must fall below the unigram's, P2's best MSE below 0.95 of the zero predictor's. A claim's
+    run that did not learn is counted (`not_learned`) and left out of its arm's mean and verdict; an
+    arm none of whose runs learned gets "did not learn"."""
+    from leaner.analysis.summary import learned, nearest_learned
 
     acc = {"metric": "eval_acc", "value": 0.12, "n": 500}
     # 0.12 + 1.645 * sqrt(0.12 * 0.88 / 500) = 0.1439
     assert not learned(0.13, acc) and not learned(0.143, acc) and learned(0.145, acc) and not learned(None, acc)
     loss = {"metric": "eval_loss", "value": 2.9, "n": 4096}
     assert learned(1.2, loss) and not learned(2.895, loss) and not learned(float("nan"), loss)
+    assert nearest_learned(0.94) and not nearest_learned(0.95) and not nearest_learned(1.0) \
+        and not nearest_learned(float("nan"))
     claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
              "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
              "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}]}
     summary = _summary().assign(learned=lambda f: ~((f["depth"] == 2) & (f["seed"] == 1)))
-    lean = claims_table(summary, [claim]).iloc[1]
-    assert lean["verdict"] == "did not learn (baseline)" and math.isclose(lean["lean_advantage"], 0.96 - 0.902)
+    table = claims_table(summary, [claim])
+    base, lean = table.iloc[0], table.iloc[1]
+    kept = summary[(summary["depth"] == 2) & summary["seed"].isin([0, 2])]["eval_acc"]
+    assert (base["n"], base["not_learned"], base["seeds_missing"]) == (2, 1, 0)
+    assert math.isclose(base["mean"], kept.mean()) and lean["not_learned"] == 0
+    assert math.isclose(lean["lean_advantage"], 0.96 - kept.mean())
+    assert lean["verdict"] == claim_verdict([0.95, 0.96, 0.97], list(kept), 0.01)["verdict"] == "superior"
+    none = claims_table(_summary().assign(learned=lambda f: f["depth"] != 2), [claim]).iloc[1]
+    assert none["verdict"] == "did not learn (baseline)"
     assert claims_table(_summary().assign(learned=True), [claim]).iloc[1]["verdict"] == "superior"
 
 

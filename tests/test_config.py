@@ -428,23 +428,23 @@ def test_named_overlays_change_every_study(tmp_path):
 
 
 def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
-    """`snakemake --configfile configs/quick.yaml` alone: laid over config.yaml (24 variants, one
+    """`snakemake --configfile configs/quick.yaml` alone: laid over config.yaml (23 variants, one
     seed each), not a config of its own."""
     proc = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1",
                 "--configfile", str(REPO / "configs" / "quick.yaml")], tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert counts["train"] == "24" and counts["conditioning"] == "24", proc.stdout[-3000:]
+    assert counts["train"] == "23" and counts["conditioning"] == "23", proc.stdout[-3000:]
     # one study's values, from a file or from --config: the rest of config.yaml stays
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("studies:\n  nearest_rank:\n    grid: {depth: [1], heads: [1], modules: [1], dim: [16], "
-                       "tokens: [8], seeds: [0]}\n")
+    overlay.write_text("studies:\n  nearest_rank:\n    grid: {depth: [1], heads: [1, 4], modules: [1], dim: [16], "
+                       "tokens: [8], seeds: [10, 11, 12, 13, 14, 15, 16, 17]}\n")  # the claim's points and seeds
     for extra in (["--configfile", str(overlay)], ["--config", "studies={vit_digits: {recipe: {epochs: 2}}}"]):
         proc = run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1",
                     *extra], tmp_path, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-        assert counts["train"] == ("66" if "--configfile" in extra else "75"), proc.stdout[-3000:]
+        assert counts["train"] == ("118" if "--configfile" in extra else "130"), proc.stdout[-3000:]
 
 
 def test_a_dataset_without_its_class_count_and_a_misspelt_study_are_one_line_each(tmp_path):

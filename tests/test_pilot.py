@@ -70,7 +70,7 @@ def test_a_pilot_trains_the_claims_arms_on_its_own_seeds_and_reports_their_power
     need = seeds_for(lean.std(), base.std(), 0.05)
     powers = [line for line in out if " against " in line]
     assert [p.split(":")[0].strip() for p in powers] == ["L1-H2-D16-mlp32 against L2-H1-D16-mlp32",
-                                                          "L1-H1-D16-mlp32 against L2-H1-D16-mlp32"]
+                                                          "control L1-H1-D16-mlp32 against L2-H1-D16-mlp32"]
     assert powers[0].endswith(f": seen {lean.mean() - base.mean():+.3f}; no test at the declared one seed; 80% "
                               f"needs {need if need else 'over 200'} seeds")
     again = run([*leaner, "--from-csv"], cwd=tmp_path).stdout.splitlines()
@@ -106,4 +106,4 @@ def test_the_default_studys_rationales_quote_the_kept_pilot():
             if claim.get("hypothesis") == "superior":
                 assert all(seen in text for seen in re.findall(r"seen ([+-]\d\.\d{3})", out)), (out, text)
             checked += 1
-    assert checked == 2
+    assert checked == 4

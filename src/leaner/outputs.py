@@ -46,6 +46,15 @@ class Has:
 
 
 @dataclass(frozen=True)
+class Architectures:
+    """The grid's points are P1's architectures (a width each): parameters trade against depth and
+    heads, which P2's nearest-point grid (equal parameters across ranks) does not."""
+
+    def met(self, points: list[dict], baseline: dict) -> bool:
+        return any("width" in p for p in points)
+
+
+@dataclass(frozen=True)
 class BelowBaseline:
     """Met where some point has a smaller `axis` than the baseline: the deepest point matching
     the study's baseline settings (all points when none is set or none matches)."""
@@ -117,7 +126,7 @@ FIGURES: dict[str, Shown] = {f.name: f for f in (
     _figure("mse_vs_rank_by_dim", _p2_lines_by("dim")),
     _figure("mse_vs_rank_by_posn", _p2_lines_by("posn")),
     _figure("perfect_angle", (Has((("depth", 1), ("heads", 1))),)),
-    _figure("pareto"),  # a study's with claims
+    _figure("pareto", (Architectures(),)),  # a P1 study's with claims
 )}
 TABLES: dict[str, Shown] = {t.name: t for t in (
     _table("by_config"),

@@ -32,8 +32,9 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                      + ", ".join(parts) + ".")
     if "not_learned" in configs and configs["not_learned"].notna().any():
         stuck = configs[configs["not_learned"] > 0].drop_duplicates(["study", "depth", "heads", "rank", "params"])
-        paras.append("Did not learn (final metric no better than ignoring the input: the majority label, or the "
-                     "unigram for a language model), kept out of every verdict: "
+        paras.append("Did not learn (final metric no better than ignoring the input: the majority label, the "
+                     "unigram for a language model; for P2, a best training MSE at 0.95 of the zero predictor's "
+                     "or above), counted and kept out of every mean and verdict: "
                      + ("; ".join(f"{r['study']} L{r['depth']}/H{r['heads']} ({r['not_learned']:.0f} of {r['n']} seeds)"
                                   for _, r in stuck.iterrows()) if len(stuck) else "none") + ".")
     if len(effects):
@@ -104,6 +105,13 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
     return paras
 
 
+CLAIM_WORDS = ("How the claims read (each declared in config.yaml before its runs): a verdict judges lean - baseline "
+               "(+: lean better) by its one-sided 95% Welch bounds. Superior: the lower bound above 0. Non-inferior: "
+               "above -margin. Equivalent: both bounds within +-margin (a stronger verdict with its own, lower "
+               "power). Inferior: the upper bound below -margin (a cost beyond the margin). The margin is fixed "
+               "before the runs: how much worse still counts as a match, or counts as a cost; for a superior "
+               "claim it is the gain the test's power is sized for, not a threshold. A run is new data when its "
+               "seed's results were never seen before the claim was declared.")
 NON_INFERIOR = SUPPORTS["non-inferior"]  # the verdicts that mean a match: superior, equivalent, non-inferior
 
 
@@ -124,8 +132,17 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
             continue
         parts = [f"{r['configuration']} {_judged(r)}, declared {r['hypothesis']}: "
                  f"{'supported' if r['supported'] == 'yes' else 'not supported'}" for _, r in leans.iterrows()]
-        text = (f"Claim {name} ({study}, {base['metric']}, margin {base['margin']:g}, {int(base['n'])} seeds) "
-                f"against {base['configuration']}: " + "; ".join(parts) + ".")
+        stuck = rows["not_learned"].fillna(0).sum() if "not_learned" in rows else 0
+        new = f"; new data: {base['runs_new']} runs" if isinstance(base.get("runs_new"), str) else ""
+        text = (f"Claim {name} ({study}, {base['metric']}, margin {base['margin']:g}, "
+                f"{int(base['n'] + (base.get('not_learned') or 0))} seeds{new}"
+                + (f"; {stuck:.0f} runs did not learn, left out" if stuck else "") + f") against "
+                f"{base['configuration']}: " + "; ".join(parts) + ".")
+        if len(leans) > 1:
+            held = (leans["supported"] == "yes").all()
+            text += (f" Read together (each lean model its own test at 5%; the claim holds only where every one "
+                     f"does, an intersection-union reading that needs no correction): "
+                     f"{'holds' if held else 'does not hold'}.")
         if len(control):
             c = control.iloc[0]
             matched = leans["verdict"].isin(NON_INFERIOR).all()

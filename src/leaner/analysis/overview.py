@@ -31,10 +31,10 @@ import pandas as pd
 from ..compute.numerics import UNRECORDED, describe_mix, is_mixed, join_labels, split_labels
 from ..io import atomic_path
 from ..tasks import task_info
-from .findings import claim_findings, findings
+from .findings import CLAIM_WORDS, claim_findings, findings
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
-from .summary import explode_protocols, independent_replicates, not_learned, replicates_of
+from .summary import explode_protocols, independent_replicates, learned_rows, not_learned, replicates_of
 from .table_render import write_table
 from .tables import AS_DECLARED, CLAIMS_COLUMNS
 
@@ -57,6 +57,10 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
     group = ARCH_GROUP if task_info(task).family == "P1" else P2_GROUP
     rows = []
     for key, g in frame.groupby(group + ["heads", "head_dim"], sort=True, dropna=False):
+        # seeds that did not beat chance (summary.learned) are counted, and left out of the error and
+        # kappa (all kept where none learned: its verdicts say so); NaN where the task has no chance level
+        stuck, runs = not_learned(g), len(g)
+        g = learned_rows(g)
         errors = g["error"].to_numpy(float)
         mean, lo, hi, n = ci95(errors)
         replicate = replicates_of(g.assign(task=task))
@@ -73,8 +77,7 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      "rank_fraction": float(g["head_dim"].iloc[0] / g["model_width"].iloc[0]),
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
-                     # seeds that did not beat chance (summary.learned); NaN where the task has no chance level
-                     "not_learned": not_learned(g),
+                     "not_learned": stuck, "learned_none": stuck == runs,
                      "kappa_init": gmean(g.get("kappa_init_gmean", [])),
                      "kappa_final": gmean(g.get("kappa_final_gmean", [])),
                      "kappa_jac_final": gmean(g.get("kappa_jac_final_gmean", [])),
@@ -144,14 +147,16 @@ def heads_effect(configs: pd.DataFrame) -> pd.DataFrame:
         if shared:  # P2's data seeds share one init and most streams: no interval across them
             lo = hi = math.nan
         se = interval_se(lo, hi, len(many["errors"]), len(few["errors"]), 0.95)
-        stuck = [f"L{r['depth']}/H{r['heads']}" for r in (few, many) if r.get("not_learned", 0) > 0]
+        stuck = [f"L{r['depth']}/H{r['heads']}" for r in (few, many) if r.get("learned_none", False)]
+        left_out = [r.get("not_learned", 0) for r in (few, many)]
         rows.append({"study": study, "family": few["family"], "group": group,
                      "heads": f"{few['heads']} -> {many['heads']}", "rank": f"{few['rank']} -> {many['rank']}",
                      "rank_fraction_many": many["rank_fraction"],
                      "params": f"{few['params']} -> {many['params']}",
                      "error_few": few["error_mean"], "error_many": many["error_mean"],
                      "delta_error": diff, "delta_lo": lo, "delta_hi": hi,
-                     "n": f"{len(few['errors'])}, {len(many['errors'])}",
+                     "n": f"{len(few['errors'])}, {len(many['errors'])}" + (
+                         f" (did not learn: {left_out[0]:.0f}, {left_out[1]:.0f})" if np.nansum(left_out) else ""),
                      "replicate": many.get("replicate", REPLICATE_LABELS["P1"]),
                      "verdict": f"did not learn: {', '.join(stuck)}" if stuck else
                      NOT_INDEPENDENT if shared and len(many["errors"]) > 1 else verdict(lo, hi),
@@ -244,11 +249,17 @@ def headline_markdown(frame: pd.DataFrame) -> str:
                   else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
         declared = f"{r['hypothesis']}: {r['supported']}" if isinstance(r.get("hypothesis"), str) else ""
         lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
-                     f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])} | "
+                     f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])}{_stuck(r)} | "
                      f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if compared else ''} | "
                      f"{r['margin']:g} | {r['verdict'] if compared else ''} | {declared} | "
                      f"{_elsewhere(r) if compared else ''} | {_split(r) if compared else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _stuck(r: pd.Series) -> str:
+    """A README cell's note of the runs of an arm that did not learn (counted, left out of n)."""
+    k = r.get("not_learned")
+    return f" (+{k:.0f} did not learn)" if isinstance(k, float) and k > 0 else ""
 
 
 def _split(r: pd.Series) -> str:
@@ -321,7 +332,7 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "baseline first, then the lean models and the control: the difference from the baseline "
                          "(+: better), its one-sided 95% bounds, the margin, the verdict and whether it supports "
                          "the declared hypothesis")
-    paras = findings(configs, effects, corr) + claim_findings(heads) + [note]
+    paras = findings(configs, effects, corr) + [CLAIM_WORDS] * bool(len(heads)) + claim_findings(heads) + [note]
     sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
                 ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)

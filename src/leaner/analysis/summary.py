@@ -144,6 +144,8 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         else:
             row["total_heads"] = model.attention_heads
             row["error"] = row["best_train_loss"]
+            row["chance"] = ZERO_PREDICTOR_MSE
+            row["learned"] = nearest_learned(row["best_train_loss"])
             row["stream"] = m["data"]["stream"]  # fresh, or P2's replayed set (then eval_mse is the fresh-point MSE)
             row["replicates"] = m["data"].get("replicates", "paper")  # what a seed varies (data/nearest_point.py)
         for key, values in (m.get("diagnostics") or {}).items():
@@ -157,7 +159,22 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
                 else UNRECORDED
         rows.append(row)
     frame = pd.DataFrame(rows)
-    return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True) if len(frame) else frame
+    if not len(frame):
+        return frame
+    if is_arch(frame["task"].iloc[0]):
+        frame["protocols"] = _protocols_per_configuration(frame)
+    return frame.sort_values(axes(frame["task"].iloc[0]) + ["seed"]).reset_index(drop=True)
+
+
+def _protocols_per_configuration(frame: pd.DataFrame) -> pd.Series:
+    """Every run's protocols as its configuration's: the union over its seeds, in the order the grid
+    names them. A protocol is a property of the architecture, so a configuration two grid entries
+    share (one with more seeds) is drawn in each protocol's figure over all its seeds, as the
+    tables average it (a figure's point equals its table's mean)."""
+    union = {}
+    for key, g in frame.groupby(ARCH, sort=False):
+        union[key] = join_protocols(dict.fromkeys(p for value in g["protocols"] for p in split_protocols(value)))
+    return pd.Series([union[tuple(r)] for r in frame[ARCH].itertuples(index=False)], index=frame.index)
 
 
 LOSS_MARGIN = 0.01  # nats: a loss must fall this far below its chance level to count as learned
@@ -174,6 +191,28 @@ def learned(value: float | None, chance: dict) -> bool:
     if chance["metric"].endswith("_acc"):
         return value > p + 1.645 * math.sqrt(p * (1 - p) / n)
     return value < p - LOSS_MARGIN
+
+
+# P2's nearest-point task: the zero predictor's MSE on unit vectors is 1. A run learned when its best
+# epoch's training MSE fell below NEAREST_LEARNED of that (declared with the P2 claim, before its
+# runs: config.yaml nearest_rank); one at the zero predictor (the collapse the warm-up's jump from
+# lr 0 to the peak can cause, the final norm's scale near 0) did not, and is counted, not averaged.
+ZERO_PREDICTOR_MSE = 1.0
+NEAREST_LEARNED = 0.95
+
+
+def nearest_learned(best_mse: float | None) -> bool:
+    """Whether a P2 run learned: its best training MSE below NEAREST_LEARNED x the zero predictor's."""
+    return best_mse is not None and math.isfinite(best_mse) and best_mse < NEAREST_LEARNED * ZERO_PREDICTOR_MSE
+
+
+def learned_rows(rows: pd.DataFrame, fallback: bool = True) -> pd.DataFrame:
+    """The rows that learned (`learned` not False). `fallback`: all of them where none did, so that
+    a configuration that never learned still shows what it scored (its verdicts say it did not)."""
+    if "learned" not in rows or rows["learned"].isna().all():
+        return rows
+    kept = rows[~(rows["learned"].astype("boolean") == False)]  # noqa: E712
+    return kept if len(kept) or not fallback else rows
 
 
 def not_learned(rows: pd.DataFrame) -> float:

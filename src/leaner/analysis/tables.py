@@ -25,18 +25,20 @@ from .stats import (
     verdicts_elsewhere,
     welch,
 )
-from .summary import ARCH, axes, config_values, independent_replicates, is_arch, not_learned
+from .summary import ARCH, axes, config_values, independent_replicates, is_arch, learned_rows, not_learned
 
 
 def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     """Per architecture: mean with its 95% interval cut to the metric's range (stats.ci95_cut, as
     the figures draw it), min, max and n over seeds (P2 reports the min over seeds and the range);
-    kappa as geometric means."""
+    kappa as geometric means. Over the seeds that learned (summary.learned_rows): `not_learned`
+    counts the others (NaN where the task has no chance level), and n does not."""
     task = summary["task"].iloc[0]
     keys, metric = axes(task), metric or task_info(task).metric[0]
     rows = []
     independent = independent_replicates(summary)
     for key, g in summary.groupby(keys, sort=True):
+        stuck, g = not_learned(g), learned_rows(g)
         mean, lo, hi, n = ci95_cut(g[metric], metric)
         if not independent:  # P2's seeds share init and streams: no interval across them
             lo = hi = math.nan
@@ -45,7 +47,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
             row["protocols"] = g["protocols"].iloc[0]
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
-                    "n": n, "diverged": int((g["status"] != "ok").sum())})
+                    "n": n, "not_learned": stuck, "diverged": int((g["status"] != "ok").sum())})
         if not is_arch(task) and "eval_mse" in g:  # P2: the fresh-point MSE beside the training metric
             row["eval_mse_min"] = g["eval_mse"].min()
         for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
@@ -57,7 +59,8 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
 
 def acceptance_checks(summary: pd.DataFrame, checks) -> pd.DataFrame:
     """P2's acceptance checks (papers.md 2.7) named in `checks`, wherever the study's grid holds
-    the points a check needs; per configuration the min over seeds, as in P2's plots."""
+    the points a check needs; per configuration the min over seeds, as in P2's plots, over the
+    seeds that learned (`runs`: how many of them, of how many)."""
     configs = by_config(summary)
     metric = "best_train_loss_min"
     rows = []
@@ -68,7 +71,8 @@ def acceptance_checks(summary: pd.DataFrame, checks) -> pd.DataFrame:
         if len(full) and len(half) and full["heads"].iloc[0] == 1:
             ratio = float(half[metric].iloc[0] / full[metric].iloc[0])
             rows.append({"check": f"1 layer, W={w}, d={d}, N={n}, posn={posn}: MSE(rank d/2) / MSE(rank d)",
-                         "expected": ">= 10", "observed": ratio, "pass": ratio >= 10})
+                         "expected": ">= 10", "observed": ratio, "pass": ratio >= 10,
+                         "runs": f"rank d/2 {_runs(_rows_of(summary, half))}; rank d {_runs(_rows_of(summary, full))}"})
     for (depth, w, d, posn), g in configs.groupby(["depth", "modules", "dim", "posn"]):
         low = g[g["head_dim"] == g["head_dim"].min()]
         short, long_ = low[low["tokens"] == 4], low[low["tokens"] >= 64]
@@ -76,16 +80,31 @@ def acceptance_checks(summary: pd.DataFrame, checks) -> pd.DataFrame:
             r = int(low["head_dim"].iloc[0])
             s_mse, l_mse = float(short[metric].iloc[0]), float(long_[metric].min())
             rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N=4",
-                         "expected": "<= 0.05", "observed": s_mse, "pass": s_mse <= 0.05})
+                         "expected": "<= 0.05", "observed": s_mse, "pass": s_mse <= 0.05,
+                         "runs": _runs(_rows_of(summary, short))})
             rows.append({"check": f"{depth} layers, W={w}, d={d}, posn={posn}, rank {r}: MSE at N >= 64",
-                         "expected": "> 0.5", "observed": l_mse, "pass": l_mse > 0.5})
+                         "expected": "> 0.5", "observed": l_mse, "pass": l_mse > 0.5,
+                         "runs": _runs(_rows_of(summary, long_))})
     if "qk_angle_deg_min" in summary and "perfect_angle" in checks:
         single = summary[(summary["depth"] == 1) & (summary["heads"] == 1)]
         for (w, d, n), g in single.groupby(["modules", "dim", "tokens"]):
-            angle = float(g["qk_angle_deg_min"].min())
+            angle = float(learned_rows(g)["qk_angle_deg_min"].min())
             rows.append({"check": f"fig_perfect: 1 layer, 1 head, W={w}, d={d}, N={n}: angle(QK^T, I), every head",
-                         "expected": "> 165 deg", "observed": angle, "pass": angle > 165})
-    return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass"])
+                         "expected": "> 165 deg", "observed": angle, "pass": angle > 165,
+                         "runs": _runs(g)})
+    return pd.DataFrame(rows, columns=["check", "expected", "observed", "pass", "runs"])
+
+
+def _rows_of(summary: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
+    """The summary's runs of these by_config rows."""
+    keys = axes(summary["task"].iloc[0])
+    return summary.merge(configs[keys].drop_duplicates(), on=keys)
+
+
+def _runs(runs: pd.DataFrame) -> str:
+    """'learned 5 of 8 runs' for the summary rows a check reads (summary.learned)."""
+    stuck = not_learned(runs)
+    return f"learned {len(runs) - int(stuck or 0)} of {len(runs)} runs"
 
 
 def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
@@ -142,6 +161,16 @@ def arch_label(cfg) -> str:
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}-mlp{cfg['mlp_hidden']}"
 
 
+def claim_label(point: dict) -> str:
+    """A claim point's configuration as the tables name it: arch_label for P1's, P2's by depth,
+    heads, modules (W), head rank, dim and tokens."""
+    if {"depth", "heads", "width", "mlp_hidden"} <= set(point):
+        return arch_label(point)
+    if {"depth", "heads", "modules", "head_dim", "dim", "tokens"} <= set(point):
+        return "L{depth}-H{heads}-W{modules}-r{head_dim}-d{dim}-N{tokens}".format(**point)
+    return ",".join(f"{k}={v}" for k, v in sorted(point.items()))
+
+
 def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.DataFrame:
     mask = summary["seed"].isin(seeds)
     for key, value in point.items():
@@ -150,8 +179,9 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
 
 
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
-                  "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict", "elsewhere",
-                  "hypothesis", "supported", "declaration", "split_lo", "split_hi", "split_verdict"]
+                  "not_learned", "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict",
+                  "elsewhere", "hypothesis", "supported", "declaration", "runs_new", "split_lo", "split_hi",
+                  "split_verdict"]
 
 # What a claim's declaration was, checked after its runs (`declaration` in the claims table): only
 # AS_DECLARED claims make the headline. A run records its study's claims digest when it trains
@@ -161,7 +191,8 @@ AS_DECLARED = "as declared"
 DECLARED_AFTER = "declared after the runs"
 NOT_RECORDED = "not recorded with the runs"
 SEEDS_DIFFER = "seeds differ from the declaration"
-SUPPORTS = {"non-inferior": ("superior", "equivalent", "non-inferior"), "superior": ("superior",)}
+SUPPORTS = {"non-inferior": ("superior", "equivalent", "non-inferior"), "superior": ("superior",),
+            "inferior": ("inferior",)}
 
 
 def _supported(verdict: str, hypothesis: str) -> str:
@@ -202,27 +233,30 @@ def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFram
               base_params: int | None) -> dict:
     """A lean model's (or the control's) row of the claims table: lean - baseline with its
     one-sided bounds and verdict, and whether the verdict supports the declared hypothesis."""
-    lean = _claim_rows(summary, point, claim["seeds"])
-    vals, base_vals = lean[claim["metric"]].to_numpy(float), base[claim["metric"]].to_numpy(float)
+    every = _claim_rows(summary, point, claim["seeds"])
+    lean, learned_base = learned_rows(every, fallback=False), learned_rows(base, fallback=False)
+    vals, base_vals = lean[claim["metric"]].to_numpy(float), learned_base[claim["metric"]].to_numpy(float)
     v = claim_verdict(vals, base_vals, claim["margin"], claim["mode"])
     se = interval_se(v["lo"], v["hi"], len(vals), len(base_vals), 0.90)
     elsewhere = verdicts_elsewhere(v["lo"], v["hi"], se, functools.partial(bounds_verdict, margin=claim["margin"]))
-    stuck = [name for name, rows in (("baseline", base), (role, lean)) if not_learned(rows) > 0]
-    if stuck:  # no verdict on a model that never beat chance (summary.learned)
+    stuck = [name for name, rows in (("baseline", learned_base), (role, lean)) if not len(rows) and len(
+        every if name == role else base)]
+    if stuck:  # no verdict on a model none of whose runs beat chance (summary.learned)
         v = {**v, "verdict": f"did not learn ({' and '.join(stuck)})"}
     params = int(lean["params_total"].iloc[0]) if len(lean) else None
     mean, _, _, n = ci95(vals)
     hypothesis = claim.get("hypothesis", "non-inferior") if role == "lean" else ""
     split_lo, split_hi = split_interval(lean, base, claim)
-    return {"role": role, "configuration": arch_label(point), "params": params,
+    return {"role": role, "configuration": claim_label(point), "params": params,
             "param_reduction_pct": 100.0 * (1 - params / base_params) if params and base_params else math.nan,
-            "mean": mean, "n": n, "seeds_missing": len(claim["seeds"]) - n, "lean_advantage": v["diff"],
+            "mean": mean, "n": n, "not_learned": len(every) - len(lean),
+            "seeds_missing": len(claim["seeds"]) - len(every), "lean_advantage": v["diff"],
             "bound_lo": v["lo"], "bound_hi": v["hi"], "verdict": v["verdict"],
             "elsewhere": " / ".join(elsewhere) if not stuck else "", "hypothesis": hypothesis,
             "supported": _supported(v["verdict"], hypothesis), "split_lo": split_lo, "split_hi": split_hi,
             "split_verdict": NO_OUTCOMES if math.isnan(split_lo) else bounds_verdict(split_lo, split_hi,
                                                                                      claim["margin"]),
-            "_runs": lean}
+            "_runs": every}
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
@@ -241,18 +275,22 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
         base = _claim_rows(summary, claim["baseline"], claim["seeds"])
         base_params = int(base["params_total"].iloc[0]) if len(base) else None
         common = {"claim": claim["name"], "metric": claim["metric"], "margin": claim["margin"]}
-        mean, _, _, n = ci95(base[claim["metric"]].to_numpy(float))
+        mean, _, _, n = ci95(learned_rows(base, fallback=False)[claim["metric"]].to_numpy(float))
         arms = [_compared(summary, claim, point, base, "lean", base_params) for point in claim["lean"]]
         if claim.get("control"):
             arms.append(_compared(summary, claim, claim["control"], base, "control", base_params))
-        stated = declaration(claim, pd.concat([base, *(a.pop("_runs") for a in arms)]))
-        rows.append({**common, "role": "baseline", "configuration": arch_label(claim["baseline"]),
+        runs = pd.concat([base, *(a.pop("_runs") for a in arms)])
+        stated = declaration(claim, runs)
+        # the claim's runs that are new data: not among the seeds whose results were seen before it
+        new = f"{int((~runs['seed'].isin(claim.get('seen') or [])).sum())} of {len(runs)}"
+        rows.append({**common, "role": "baseline", "configuration": claim_label(claim["baseline"]),
                      "params": base_params, "param_reduction_pct": 0.0, "mean": mean, "n": n,
-                     "seeds_missing": len(claim["seeds"]) - n, "declaration": stated})
+                     "not_learned": len(base) - n, "seeds_missing": len(claim["seeds"]) - len(base),
+                     "declaration": stated, "runs_new": new})
         for arm in arms:
             if stated == SEEDS_DIFFER:
                 arm.update(verdict=SEEDS_DIFFER, elsewhere="", supported="")
-            rows.append({**common, **arm, "declaration": stated})
+            rows.append({**common, **arm, "declaration": stated, "runs_new": new})
     return pd.DataFrame(rows).reindex(columns=CLAIMS_COLUMNS)
 
 

@@ -63,10 +63,15 @@ def pilot_runs(plan: Plan, study: str, claim: dict, seeds: list[int]) -> list[tu
 
 
 def _value(metrics: dict, metric: str) -> float:
+    """A run's value of a claim's metric: a final metric, or best_X (the best epoch's X, as the
+    summaries name it: P2's best_train_loss)."""
     if metric in metrics["final"]:
         return float(metrics["final"][metric])
+    best = metrics.get("best") or {}
+    if metric.startswith("best_") and metric[5:] in best:
+        return float(best[metric[5:]])
     raise PilotError(f"metric {metric}: not among a training run's final metrics (allowed: "
-                     f"{', '.join(metrics['final'])}); a pilot cannot measure it")
+                     f"{', '.join([*metrics['final'], *(f'best_{k}' for k in best)])}); a pilot cannot measure it")
 
 
 def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: str | None = None,
@@ -109,11 +114,10 @@ def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: st
 
 
 def point_label(point: dict) -> str:
-    """A claim point's configuration as the tables name it (tables.arch_label)."""
-    from ..analysis.tables import arch_label
+    """A claim point's configuration as the tables name it (tables.claim_label)."""
+    from ..analysis.tables import claim_label
 
-    return arch_label(point) if {"depth", "heads", "width", "mlp_hidden"} <= set(point) else \
-        ",".join(f"{k}={v}" for k, v in sorted(point.items()))
+    return claim_label(point)
 
 
 def main(config: dict, a) -> int:

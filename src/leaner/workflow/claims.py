@@ -45,6 +45,9 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
         missing = sorted(set(claim["seeds"]) - set(seeds))
         if missing:
             problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
+        stray = sorted(set(claim.get("seen") or []) - set(claim["seeds"]))
+        if stray:
+            problems.append(f"{where}.seen: {stray} are not seeds of the claim (allowed: {sorted(claim['seeds'])})")
         resolved = {}
         points = [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]
         for role, point in points + ([("control", claim["control"])] if "control" in claim else []):
@@ -59,6 +62,7 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
             out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
                         "hypothesis": claim.get("hypothesis", "non-inferior"),
                         "seeds": sorted(claim["seeds"]), "declared_seeds": sorted(as_declared["seeds"]),
+                        "seen": sorted(claim.get("seen") or []),
                         "baseline": resolved["baseline"],
                         "lean": [resolved[f"lean[{j}]"] for j in range(len(claim["lean"]))],
                         "control": resolved.get("control"), "declaration": claims_digest(declared),
