@@ -351,3 +351,33 @@ def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
     assert fast["priced_by"].startswith("FLOPs") and fast["gpu_hours"] < slow["gpu_hours"]
     p2 = next(iter(jobs(plan.studies["nearest_fig1"])))
     assert loader_feed(plan, p2.spec, 1, LOADER_RATE) is None
+
+
+def test_the_authors_four_hours_a_job_reach_what_the_plans_step_times_allow():
+    """`leaner cost --wall-budget 4 --study nearest_figN` (P2's figN regime: 4 h a job, one V100, no
+    requeue): each configuration's epochs within 4 h are its 2,000 x 4 h / its priced wall hours,
+    on the H100 and on a V100 3.7-4.3 x slower (memory bandwidth, fp32 peak), all of them where the
+    job fits; the largest (L2-H64-W64-r1 N256, ~197 h on an H100) reaches about 10 epochs on a V100,
+    and the configurations that end early are counted."""
+    from leaner.planning.reach import card_ratios, epochs_within
+
+    fewer, more = card_ratios(card("h100"))
+    assert (round(fewer, 2), round(more, 2)) == (3.72, 4.27)
+    assert epochs_within(2.0, 2000, 4.0) == 2000 and epochs_within(8.0, 2000, 4.0) == 1000
+    assert epochs_within(2.0, 2000, 4.0, slower=4.0) == 1000 and epochs_within(None, 2000, 4.0) is None
+    proc = subprocess.run([sys.executable, "-m", "leaner", "cost", str(REPO / "configs" / "paper.yaml"),
+                           "--wall-budget", "4", "--study", "nearest_figN"], capture_output=True, text=True,
+                          check=True)
+    rows = {line.split()[1]: line.split() for line in proc.stdout.splitlines() if line.startswith("nearest_figN")}
+    plan = load_plan(REPO / "configs" / "paper.yaml")
+    priced = {r["job"].rsplit("-s", 1)[0]: r["wall_hours"] for c in plan_cost(plan, card("h100"))
+              if c.name == "nearest_figN" for r in c.rows}
+    assert set(rows) == set(priced) and len(rows) == 20
+    cut = 0
+    for config, hours in priced.items():
+        on_card = rows[config][4]
+        assert on_card == ("all" if hours <= 4 else f"{2000 * 4 / hours:.0f}"), (config, rows[config])
+        cut += 2000 * 4 / (hours * more) < 2000
+    largest, hours = rows["L2-H64-W64-r1-d64-N256-none"], priced["L2-H64-W64-r1-d64-N256-none"]
+    assert 190 < hours < 205 and largest[6] == f"{2000 * 4 / (hours * more):.0f}" == "10"
+    assert f"{cut} of 20 configurations end before their schedule on a V100 within 4 h" in proc.stdout

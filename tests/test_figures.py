@@ -410,3 +410,24 @@ def test_p2_kappa_through_training_names_each_line_by_its_heads_and_their_rank(m
     labels = {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes}
     assert labels == {"W = 1": ["1 head of rank 16, depth 1", "2 heads of rank 8, depth 1"],
                       "W = 2": ["2 heads of rank 16, depth 1"]}
+
+
+def test_a_heads_figures_points_are_its_tables_means_over_the_same_seeds():
+    """A configuration two grid entries share (vit_digits' L1/H4 and L2/H4: the claims' 20 seeds and
+    P1's Fig. 3 at head dim 16 on 3 of them) carries both protocols on every seed, so each protocol's
+    panel draws it over all its seeds, as by_config averages it: on the reference run, every
+    (protocol, configuration) point of the vs-heads figures equals the table's mean and n."""
+    from leaner.analysis.summary import ARCH, explode_protocols
+    from leaner.analysis.tables import by_config
+
+    from reference_run import REFERENCE
+
+    summary = pd.read_csv(REFERENCE / "summaries" / "vit_digits.csv").assign(task="image_classification")
+    assert (summary.groupby(ARCH)["protocols"].nunique() == 1).all()
+    table = by_config(summary).set_index(ARCH)
+    shared = 0
+    for (protocol, *key), g in explode_protocols(summary).groupby(["protocol", *ARCH]):
+        row = table.loc[tuple(key)]
+        assert (g["eval_acc"].mean(), len(g)) == pytest.approx((row["eval_acc_mean"], row["n"])), (protocol, key)
+        shared += protocol == "fixed_head_dim" and len(g) == 20
+    assert shared == 2  # L1/H4 and L2/H4 at their 20 seeds in the Fig. 3 panel

@@ -467,3 +467,39 @@ def test_accumulated_micro_batches_train_as_the_whole_batch(tmp_path):
         train(spec, str(manifest), tmp_path / "bad", progress=False)
     assert str(err.value) == ("recipe.accumulate 65: a batch of 64 samples in this process cannot be cut into 65 "
                               "micro-batches (allowed: accumulate <= batch_size / processes)")
+
+
+def test_a_wall_budget_stops_at_the_first_epochs_end_past_it_on_the_full_schedule(tmp_path, monkeypatch):
+    """recipe.wall_budget_minutes, the authors' regime for figN: P2 at toy size, 4 epochs of 10
+    steps, a clock that makes each step take 1 s and a budget of 0.4 min (24 s): training stops at
+    the end of epoch 3 (30 s), the first epoch's end past it, with the learning rates of the full
+    4-epoch schedule (the weights equal the full run's at step 30), status ok and the stop in
+    metrics.json; the spec of a recipe without a budget does not name the key (specs planned before
+    it stay the same bytes)."""
+    import time
+    import types
+
+    import leaner.training.train as trainer
+    from leaner.schema import recipe_spec
+
+    from conftest import nearest_setup
+
+    spec, manifest = nearest_setup(tmp_path, recipe={"epochs": 4, "steps_per_epoch": 10})
+    spec["conditioning"]["steps"] = [30]
+    full = train(spec, str(manifest), tmp_path / "full", progress=False)
+    assert "wall_budget" not in full and full["steps"] == 40
+    clock = {"s": 0.0}  # the trainer's clock: one second a step
+    one_step = trainer._Run._one_step
+    monkeypatch.setattr(trainer._Run, "_one_step",
+                        lambda run, *a: (clock.update(s=clock["s"] + 1), one_step(run, *a))[1])
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=lambda: clock["s"], time=time.time))
+    spec["recipe"]["wall_budget_minutes"] = 0.4
+    cut = train(spec, str(manifest), tmp_path / "cut", progress=False)
+    assert cut["status"] == "ok" and cut["wall_budget"] == {"minutes": 0.4, "stopped_at_epoch": 3}
+    assert (cut["steps"], cut["total_steps"]) == (30, 40)
+    history = pd.read_csv(tmp_path / "cut" / "history.csv")
+    assert list(history["epoch"]) == [1, 2, 3]
+    assert _same_weights(tmp_path / "full" / "checkpoints" / "step30.safetensors",
+                         tmp_path / "cut" / "model.safetensors")
+    assert "wall_budget_minutes" not in recipe_spec(Recipe.of({}))
+    assert recipe_spec(Recipe.of({"wall_budget_minutes": 240}))["wall_budget_minutes"] == 240

@@ -83,3 +83,15 @@ def _typed(section: str, name: str, doc: str) -> type:
 # the plan builds one per variant (workflow/variants.py) and writes every key in the spec; a run reads
 # it back as `Recipe.of(spec["recipe"])`
 Recipe = _typed("recipe", "Recipe", "A run's recipe: every key of the schema's `recipe`, typed, with its default.")
+
+
+# Recipe keys added after results existed: a spec leaves each out at its default, so that the specs
+# planned before it (and the results trained from them) stay the same bytes and are not retrained.
+SPEC_OMITS_AT_DEFAULT = ("wall_budget_minutes",)
+
+
+def recipe_spec(recipe) -> dict:
+    """A recipe as a run's spec holds it: every key, but those of SPEC_OMITS_AT_DEFAULT at their default."""
+    defaults = {f.name: f.default_factory() for f in dataclasses.fields(recipe)}
+    return {k: v for k, v in dataclasses.asdict(recipe).items()
+            if not (k in SPEC_OMITS_AT_DEFAULT and v == defaults[k])}

@@ -145,7 +145,16 @@ def cmd_cost(a):
                   f"{len(listed)} job(s) of several attempts", file=sys.stderr)
         return 2 if problems else 0
     gpu, mfu = card(a.gpu or DEFAULT_CARD), parse_mfu(a.mfu)
-    costs = plan_cost(plan_of(a.config), gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
+    plan = plan_of(a.config)
+    costs = plan_cost(plan, gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
+    if a.wall_budget:
+        from ..planning.reach import format_reach, reach_rows
+        from ..schema import Recipe
+
+        epochs = {(s.name, j.name): Recipe.of(j.spec["recipe"]).epochs for s in plan.studies.values() for j in jobs(s)}
+        rows = [r for c in costs if not a.study or c.name in a.study for r in c.rows]
+        print(format_reach(reach_rows(rows, epochs, gpu, a.wall_budget), gpu, a.wall_budget))
+        return None
     print(format_cost(costs, gpu, " + ".join(a.config)))
     if a.out:
         write_cost_csv(a.out, costs)
@@ -242,6 +251,10 @@ def cost_parser(sub) -> None:
                    help="images/s one Pillow loader worker gives at 224 px on your machine (benchmarks/run.py row "
                         "1b); default: results.md's, 327")
     s.add_argument("--out", default=None, help="also write one row per job as CSV")
+    s.add_argument("--wall-budget", type=positive_float, default=None, metavar="HOURS",
+                   help="instead: the epochs each configuration completes within HOURS a job, on the card and on a "
+                        "V100 (the authors' regime for P2's figN: 4 h, one job, no requeue; planning/reach.py)")
+    s.add_argument("--study", nargs="+", default=None, help="with --wall-budget: only these studies")
     s.add_argument("--check", choices=("local", "cluster"), default=None,
                    help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "
                         "this machine's CUDA devices (local) or the study's gpu_model (cluster)); one line per study "

@@ -73,3 +73,21 @@ def epoch_row(task, model, autocast, meter: LossMeter, recipe: Recipe, epoch: in
         bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
         log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     return row
+
+
+def past_budget(recipe, more_to_train: bool, trained_s: float, ctx) -> bool:
+    """Whether a run with steps left has trained (all attempts together) past its
+    recipe.wall_budget_minutes at an epoch's end: the authors' regime (planning/reach.py), a job
+    stopped at its limit; the ranks agree."""
+    if recipe.wall_budget_minutes is None or not more_to_train:
+        return False
+    past = trained_s >= 60 * recipe.wall_budget_minutes
+    return bool(ctx.all_sum([int(past)])[0]) if ctx.active else past
+
+
+def budget_record(recipe, stopped_at_epoch: int | None) -> dict:
+    """metrics.json's `wall_budget` where the recipe sets one: the minutes, and the epoch the run
+    stopped at (None: it finished its schedule within them)."""
+    if recipe.wall_budget_minutes is None:
+        return {}
+    return {"wall_budget": {"minutes": recipe.wall_budget_minutes, "stopped_at_epoch": stopped_at_epoch}}

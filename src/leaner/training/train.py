@@ -36,7 +36,7 @@ from . import finished
 from .attempts import AttemptRecord
 from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
-from .progress import epoch_row, logger, progress_bar
+from .progress import budget_record, epoch_row, logger, past_budget, progress_bar
 from .resume import RESUME_DIR, CheckpointClock, checkpoint_minutes, save_checkpoint
 from .stall import Stalled, StallWatch, collective_timeout_min, fault_hold
 from .start import initial_model, resume_state, training_module
@@ -165,6 +165,7 @@ class _Run:
         self.record = RunRecord(self.out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
         self.watch.on_exit = self._stalled_exit
         self.t0, self.samples, self.status, self.diverged_at = time.perf_counter(), 0, "ok", None
+        self.over_budget = False  # recipe.wall_budget_minutes: the authors' regime, stopped at an epoch's end
         self.best = best_of(history, self.task)
         self.data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
         self.model.train()
@@ -172,7 +173,7 @@ class _Run:
         try:
             if 0 < step < total and step % per_epoch == 0 and (not history or history[-1]["step"] < step):
                 self._end_epoch(self.epoch - 1)  # saved at an epoch's last step, before its row: the row now
-            while self.step < total and self.status == "ok":
+            while self.step < total and self.status == "ok" and not self.over_budget:
                 if self._train_epoch(runner):
                     return {}
             self.bar.close()
@@ -230,6 +231,8 @@ class _Run:
                 break
         # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
         if self.step % per_epoch == 0 or self.step >= total or self.status != "ok":
+            trained_s = self.run_state.elapsed_s + time.perf_counter() - self.t0
+            self.over_budget = past_budget(self.recipe, self.step < total, trained_s, self.ctx)
             self._end_epoch(epoch)
             self.epoch += 1
         return False
@@ -263,7 +266,7 @@ class _Run:
         TensorBoard scalars and data events."""
         self.watch.allow("evaluation")
         step, task, ctx = self.step, self.task, self.ctx
-        last = step >= self.total or self.status != "ok"
+        last = step >= self.total or self.status != "ok" or self.over_budget
         row = epoch_row(task, self.model, self.autocast, self.meter, self.recipe, number, step, self.total,
                          self.per_epoch, self.run_state.elapsed_s + time.perf_counter() - self.t0, last, ctx,
                          self.bar, self.log)
@@ -327,6 +330,7 @@ class _Run:
             # what later stages check before they trust the weights (a truncated or replaced file)
             "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
             "checkpoints": kept,
+            **budget_record(self.recipe, self.epoch if self.over_budget else None),
             "resumed_at": self.attempts.resumed_at(),  # the steps later attempts began at
             "attempts": self.attempts.end("done", step=step),  # each attempt: where it began and ended, its cost
             "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained

@@ -11,7 +11,6 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
 from ..models.config import model_config
 from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
-from ..schema import Recipe
+from ..schema import Recipe, recipe_spec
 from ..tasks import CATALOG, FINETUNE_SUFFIX, task_info
 from .claims import claims_digest, resolve_claims
 from .config import (
@@ -69,7 +68,7 @@ class Study:
                               "num_classes": GLUE_NUM_LABELS[glue_task]})
         return {"study": self.name, "variant": f"{variant}/glue/{glue_task}", "task": f"{self.task}{FINETUNE_SUFFIX}",
                 "glue_task": glue_task, "dataset": self.finetune["dataset"], "seed": v.seed,
-                "model": model.to_spec(), "recipe": dataclasses.asdict(self.finetune["recipe"]),
+                "model": model.to_spec(), "recipe": recipe_spec(self.finetune["recipe"]),
                 "conditioning": {**v.conditioning, "steps": []},
                 "init_from": f"results/{self.name}/{variant}/model.safetensors"}
 

@@ -5,13 +5,12 @@ Light (no torch, unless a `lean` block counts parameters on the meta device)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 
 from ..grid import expand_image_grid, expand_nearest_grid, grid_key, image_variant, nearest_variant
 from ..models.config import ModelConfig
-from ..schema import Recipe
+from ..schema import Recipe, recipe_spec
 from ..tasks import CATALOG
 from .config import CONDITIONING_DEFAULTS, RECIPE_DEFAULTS
 
@@ -35,7 +34,7 @@ class Variant:
         """Everything a training job needs; the `params` of its rule (protocols excluded, so
         adding a protocol to the grid does not retrain a model it shares)."""
         out = {"study": self.study, "variant": self.id, "task": self.task, "dataset": self.dataset,
-               "seed": self.seed, "model": self.model.to_spec(), "recipe": dataclasses.asdict(self.recipe),
+               "seed": self.seed, "model": self.model.to_spec(), "recipe": recipe_spec(self.recipe),
                "conditioning": self.conditioning}
         if self.expect_params:
             out["expect_params"] = self.expect_params
