@@ -77,16 +77,29 @@ def test_pooling_by_family_and_overall():
 
 
 def test_a_comparison_with_a_model_that_did_not_learn_has_no_verdict():
+    """A configuration none of whose runs learned gives its comparison no verdict; one with some
+    runs that did not learn is compared over the rest, and the comparison's n and the findings
+    count them."""
     from leaner.analysis.findings import findings
 
     rng = np.random.default_rng(1)
-    configs = pd.DataFrame([{"study": "s", "family": "P1", "group": "depth=2", "depth": 2, "heads": h, "rank": 16 // h,
-                             "params": 100, "error_mean": err, "n": 5, "errors": err + rng.normal(0, 0.01, 5),
-                             "rank_fraction": 1 / h, "not_learned": stuck}
-                            for h, err, stuck in ((1, 0.88, 5.0), (4, 0.5, 0.0))])
+
+    def configs_with(stuck_counts, learned_none):
+        return pd.DataFrame([{"study": "s", "family": "P1", "group": "depth=2", "depth": 2, "heads": h,
+                              "rank": 16 // h, "params": 100, "error_mean": err, "n": 5,
+                              "errors": err + rng.normal(0, 0.01, 5), "rank_fraction": 1 / h, "not_learned": stuck,
+                              "learned_none": none}
+                             for (h, err), stuck, none in zip(((1, 0.88), (4, 0.5)), stuck_counts, learned_none)])
+
+    configs = configs_with((5.0, 0.0), (True, False))
     effect = heads_effect(configs).iloc[0]
     assert effect["verdict"] == "did not learn: L2/H1" and effect["delta_error"] < -0.3
     text = " ".join(findings(configs.assign(kappa_final=1.0), heads_effect(configs), pd.DataFrame()))
-    assert "1 did not learn" in text and "kept out of every verdict: s L2/H1 (5 of 5 seeds)" in text
-    learned = heads_effect(configs.assign(not_learned=[0.0, 0.0])).iloc[0]
+    assert "1 did not learn" in text and "kept out of every mean and verdict: s L2/H1 (5 of 5 seeds)" in text
+    some = configs_with((2.0, 0.0), (False, False))  # 2 of 7 runs of L2/H1 did not learn: 5 compared
+    effect = heads_effect(some).iloc[0]
+    assert effect["verdict"] == "more heads help" and effect["n"] == "5, 5 (did not learn: 2, 0)"
+    text = " ".join(findings(some.assign(kappa_final=1.0), heads_effect(some), pd.DataFrame()))
+    assert "kept out of every mean and verdict: s L2/H1 (2 of 7 seeds)" in text
+    learned = heads_effect(configs.assign(not_learned=[0.0, 0.0], learned_none=False)).iloc[0]
     assert learned["verdict"] == "more heads help"

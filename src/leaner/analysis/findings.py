@@ -35,7 +35,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
         paras.append("Did not learn (final metric no better than ignoring the input: the majority label, the "
                      "unigram for a language model; for P2, a best training MSE at 0.95 of the zero predictor's "
                      "or above), counted and kept out of every mean and verdict: "
-                     + ("; ".join(f"{r['study']} L{r['depth']}/H{r['heads']} ({r['not_learned']:.0f} of {r['n']} seeds)"
+                     + ("; ".join(f"{r['study']} L{r['depth']}/H{r['heads']} ({r['not_learned']:.0f} of "
+                                  f"{r['n'] if r.get('learned_none', False) else r['n'] + r['not_learned']:.0f} seeds)"
                                   for _, r in stuck.iterrows()) if len(stuck) else "none") + ".")
     if len(effects):
         hurt = effects[effects["verdict"] == "more heads hurt"]

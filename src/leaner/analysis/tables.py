@@ -104,7 +104,7 @@ def _rows_of(summary: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
 def _runs(runs: pd.DataFrame) -> str:
     """'learned 5 of 8 runs' for the summary rows a check reads (summary.learned)."""
     stuck = not_learned(runs)
-    return f"learned {len(runs) - int(stuck or 0)} of {len(runs)} runs"
+    return f"learned {len(runs) - (0 if math.isnan(stuck) else int(stuck))} of {len(runs)} runs"
 
 
 def pick_baseline(configs: pd.DataFrame, baseline: dict) -> pd.Series:
