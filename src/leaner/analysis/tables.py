@@ -38,7 +38,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     rows = []
     independent = independent_replicates(summary)
     for key, g in summary.groupby(keys, sort=True):
-        stuck, g = not_learned(g), learned_rows(g)
+        stuck, diverged, g = not_learned(g), int((g["status"] != "ok").sum()), learned_rows(g)
         mean, lo, hi, n = ci95_cut(g[metric], metric)
         if not independent:  # P2's seeds share init and streams: no interval across them
             lo = hi = math.nan
@@ -47,7 +47,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
             row["protocols"] = g["protocols"].iloc[0]
         row.update({"params": int(g["params_total"].iloc[0]), f"{metric}_mean": mean, f"{metric}_lo": lo,
                     f"{metric}_hi": hi, f"{metric}_min": g[metric].min(), f"{metric}_max": g[metric].max(),
-                    "n": n, "not_learned": stuck, "diverged": int((g["status"] != "ok").sum())})
+                    "n": n, "not_learned": stuck, "diverged": diverged})  # every run, learned or not
         if not is_arch(task) and "eval_mse" in g:  # P2: the fresh-point MSE beside the training metric
             row["eval_mse_min"] = g["eval_mse"].min()
         for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
