@@ -92,7 +92,7 @@ def test_tiny_study_end_to_end(tiny_run):
     cond = pd.read_csv(work / "results" / "tiny_nearest" / "L1-H2-W1-r4-d8-N4-none-s0" / "conditioning.csv")
     assert set(cond["cols"]) == {8, 4 * 8} and set(cond["tokens"]) == {4}  # the Jacobian: N*D columns
     checks = pd.read_csv(work / "results" / "tables" / "tiny_nearest-acceptance.csv")
-    assert list(checks.columns) == ["check", "expected", "observed", "pass"]
+    assert list(checks.columns) == ["check", "expected", "observed", "pass", "runs"]
     assert checks["check"].str.contains("MSE\\(rank d/2\\) / MSE\\(rank d\\)").sum() == 1
     assert checks["check"].str.startswith("fig_perfect").sum() == 1
     for fig in ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training"):
@@ -137,8 +137,15 @@ def test_both_papers_in_one_view_and_the_paper_comparisons(tiny_run):
             assert r["verdict"] == "n/a (one seed)"
         else:
             assert r["verdict"] in ("more heads help", "more heads hurt", "inconclusive", "unresolved")
+    # P2: a run learned when its best MSE fell below 0.95 of the zero predictor's (summary.NEAREST_LEARNED);
+    # one that did not is counted in n and, where it is a configuration's only run, takes its verdict
+    near = pd.read_csv(work / "results" / "tiny_nearest" / "summary.csv").sort_values("heads")
+    assert (near["learned"] == (near["best_train_loss"] < 0.95)).all()
     p2_row = effects[effects["study"] == "tiny_nearest"].iloc[0]
-    assert p2_row["n"] == "1, 1" and p2_row["verdict"] == "n/a (one seed)"  # P2: no chance level, no flag
+    stuck = [f"L1/H{h}" for h, ok in zip(near["heads"], near["learned"]) if not ok]
+    left_out = [f"{int(not ok)}" for ok in near["learned"]]
+    assert p2_row["n"] == "1, 1" + (f" (did not learn: {', '.join(left_out)})" if stuck else "")
+    assert p2_row["verdict"] == (f"did not learn: {', '.join(stuck)}" if stuck else "n/a (one seed)")
     corr = pd.read_csv(tables / "all_studies-kappa_error_correlation.csv")
     assert list(corr["study"]) == ["tiny", "tiny_nearest", "pooled"]
     tiny = corr[corr["study"] == "tiny"].iloc[0]
