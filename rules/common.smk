@@ -16,7 +16,11 @@ from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.workflow.datasets import data_spec
 from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import warm
-from leaner.workflow.preflight import resource_problems, unknown_study_message
+from leaner.workflow.preflight import (
+    resource_problems,
+    unknown_study_message,
+    unknown_variant_message,
+)
 from leaner.workflow.scheduling import (
     RESUMABLE_RULES,
     RETRIED_RULES,
@@ -95,6 +99,15 @@ def study_of(wildcards):
     return PLAN.studies[wildcards.study]
 
 
+def variant_of(wildcards):
+    """The variant a target names; a name the study lacks stops the run with one line."""
+    variants = study_of(wildcards).variants
+    if wildcards.variant not in variants:
+        path = f"results/{wildcards.study}/{wildcards.variant}"
+        refuse(unknown_variant_message(path, wildcards.study, wildcards.variant, variants))
+    return variants[wildcards.variant]
+
+
 def variant_dirs(study):
     return [f"results/{study}/{vid}" for vid in PLAN.studies[study].variants]
 
@@ -120,7 +133,7 @@ def prepared_datasets(local):
 
 
 def variant_spec(wildcards):
-    return PLAN.variant(wildcards.study, wildcards.variant).spec_json()
+    return variant_of(wildcards).spec_json()
 
 
 def study_resource(key):
@@ -146,12 +159,14 @@ def finetune_manifest(wildcards):
 
 
 def finetune_spec(wildcards):
+    variant_of(wildcards)
     spec = study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 def pretrained_weights(wildcards):
     """The weights a fine-tuning job starts from: its spec's (plan.Study.finetune_spec)."""
+    variant_of(wildcards)
     return study_of(wildcards).finetune_spec(wildcards.variant, wildcards.glue_task)["init_from"]
 
 
@@ -177,7 +192,7 @@ def processes_per_variant(wildcards):
 
 def training_memory(wildcards):
     """mem_mb of a training job: the study's, or what its variant's model needs if that is more."""
-    model = PLAN.variant(wildcards.study, wildcards.variant).model
+    model = variant_of(wildcards).model
     return training_mem_mb(model, processes_per_variant(wildcards), study_of(wildcards).resources["mem_mb"])
 
 
@@ -189,7 +204,7 @@ def finetune_memory(wildcards):
 
 def conditioning_memory(wildcards):
     """mem_mb of a conditioning job, from its variant's model size (and its probe, on the CPU)."""
-    v = PLAN.variant(wildcards.study, wildcards.variant)
+    v = variant_of(wildcards)
     on_cpu = study_of(wildcards).resources["gpu"] == 0
     return conditioning_mem_mb(v.model, v.conditioning, on_cpu)
 
@@ -377,7 +392,12 @@ KNOWN_FOLDERS = "|".join(STUDIES + list(RESERVED_STUDY_NAMES))
 KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
 
 
+def refuse(message):
+    """Stop the run before any job, with one line saying why."""
+    sys.stderr.write(message + "\n")
+    raise SystemExit(2)
+
+
 def refuse_unknown_study(study, path):
     """Stop the run before any job: target `path` names a study the config does not define."""
-    sys.stderr.write(unknown_study_message(path, study, STUDIES) + "\n")
-    raise SystemExit(2)
+    refuse(unknown_study_message(path, study, STUDIES))

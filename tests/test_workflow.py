@@ -338,6 +338,18 @@ def test_a_target_naming_an_unknown_study_gets_one_clear_line(tmp_path, target, 
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("file", ["conditioning.csv", "model.safetensors"])
+def test_a_target_naming_an_unknown_variant_gets_one_clear_line(tmp_path, file):
+    """A variant id the study lacks (a seed the grid does not have) is one line naming the
+    nearest variant, not a KeyError from an input function."""
+    proc = snakemake(tmp_path, f"results/tiny/L1-H2-D16-hd8-mlp32-s7/{file}", "--cores", "1", check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert ("results/tiny/L1-H2-D16-hd8-mlp32-s7: no variant 'L1-H2-D16-hd8-mlp32-s7' in study 'tiny' (did you "
+            "mean 'L1-H2-D16-hd8-mlp32-s1'?) (allowed: ") in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 # ----------------------------------------------------------------------------- incremental re-runs
 
 RERUN_TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]  # the documented setting

@@ -52,3 +52,12 @@ def unknown_study_message(path: str, study: str, studies: Iterable[str]) -> str:
     studies = list(studies)
     return (f"{path}: no study named {study!r} in the config{did_you_mean(study, studies)} (allowed: "
             f"{', '.join(studies)}; see `leaner variants <config>`)")
+
+
+def unknown_variant_message(path: str, study: str, variant: str, variants: Iterable[str]) -> str:
+    from .config import did_you_mean
+
+    variants = list(variants)
+    shown = ", ".join(variants[:3]) + (f" and {len(variants) - 3} more" if len(variants) > 3 else "")
+    return (f"{path}: no variant {variant!r} in study {study!r}{did_you_mean(variant, variants)} (allowed: "
+            f"{shown}; see `leaner variants <config>`)")
