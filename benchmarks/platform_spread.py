@@ -32,8 +32,14 @@ def _tables(workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _readme_tables(rev: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The claims and heads-effect tables of the README at `rev`, as the columns the CSVs have."""
-    text = subprocess.run(["git", "show", f"{rev}:README.md"], capture_output=True, text=True, check=True).stdout
+    """The full claims and heads-effect tables at `rev` (the README's until it became a short manual,
+    docs/results.md's since), as the columns the CSVs have."""
+    def show(path):
+        return subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True).stdout
+
+    text = show("README.md")
+    if "<!-- claims table: begin -->" not in text:
+        text = show("docs/results.md")
 
     def rows(name):
         begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"

@@ -7,8 +7,9 @@ Two uses:
   run of the default study must give these files byte for byte where its numerics label is the
   reference's, or else stay within what another platform can move (test_default_study.py);
 - refreshing them after a change that moves the numbers, from a finished run of config.yaml:
-  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files, the README's generated
-  blocks (the claims and heads-effect tables, the findings) and its headline figure;
+  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files, the generated blocks (the
+  README's short claims table; docs/results.md's full claims and heads-effect tables, the numbers
+  behind them and the findings) and the README's headline figure;
 - the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
   docs/headline.png from the reference's summaries with the overview's own code (the figure
   `leaner overview` draws as results/figures/all_studies-overview.png).
@@ -26,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "reference" / "default_study"
 README = REPO / "README.md"
+RESULTS = REPO / "docs" / "results.md"
 FIGURE = REPO / "docs" / "headline.png"
 TIMINGS = ("wall_time_s", "throughput_samples_per_s", "peak_memory_mb")  # summary columns a machine's load moves
 NOT_KEPT = ("all_studies-job_costs.csv",)  # nothing but timings
@@ -125,8 +127,34 @@ def numbers_behind() -> str:
     return "| study | numbers behind it |\n|---|---|\n" + "".join(f"| `{s}` | {text} |\n" for s, text in rows)
 
 
-def readme_blocks() -> dict[str, str]:
-    """What the README's generated blocks must hold, rendered from the reference's files."""
+SUPPORTED = {"yes": "supported", "no": "not supported"}
+
+
+def claims_brief(frame) -> str:
+    """The README's short claims table: each decided comparison (lean or control against its
+    baseline, over more than one seed) in six columns; the full table is docs/results.md's."""
+    from leaner.analysis.overview import _elsewhere, _signed, _stuck
+
+    lines = ["| study | claim | compared (parameters against the baseline's) | difference (+: better) "
+             "[one-sided 95%] | verdict: declared supported? | another platform could read |",
+             "|---|---|---|---|---|---|"]
+    decided = frame[(frame["role"] != "baseline") & (frame["n"] > 1)]
+    for _, r in decided.iterrows():
+        baseline = frame[(frame["claim"] == r["claim"]) & (frame["study"] == r["study"])
+                         & (frame["role"] == "baseline")]["configuration"].iloc[0]
+        fewer = f", -{r['param_reduction_pct']:.0f}%" if round(r["param_reduction_pct"]) else ""
+        declared = (f"declared {r['hypothesis']}: {SUPPORTED.get(r['supported'], r['supported'])}"
+                    if isinstance(r.get("hypothesis"), str) else "the control")
+        lines.append(f"| `{r['study']}` | {r['claim']} ({r['metric']}) | {r['configuration']} vs {baseline} "
+                     f"({r['role']}{fewer}) | {_signed(r['lean_advantage'])} [{_signed(r['bound_lo'])}, "
+                     f"{_signed(r['bound_hi'])}], n = {int(r['n'])}{_stuck(r)} | **{r['verdict']}** ({declared}) | "
+                     f"{_elsewhere(r)} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_blocks() -> dict[tuple[Path, str], str]:
+    """What the generated blocks must hold, rendered from the reference's files: (file, block name)
+    -> text."""
     import pandas as pd
 
     from leaner.analysis.overview import effects_markdown, headline_markdown
@@ -134,11 +162,13 @@ def readme_blocks() -> dict[str, str]:
     read = {"keep_default_na": False, "na_values": [""]}  # the verdict "n/a (one seed)" is words
     findings = (REFERENCE / "findings.md").read_text()
     body = findings.split("\n## ")[0].split("\n", 1)[1].strip()  # the paragraphs before the tables
-    return {"claims table": headline_markdown(pd.read_csv(REFERENCE / "tables" / "all_studies-headline.csv", **read)),
-            "heads effect table": effects_markdown(pd.read_csv(REFERENCE / "tables" / "all_studies-heads_effect.csv",
-                                                               **read)),
-            "numbers behind it": numbers_behind(),
-            "findings": "\n".join(f"> {line}" if line else ">" for line in body.splitlines()) + "\n"}
+    headline = pd.read_csv(REFERENCE / "tables" / "all_studies-headline.csv", **read)
+    return {(README, "claims"): claims_brief(headline),
+            (RESULTS, "claims table"): headline_markdown(headline),
+            (RESULTS, "heads effect table"): effects_markdown(
+                pd.read_csv(REFERENCE / "tables" / "all_studies-heads_effect.csv", **read)),
+            (RESULTS, "numbers behind it"): numbers_behind(),
+            (RESULTS, "findings"): "\n".join(f"> {line}" if line else ">" for line in body.splitlines()) + "\n"}
 
 
 def headline_figure(path: Path = FIGURE) -> Path:
@@ -163,7 +193,7 @@ def headline_figure(path: Path = FIGURE) -> Path:
 
 
 def marked(text: str, name: str) -> tuple[int, int]:
-    """Where the README's block `name` lies: (start, end) of the text between its markers."""
+    """Where a generated block `name` lies: (start, end) of the text between its markers."""
     begin, end = f"<!-- {name}: begin -->\n", f"<!-- {name}: end -->"
     start = text.index(begin) + len(begin)
     return start, text.index(end, start)
@@ -190,11 +220,10 @@ def write_reference(workdir: Path, wall: str | None = None) -> None:
         "numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
         "commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%d"),
         "command": "snakemake --cores 2 --configfile config.yaml", "wall": wall}, indent=1) + "\n")
-    text = README.read_text()
-    for name, block in readme_blocks().items():
+    for (path, name), block in readme_blocks().items():
+        text = path.read_text()
         start, end = marked(text, name)
-        text = text[:start] + block + text[end:]
-    README.write_text(text)
+        path.write_text(text[:start] + block + text[end:])
     headline_figure()
 
 

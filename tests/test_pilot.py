@@ -107,3 +107,13 @@ def test_the_default_studys_rationales_quote_the_kept_pilot():
                 assert all(seen in text for seen in re.findall(r"seen ([+-]\d\.\d{3})", out)), (out, text)
             checked += 1
     assert checked == 4
+
+
+def test_the_pilots_help_names_the_paths_it_uses():
+    """`leaner pilot --help` names the CSV and the run folder the code writes (planning/pilot.py)."""
+    from leaner.cli import build_parser
+    from leaner.planning.pilot import PILOT_CSV, PILOT_RUNS
+
+    pilot = build_parser()._subparsers._group_actions[0].choices["pilot"]
+    helps = {a.dest: a.help for a in pilot._actions}
+    assert PILOT_CSV.format(study="STUDY") in helps["out"] and PILOT_RUNS.format(study="STUDY") in helps["work"]

@@ -233,7 +233,7 @@ ONE_RUN = " (one run)"  # a number without an interval: what one run on one plat
 
 
 def headline_markdown(frame: pd.DataFrame) -> str:
-    """The README's claims table: each claim's baseline row, then its lean rows and its control with
+    """The full claims table (docs/results.md): each claim's baseline row, then its lean rows and its control with
     the difference (against the baseline, signed so that + is the compared model better) and its
     one-sided 95% bounds, the verdict and whether it supports the declared hypothesis. A claim over
     one seed has no interval: its numbers are marked as one run's."""

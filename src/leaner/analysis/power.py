@@ -8,7 +8,8 @@ A claim (stats.claim_verdict) judges lean - baseline by its one-sided 95% Welch 
 the test is sized for, not a threshold: any gain whose bound clears 0 counts). For `inferior` (a
 cost declared, e.g. "depth matters") the upper bound must fall below -margin: the power is taken at
 the pilot's difference. A non-inferiority claim's report adds the power of equivalence (two
-one-sided tests within +-margin), simulated: a different and weaker test."""
+one-sided tests within +-margin), simulated: a stronger verdict than non-inferiority (it also
+bounds the gain), so at the same seeds its power is lower."""
 
 from __future__ import annotations
 

@@ -276,7 +276,8 @@ def pilot_parser(sub) -> None:
     s.add_argument("--seeds", type=_seed_list, default=_seed_list("100-104"),
                    help="pilot seeds, none of the claim's (default 100-104)")
     s.add_argument("--config", nargs="+", default=["config.yaml"], help=CONFIG_FILES["help"])
-    s.add_argument("--out", default=None, help="the pilot's CSV (default pilots/STUDY-CLAIM.csv)")
+    s.add_argument("--out", default=None,
+                   help="the pilot's CSV (default pilots/STUDY.csv: one per study, every claim's arms)")
     s.add_argument("--work", default=None, help="where the pilot's runs live (default pilot_runs/STUDY)")
     s.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
     s.add_argument("--from-csv", action="store_true", help="train nothing: report from the pilot's CSV")

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..io import read_json, write_json
 from ..models.config import ModelConfig
 from ..provenance import code_state
-from ..schema import Recipe
+from ..schema import Recipe, recipe_spec
 from ..workflow.config import did_you_mean
 
 REHEARSAL_RECIPE = {"batch_size": 2, "eval_batch_size": 2, "max_steps": 3, "checkpoint_every": 2,
@@ -89,7 +89,7 @@ def rehearsal_spec(spec: dict) -> dict:
     recipe = dataclasses.replace(recipe, batch_size=recipe.batch_size * recipe.accumulate,  # 2 samples a micro-batch
                                  # max_steps steps whatever the epochs and the data give an epoch (one step each)
                                  epochs=max(recipe.epochs, recipe.max_steps))
-    return {**spec, "recipe": dataclasses.asdict(recipe), "conditioning": cond}
+    return {**spec, "recipe": recipe_spec(recipe), "conditioning": cond}
 
 
 # ------------------------------------------------------------------------------------- synthetic data
