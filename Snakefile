@@ -26,20 +26,18 @@ rule all:
         final_outputs(),
 
 
-check_resource_settings()
+# What a run does besides its rules (the GPUs it counts, the plan and hub checks, the warm
+# process): leaner/run_hooks.py.
+run_hooks.check_resource_names(workflow)
 
 
 onstart:
-    count_gpus()
-    check_plan_at_start()
-    drop_finished_copies()
-    check_hub_data()
-    start_warm()
+    run_hooks.at_start(workflow, PLAN, config)
 
 
 onsuccess:
-    stop_warm()
+    run_hooks.at_end()
 
 
 onerror:
-    stop_warm()
+    run_hooks.at_end()

@@ -1,6 +1,5 @@
 # Helpers shared by every rule: load + validate the config once, expand every study's variants.
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -9,44 +8,19 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.workflow.config import ConfigError, load_yaml, merge_cli_config
 from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES, caption
-from leaner.provenance import CLAIMS_ENV
 from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
-from leaner.data.hub_check import hub_problems, skip_reason
 from leaner.workflow.datasets import data_spec
 from leaner.models.memory import conditioning_mem_mb, training_mem_mb
-from leaner import warm
-from leaner.workflow.preflight import (
-    resource_problems,
-    unknown_study_message,
-    unknown_variant_message,
-)
-from leaner.workflow.scheduling import (
-    RESUMABLE_RULES,
-    RETRIED_RULES,
-    ask_group_components,
-    cluster_check_args,
-    gpu_share_group,
-    job_resources,
-    job_retries,
-    limit_resource,
-    local_gpu_limits,
-    plan_check_skipped,
-    relay_stop_signals,
-    retrains,
-    retries_by_job,
-)
-from leaner.training.finished import drop as drop_finished
+from leaner import run_hooks
+from leaner.workflow.preflight import unknown_study_message, unknown_variant_message
+from leaner.workflow.scheduling import gpu_share_group, job_resources
 
 
 # Jobs run the `leaner` CLI of the environment Snakemake itself runs in.
 envvars:
     "PATH",
 
-
-os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-# --sdm conda: envs/leaner.post-deploy.sh installs the package from this checkout, wherever --directory points
-os.environ.setdefault("LEANER_SOURCE", workflow.basedir)
 
 # --configfile / --config values that do not define their studies in full (an overlay) are laid
 # over config.yaml beside this workflow; without any, config.yaml is the config.
@@ -58,11 +32,11 @@ except ConfigError as err:
     sys.stderr.write(str(err) + "\n")
     raise SystemExit(2)
 
+# the jobs' environment, per-job retries, stop signals passed on in a Slurm job (leaner/run_hooks.py)
+run_hooks.prepare(workflow, PLAN, workflow.basedir)
+
 STUDIES = list(PLAN.studies)
-# each job records its study's claims as declared now (provenance.claims_declared)
-os.environ[CLAIMS_ENV] = json.dumps({s: PLAN.studies[s].claims_digest for s in STUDIES}, sort_keys=True)
 CLAIMING_STUDIES = [s for s in STUDIES if PLAN.studies[s].claims]  # their claims make the headline
-PREPARE_RULES = ("prepare_data", "prepare_data_local")  # rules/data.smk
 FIG_EXT = ["png", "pdf"]
 TABLE_EXT = ["csv", "md", "tex", "html"]
 
@@ -148,9 +122,9 @@ def gpu_resource(key, max_gpus=None):
 def share_group(wildcards):
     """The Snakemake group of a study whose jobs share GPUs: on a cluster it spans jobs_per_gpu
     jobs, one allocation of one GPU per k variants (local runs ignore groups). The group sizes are
-    set when the DAG asks for its first group (leaner/workflow/scheduling.py ask_group_components:
-    Snakemake 9.27 replaces its group settings after this file is parsed)."""
-    ask_group_components(workflow, {name: st.resources for name, st in PLAN.studies.items()})
+    set when the DAG asks for its first group (leaner/run_hooks.py group_sizes: Snakemake 9.27
+    replaces its group settings after this file is parsed)."""
+    run_hooks.group_sizes(workflow, PLAN)
     return gpu_share_group(wildcards.study, study_of(wildcards).resources)
 
 
@@ -241,28 +215,6 @@ def benchmark_files():
     return out
 
 
-RETRY_LINES = set()  # (job, attempt): said once
-
-
-def decide_retries(job):
-    """A failed job's retries (workflow/scheduling.py job_retries) for the rules retried as their
-    study allows; one line where a job is not tried again, and why."""
-    if job.rule.name not in RETRIED_RULES:
-        return None
-    out_dir = Path(job.output[0]).parent
-    tries, line = job_retries(
-        job.rule.name, job.attempt, study_of(job.wildcards).resources["attempts"], out_dir, workflow.remote_exec
-    )
-    if line and (str(job), job.attempt) not in RETRY_LINES:
-        RETRY_LINES.add((str(job), job.attempt))
-        sys.stderr.write(f"{job.rule.name} {out_dir}: {line}\n")
-    return tries
-
-
-retries_by_job(decide_retries)
-relay_stop_signals(os.environ, sys.argv)
-
-
 def trained_metrics():
     """Every training and fine-tuning job's metrics.json (what their attempts cost)."""
     out = []
@@ -272,119 +224,6 @@ def trained_metrics():
             if st.finetune:
                 out += [f"results/{study}/{vid}/glue/{task}/metrics.json" for task in st.finetune["tasks"]]
     return out
-
-
-def check_resource_settings():
-    """Unknown resource names in --resources / --default-resources / --set-resources (a profile's
-    typo) stop the run before any job; called once every rule is defined."""
-    rs = workflow.resource_settings
-    overrides = {rule: list(res.keys()) for rule, res in dict(rs.overwrite_resources or {}).items()}
-    problems = resource_problems(
-        list(dict(rs.resources or {}).keys()),
-        list(dict(rs.default_resources or {}).keys()),
-        overrides,
-        [r.name for r in workflow.rules],
-    )
-    if problems:
-        sys.stderr.write("\n".join(problems) + "\n")
-        raise SystemExit(2)
-
-
-def count_gpus():
-    """At the start of a local run (onstart: not in dry runs, not on a cluster): the GPUs and their
-    shares Snakemake counts, and a study this machine cannot run as asked stops the run before any
-    job starts (leaner/workflow/scheduling.py local_gpu_limits)."""
-    if not workflow.local_exec:
-        return
-    limits, problems = local_gpu_limits(
-        PLAN, *(workflow.global_resources.get(name).value for name in ("gpu", "_cores", "gpu_share"))
-    )
-    if problems:
-        sys.stderr.write("\n".join(problems) + "\n")
-        raise SystemExit(2)
-    for name, value in limits.items():
-        limit_resource(workflow, name, value)
-
-
-def check_plan_at_start():
-    """At the start of a run (onstart: not in dry runs), before any job: `leaner cost --check`
-    (leaner/planning/fit.py), one line per job that cannot fit or finish, and the run stops. Locally:
-    each GPU study's memory against the CUDA devices here ($LEANER_GPU_MEM_GB instead). On a cluster,
-    always: memory and time on each study's gpu_model, else the card every training job's resolved
-    gpu_model names (the profile's set-resources), else $LEANER_GPU, else the default card, with the
-    early stop signal the jobs' slurm_extra asks for (workflow/scheduling.py cluster_check_args); one
-    line says what was checked and how long it took. It runs in a child process: the estimate opens
-    a CUDA context where CUDA is present, which this process, alive for the whole sweep, must not hold.
-    LEANER_SKIP_PLAN_CHECK=1 skips it (a test of the time limit itself runs 1-minute jobs, which the
-    plan's 5 minutes of assumed start-up refuses)."""
-    import subprocess
-    import tempfile
-
-    import yaml
-    from leaner.planning.fit import may_know_a_card
-
-    where = "local" if workflow.local_exec else "cluster"
-    if plan_check_skipped(os.environ) or not may_know_a_card(PLAN, where):
-        return
-    extra = []
-    if where == "cluster":
-        trained = [dict(j.resources) for j in workflow.dag.needrun_jobs() if j.rule.name in RESUMABLE_RULES]
-        extra = cluster_check_args(trained, os.environ)
-    with tempfile.NamedTemporaryFile("w", prefix=".leaner-config-", suffix=".yaml") as resolved:
-        yaml.safe_dump(dict(config), resolved)
-        resolved.flush()
-        src = str(Path(workflow.basedir) / "src")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.run(
-            [sys.executable, "-m", "leaner", "cost", resolved.name, "--check", where, *extra],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-    if proc.returncode:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit(2)
-    if where == "cluster":
-        sys.stderr.write(proc.stderr)
-
-
-def drop_finished_copies():
-    """At the start of a run (onstart: not in dry runs, not in cluster jobs): a training job this run
-    retrains (forced, new params, new input: workflow/scheduling.py retrains) forgets the finished run
-    a cluster job kept for it (training/finished.py), so that it trains again."""
-    for job in workflow.dag.needrun_jobs():
-        if job.rule.name in RESUMABLE_RULES and retrains(workflow.dag.reason(job)):
-            drop_finished(Path(job.output[0]).parent)
-
-
-def check_hub_data():
-    """At the start of a run (onstart: not in dry runs, not in cluster jobs): every dataset from
-    the hub whose preparation this run will run is asked for at the hub; one the pinned `datasets`
-    cannot load stops the run before any job, with one line saying what to do. Skipped with
-    LEANER_SKIP_DATA_CHECK=1 or in offline mode (HF_DATASETS_OFFLINE=1, HF_HUB_OFFLINE=1)."""
-    if skip_reason(os.environ):
-        return
-    names = {job.wildcards["dataset"] for job in workflow.dag.needrun_jobs() if job.rule.name in PREPARE_RULES}
-    problems = hub_problems({name: PLAN.datasets[name] for name in sorted(names)})
-    if problems:
-        sys.stderr.write("\n".join(problems) + "\n")
-        raise SystemExit(2)
-
-
-WARM = []  # the warm process of this run, if any
-
-
-def start_warm():
-    """At the start of a local run (onstart): the warm process its training, conditioning and theory
-    jobs fork from instead of each importing torch (leaner/warm.py; LEANER_WARM=off: none)."""
-    if workflow.local_exec:
-        WARM.append(warm.start(PLAN.numerics, "logs/warm.log"))
-
-
-def stop_warm():
-    """At the end of a run (onsuccess, onerror): the warm process stops taking jobs."""
-    for proc in WARM:
-        warm.stop(proc)
 
 
 # Names a target under results/ may start with (rules/refuse_unknown_studies.smk refuses any other).

@@ -215,7 +215,7 @@ def test_leaner_device_cuda_without_cuda_is_one_line(tmp_path, digits_manifest):
 
 
 def test_a_bf16_study_on_a_gpu_without_bf16_is_one_line_per_study():
-    """What onstart says (rules/common.smk count_gpus) on a GPU without bf16: each GPU study whose
+    """What onstart says (run_hooks, local_gpu_limits) on a GPU without bf16: each GPU study whose
     recipes ask for bf16, in one line; P2's fp32 studies and CPU studies pass."""
     from leaner.workflow.plan import load_plan
     from leaner.workflow.scheduling import bf16_problems

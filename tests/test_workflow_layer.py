@@ -34,6 +34,7 @@ def test_the_workflow_layer_plans_the_default_config_with_torch_unimportable():
         "import sys; sys.modules['torch'] = None\n"
         "import leaner.workflow.config, leaner.workflow.datasets, leaner.workflow.plan\n"
         "import leaner.workflow.preflight, leaner.workflow.scheduling, leaner.outputs, leaner.data.kinds\n"
+        "import leaner.workflow.engine, leaner.run_hooks\n"
         "plan = leaner.workflow.plan.load_plan('config.yaml')\n"
         "print(sum(len(s.variants) for s in plan.studies.values()))\n"
         "assert not [m for m, mod in sys.modules.items() if mod and m.split('.')[0] in ('torch', 'timm', 'pandas')]\n")
@@ -113,93 +114,3 @@ def test_an_unknown_study_names_the_studies_there_are(study, hint):
     assert unknown_study_message(f"results/{study}/summary.csv", study, ["vit_digits", "nearest_rank"]) == (
         f"results/{study}/summary.csv: no study named {study!r} in the config{hint} (allowed: vit_digits, "
         f"nearest_rank; see `leaner variants <config>`)")
-
-
-SETTINGS_SNAKEFILE = '''
-from leaner.workflow.scheduling import ask_group_components, limit_resource
-
-
-def group(wildcards):
-    ask_group_components(workflow, {"s": {"gpu": 1, "jobs_per_gpu": 2, "gpu_model": ""}})
-    return "gpu_share_s"
-
-
-rule all:
-    input: expand("out/{i}", i=range(4))
-
-
-rule one:
-    output: "out/{i}"
-    group: group
-    resources: token=1
-    shell: "mkdir lock && sleep 0.3 && rmdir lock && touch {output}"
-
-
-onstart:
-    limit_resource(workflow, "token", 1)
-'''
-
-
-def test_the_two_settings_made_through_snakemakes_internals_take_effect(tmp_path):
-    """The Snakefile sets the group sizes from a group function and a resource limit at onstart,
-    through Snakemake 9's internals (workflow/scheduling.py). On a workflow of its own: the limit
-    holds (four jobs that collide if two run at once, on four cores), and on a cluster executor
-    (a dry run) four jobs of a 2-per-GPU group are two group jobs, not one per job. Fails when a
-    Snakemake release changes either under them."""
-    from conftest import BIN
-
-    snakefile = tmp_path / "Snakefile"
-    snakefile.write_text(SETTINGS_SNAKEFILE)
-    base = [str(BIN / "snakemake"), "-d", str(tmp_path), "-s", str(snakefile)]
-    plan = subprocess.run([*base, "-n", "--executor", "slurm", "--jobs", "4"], capture_output=True, text=True,
-                          cwd=tmp_path)
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    assert (plan.stdout + plan.stderr).count("Group job gpu_share_s") == 2
-    proc = subprocess.run([*base, "--cores", "4"], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0", "1", "2", "3"]
-
-
-RETRIES_SNAKEFILE = '''
-from leaner.workflow.scheduling import retries_by_job
-
-
-def decide(job):
-    return None if job.rule.name != "fail" else int(job.wildcards.n)
-
-
-retries_by_job(decide)
-
-
-rule all:
-    input: expand("out/{n}", n=[0, 2]), "out/other"
-
-
-rule fail:
-    output: "out/{n}"
-    wildcard_constraints: n=r"\\d"
-    retries: 5
-    shell: "echo {wildcards.n} >> tries.txt; exit 1"
-
-
-rule other:
-    output: "out/other"
-    retries: 1
-    shell: "echo other >> tries.txt; exit 1"
-'''
-
-
-def test_retries_decided_per_job_through_snakemakes_internals(tmp_path):
-    """A failed job's retries decided per job (workflow/scheduling.py retries_by_job), on a
-    workflow of its own: a job whose decision is 0 runs once, one given 2 runs three times
-    (though its rule says 5), and a rule the decision leaves alone keeps its own retries. Fails
-    when a Snakemake release changes Job.restart_times under it."""
-    from conftest import BIN
-
-    snakefile = tmp_path / "Snakefile"
-    snakefile.write_text(RETRIES_SNAKEFILE)
-    proc = subprocess.run([str(BIN / "snakemake"), "-d", str(tmp_path), "-s", str(snakefile), "--cores", "1",
-                           "--keep-going"], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode != 0
-    tries = (tmp_path / "tries.txt").read_text().split()
-    assert sorted(tries) == ["0", "2", "2", "2", "other", "other"], proc.stderr[-3000:]

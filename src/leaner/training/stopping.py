@@ -13,7 +13,7 @@ rank takes part in the same save.
 For the save to finish, the training process must be the one its scheduler waits for: the rules
 start it with `exec` (no shell between it and Snakemake, which waits for running jobs on SIGTERM),
 and the Snakemake inside a Slurm job passes SIGTERM and SIGUSR1 on to it (Slurm with
-proctrack/cgroup signals that Snakemake alone) and keeps waiting (workflow/scheduling.py).
+proctrack/cgroup signals that Snakemake alone) and keeps waiting (workflow/engine.py).
 
 Each attempt is recorded (attempts.py): one that saved no progress since the one before it (a
 time limit shorter than start-up plus one step, say) is not tried again.

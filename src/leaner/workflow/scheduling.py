@@ -145,47 +145,6 @@ def local_gpu_limits(plan, gpus: int | None, cores: int | None, share: int | Non
     return limits, problems
 
 
-# Two settings the Snakefile makes where Snakemake 9 gives no public door (pinned: snakemake 9.27.1;
-# tests/test_workflow_layer.py runs both on a workflow of its own and fails when Snakemake changes
-# under them).
-
-def ask_group_components(workflow, studies: Mapping[str, Mapping]) -> None:
-    """Set the group sizes GPU sharing needs (`wanted_group_components`; a size the user gave on
-    the command line or in a profile is kept). Called from a rule's `group` function, when the DAG
-    asks for its first group: Snakemake 9 replaces `workflow.group_settings` from the command line
-    after the Snakefile is parsed, so a setting made at parse time is lost."""
-    settings = workflow.group_settings
-    wanted = wanted_group_components(studies, settings.group_components)
-    if wanted != dict(settings.group_components):
-        settings.group_components = wanted
-
-
-def limit_resource(workflow, name: str, value: int) -> None:
-    """A global resource limit set at `onstart`, once the scheduler exists: Snakemake 9's
-    `register_resource` updates what is free but not the totals the scheduler counts by, so those
-    are set too."""
-    workflow.register_resource(name, value)
-    workflow.scheduler.global_resources[name] = value
-
-
-def retries_by_job(decide: Callable[[object], int | None]) -> None:
-    """A failed job's retries decided per job by `decide(job)` (None: the rule's own): Snakemake
-    9.27 keeps one `retries` number per rule (workflow.py refuses a callable) and reads it, once
-    per failure, as `Job.restart_times` (JobScheduler._handle_error: another attempt while
-    restart_times > attempt - 1), so that property is replaced here by one that asks `decide`
-    first. A group job takes the most of its jobs' (GroupJob.restart_times), unchanged."""
-    from snakemake.jobs import Job
-
-    rule_own = getattr(Job, "_rule_restart_times", None) or Job.__dict__["restart_times"]
-    Job._rule_restart_times = rule_own
-
-    def restart_times(job) -> int:
-        own = decide(job)
-        return rule_own.fget(job) if own is None else own
-
-    Job.restart_times = property(restart_times)
-
-
 RESUMABLE_RULES = ("train", "finetune")  # their jobs keep a resume state (training/attempts.py)
 RETRIED_RULES = RESUMABLE_RULES + ("conditioning",)  # retried as their study allows
 CONDITIONING_TRIES = 2  # a conditioning job starts over: one more try, for a failure that may not recur
@@ -244,58 +203,3 @@ def cluster_check_args(train_resources: list[Mapping], env: Mapping) -> list[str
     gpu = models.pop() if len(models) == 1 and "" not in models else env.get(GPU_ENV)
     lead = min((signal_lead(r.get("slurm_extra")) for r in train_resources), default=None)
     return (["--gpu", gpu] if gpu else []) + ([] if lead is None else ["--signal-lead", f"{lead:g}"])
-
-
-def retrains(reason) -> bool:
-    """Whether Snakemake runs a job for a reason that asks for new results (forced, new params,
-    code, software or input), not only because its outputs are missing or incomplete (then a
-    finished run kept aside, training/finished.py, is its result)."""
-    return bool(reason.forced or reason.is_provenance_triggered() or reason.updated_input
-                or reason.updated_input_run)
-
-
-def relay_stop_signals(environ: Mapping, argv: list[str]) -> bool:
-    """In the Snakemake that runs a Slurm job's rules (inside the job, not the jobstep Snakemake of
-    its batch step): SIGTERM (the time limit, scancel, a preemption) and SIGUSR1 (the early stop
-    signal profiles/slurm asks for) are passed on to the job processes it runs (its children: the
-    rules `exec` the training), then Snakemake does what it does: on SIGTERM it waits for them
-    to end; SIGUSR1, which would end it at once (its default action) and with it, Slurm's step
-    and the training before its save, it lets pass. Slurm with proctrack/cgroup, as most clusters
-    run it, signals only the step's own process, this Snakemake, which would otherwise keep the
-    signal to itself. True where installed (in the main thread of such a Snakemake).
-
-    SIGTERM reaches the scheduler's own handler (JobScheduler.exit_gracefully, snakemake 9.27.1,
-    installed after this file is parsed), which is wrapped here."""
-    import signal
-    import threading
-
-    if not environ.get("SLURM_JOB_ID") or "slurm-jobstep" in argv:
-        return False
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    from snakemake.scheduling.job_scheduler import JobScheduler
-
-    graceful = getattr(JobScheduler, "_leaner_graceful", None) or JobScheduler.exit_gracefully
-    JobScheduler._leaner_graceful = graceful
-
-    def exit_gracefully(self, *args):
-        pass_on(signal.SIGTERM)
-        return graceful(self, *args)
-
-    JobScheduler.exit_gracefully = exit_gracefully
-    signal.signal(signal.SIGUSR1, lambda signum, frame: pass_on(signum))
-    return True
-
-
-def pass_on(signum: int) -> list[int]:
-    """Send `signum` to this process's children (the pids it reached)."""
-    import psutil
-
-    reached = []
-    for child in psutil.Process().children():
-        try:
-            child.send_signal(signum)
-            reached.append(child.pid)
-        except psutil.Error:
-            continue
-    return reached
