@@ -76,6 +76,11 @@ def _rerun_ends_identical(work: Path, reference, resumed_from: int) -> None:
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     log = (work / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
     assert f"resumed from step {resumed_from}" in log, log[-2000:]
+    _ends_identical(work, reference)
+
+
+def _ends_identical(work: Path, reference) -> None:
+    """The run's outputs are the uninterrupted run's, bit for bit."""
     metrics, weights, history = _outputs(work)
     ref_metrics, ref_weights, ref_history = reference
     assert metrics == ref_metrics
@@ -317,3 +322,29 @@ def test_a_second_ctrl_c_aborts_the_save_and_the_re_run_resumes_from_the_last_on
 
     _rerun_ends_identical(tmp_path, reference, 20)
     assert not _resume_dir(tmp_path).exists()
+
+
+@pytest.mark.parametrize("how", ["SIGTSTP", "SIGSTOP"])
+def test_a_stopped_run_stops_its_warm_training_and_a_continued_one_ends_identical(tmp_path, reference, how):
+    """Ctrl-Z at a workstation (SIGTSTP to the foreground process group), or SIGSTOP to it (`kill
+    -STOP`, which no process can catch): the training, which runs in the warm process and so
+    outside that group, stops too, and stays stopped (step 20's checkpoint write, held 3 s, is
+    still not renamed 4 s later); SIGCONT continues everything and the run ends with the outputs
+    of an uninterrupted one."""
+    import psutil
+
+    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3")
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
+    trainer = psutil.Process(_trainer_pid(tmp_path))
+    assert os.getpgid(trainer.pid) != proc.pid  # the warm child: a Ctrl-Z does not reach it by itself
+    os.killpg(proc.pid, getattr(signal, how))
+    _wait_for(lambda: trainer.status() == psutil.STATUS_STOPPED, 10)
+    time.sleep(4)
+    assert trainer.status() == psutil.STATUS_STOPPED
+    assert any(_resume_dir(tmp_path).glob(".state.pt.*.tmp"))
+    os.killpg(proc.pid, signal.SIGCONT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    _ends_identical(tmp_path, reference)

@@ -17,7 +17,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leaner.running.handoff import ENV, THREAD_COUNTS, WARM_LINE, cold_reason, numerics_of
+from leaner.running.handoff import (
+    BENCHMARK_COLUMNS,
+    ENV,
+    THREAD_COUNTS,
+    WARM_LINE,
+    benchmark_of,
+    cold_reason,
+    environment_differences,
+    numerics_of,
+)
 
 from conftest import BIN, small_spec
 
@@ -29,7 +38,7 @@ def warm_socket(tmp_path_factory):
     path = str(folder / "w.sock")
     log = open(folder / "warm.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "leaner.warm", "--socket", path, "--numerics", "pinned"],
-                            stdout=log, stderr=log, start_new_session=True)
+                            stdout=log, stderr=log, start_new_session=True, env=job_env())
     deadline = time.time() + 30
     while not os.path.exists(path):
         assert proc.poll() is None and time.time() < deadline, (folder / "warm.log").read_text()
@@ -41,8 +50,15 @@ def warm_socket(tmp_path_factory):
     assert "leaner warm: stopped" in (folder / "warm.log").read_text()
 
 
+def job_env() -> dict:
+    """The environment the warm process starts in and its jobs bring, as Snakemake's own is for
+    both: this one's, on the CPU, without pytest's per-test variables."""
+    per_test = (ENV, "PYTEST_CURRENT_TEST", "COLUMNS", "LINES")
+    return {**{k: v for k, v in os.environ.items() if k not in per_test}, "LEANER_DEVICE": "cpu"}
+
+
 def leaner(args: list[str], warm: str | None, log: Path, extra_env: dict | None = None, **popen) -> subprocess.Popen:
-    env = {**{k: v for k, v in os.environ.items() if k != ENV}, **(extra_env or {})}
+    env = {**job_env(), **(extra_env or {})}
     if warm:
         env[ENV] = warm
     return subprocess.Popen([str(BIN / "leaner"), *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
@@ -136,8 +152,8 @@ def test_a_child_killed_by_a_signal_kills_its_job_with_that_signal(tmp_path, dig
 
 
 def test_jobs_the_warm_process_cannot_serve_alike_run_cold(tmp_path, warm_socket):
-    """Another numerics mode than the warm process's, or another setting that a library reads when
-    it loads, is refused and runs cold with one line; a socket nobody serves runs cold with one
+    """Another numerics mode than the warm process's, or another value of any variable (a library
+    may read it when it loads), is refused and runs cold with one line; a socket nobody serves runs cold with one
     line; a Slurm job, a torchrun rank and the light commands never ask."""
     log = tmp_path / "native.log"
     assert leaner(["theory", "--help", "--numerics", "native"], warm_socket, log).wait(timeout=60) == 0
@@ -145,7 +161,12 @@ def test_jobs_the_warm_process_cannot_serve_alike_run_cold(tmp_path, warm_socket
     assert "usage: leaner theory" in log.read_text()
     log = tmp_path / "mkl.log"  # MKL would keep the warm process's instruction set: cold
     assert leaner(["theory", "--help"], warm_socket, log, {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}).wait(timeout=60) == 0
-    assert "refused this job (load_env" in log.read_text() and "usage: leaner theory" in log.read_text()
+    assert ("refused this job (the environment differs from the warm process's in MKL_ENABLE_INSTRUCTIONS (a "
+            "library may read it when it loads)); running cold") in log.read_text()
+    assert "usage: leaner theory" in log.read_text()
+    log = tmp_path / "hf.log"  # huggingface_hub read HF_HOME when the warm process imported it: cold
+    assert leaner(["theory", "--help"], warm_socket, log, {"HF_HOME": str(tmp_path)}).wait(timeout=60) == 0
+    assert "the environment differs from the warm process's in HF_HOME" in log.read_text()
     log = tmp_path / "none.log"
     assert leaner(["train", "--help"], str(tmp_path / "nobody.sock"), log).wait(timeout=60) == 0
     assert "does not answer" in log.read_text() and "running cold" in log.read_text()
@@ -162,6 +183,8 @@ def test_jobs_the_warm_process_cannot_serve_alike_run_cold(tmp_path, warm_socket
 
 
 def test_a_warm_job_measures_its_child_for_the_job_costs_table(tmp_path):
+    """The job-costs table takes a warm job's CPU time and peak memory from its child's benchmark
+    beside Snakemake's, else (runs made before it was written) from its log's last line."""
     from leaner.analysis.job_costs import job_costs
 
     bench = tmp_path / "logs" / "benchmarks" / "train" / "s"
@@ -172,9 +195,74 @@ def test_a_warm_job_measures_its_child_for_the_job_costs_table(tmp_path):
     for name in ("a", "b"):
         (bench / f"{name}.tsv").write_text(header + "4.0\t0:00:04\t30.0\t1\t1\t1\t0\t0\t1.0\t0.05\n")
     (logs / "a.log").write_text(f"training\n{WARM_LINE} (pid 12): cpu_s 7.50, peak_mb 612.5\n")
+    child = header  # the warm child's benchmark beside Snakemake's, in its format
+    (bench / "c.tsv").write_text(header + "4.0\t0:00:04\t30.0\t1\t1\t1\t0\t0\t1.0\t0.05\n")
+    (bench / "c.warm.tsv").write_text(child + "3.9\t0:00:03\t700.0\tNA\tNA\tNA\tNA\tNA\t230.8\t9.0\n")
+    (logs / "c.log").write_text(f"training\n{WARM_LINE} (pid 13): cpu_s 1.00, peak_mb 1.0\n")  # the file wins
     (logs / "b.log").write_text("training in its own process\n")
     table = job_costs([str(bench / "a.tsv"), str(bench / "b.tsv")]).set_index("rule")
     assert table.loc["train", "warm_jobs"] == 1 and table.loc["train", "jobs"] == 2
     assert table.loc["train", "cpu_time_s_total"] == pytest.approx(7.55)
     assert table.loc["train", "max_rss_mb"] == pytest.approx(612.5)
     assert table.loc["train", "mean_load_pct"] == pytest.approx((100 * 7.5 / 4 + 1.0) / 2)
+    table = job_costs([str(bench / f"{name}.tsv") for name in "abc"]).set_index("rule")
+    assert table.loc["train", "warm_jobs"] == 2 and table.loc["train", "cpu_time_s_total"] == pytest.approx(16.55)
+    assert table.loc["train", "max_rss_mb"] == pytest.approx(700.0)
+
+
+def test_no_preloaded_module_starts_a_thread_a_forked_child_would_lack():
+    """After the warm process's imports (pinned first, as it does), only the main Python thread
+    runs, and no native thread but those whose libraries start them again in a forked child
+    (warm.py: jemalloc's background thread; OpenBLAS's pool, held to none here by its thread count)."""
+    code = ("import os, threading, json\n"
+            "from leaner.compute.numerics import pin\n"
+            "pin('pinned')\n"
+            "from leaner.warm import preload\n"
+            "preload()\n"
+            "names = [open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')]\n"
+            "print(json.dumps({'python': [t.name for t in threading.enumerate()], 'native': sorted(names)}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    threads = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert threads["python"] == ["MainThread"]
+    native = list(threads["native"])
+    native.remove("python")  # the main thread
+    assert set(native) <= {"jemalloc_bg_thd"}, native
+
+
+def test_the_environment_a_library_reads_at_import_is_compared_and_the_per_job_one_is_not():
+    """Every variable counts (a library may read any when it loads: huggingface_hub's HF_HOME), but
+    those Snakemake sets per job and the child reads again, and the shell's own bookkeeping."""
+    warm = {"HF_HOME": "/a", "OMP_NUM_THREADS": "4", "TMPDIR": "/tmp", "PATH": "/bin", "SHLVL": "1"}
+    job = {"HF_HOME": "/b", "OMP_NUM_THREADS": "1", "TMPDIR": "/tmp/job7", "PATH": "/bin", "SHLVL": "2",
+           "HF_ENDPOINT": "https://mirror", "_": "/usr/bin/leaner", ENV: "/tmp/w.sock"}
+    assert environment_differences(job, warm) == ["HF_ENDPOINT", "HF_HOME"]
+    assert environment_differences({**warm, "OMP_NUM_THREADS": "2", "TMPDIR": "/x"}, warm) == []
+
+
+def test_a_warm_job_writes_its_childs_benchmark_beside_snakemakes(tmp_path, warm_socket):
+    """A job whose log is a rule's (logs/<rule>/...log) leaves logs/benchmarks/<rule>/....warm.tsv, in
+    Snakemake's benchmark format, with the child's wall and CPU time and peak memory; a job run
+    cold leaves none."""
+    log = tmp_path / "logs" / "theory" / "theory.log"
+    log.parent.mkdir(parents=True)
+    assert leaner(["theory", "--help"], warm_socket, log, {"TMPDIR": str(tmp_path)}).wait(timeout=60) == 0
+    assert WARM_LINE in log.read_text(), log.read_text()  # another TMPDIR is no reason to run cold
+    child = tmp_path / "logs" / "benchmarks" / "theory" / "theory.warm.tsv"
+    row = pd.read_csv(child, sep="\t")
+    assert list(row.columns) == list(BENCHMARK_COLUMNS) and len(row) == 1
+    assert row["cpu_time"][0] > 0 and row["max_rss"][0] > 10 and row["s"][0] > 0
+    assert benchmark_of("logs/train/s/v.log") == Path("logs/benchmarks/train/s/v.tsv")
+    assert benchmark_of("/x/run.log") is None
+    cold = tmp_path / "logs" / "train" / "cold.log"
+    cold.parent.mkdir(parents=True)
+    assert leaner(["train", "--help"], None, cold).wait(timeout=60) == 0
+    assert not (tmp_path / "logs" / "benchmarks" / "train").exists()
+
+
+def test_sigquit_to_the_job_kills_its_warm_child_with_it(tmp_path, digits_manifest, warm_socket):
+    proc, _, beat = long_run(tmp_path, digits_manifest, warm_socket)
+    proc.send_signal(signal.SIGQUIT)
+    assert proc.wait(timeout=30) == -signal.SIGQUIT
+    assert gone(beat["pid"])

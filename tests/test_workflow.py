@@ -36,6 +36,9 @@ def test_tiny_study_end_to_end(tiny_run):
     # training, conditioning and theory ran in the run's warm process, which stopped with the run
     computed = [p for p in logs if {"train", "conditioning", "theory"} & set(p.parts) and "theory_report" not in p.name]
     assert len(computed) == 17 and all(p.read_text().splitlines()[-1].startswith(WARM_LINE) for p in computed)
+    # each beside its Snakemake benchmark (which saw only the client), the child's own
+    children = sorted((work / "logs" / "benchmarks").rglob("*.warm.tsv"))
+    assert len(children) == 17 and all(p.with_name(p.name.replace(".warm", "")).exists() for p in children)
     warm_log = (work / "logs" / "warm.log").read_text()
     assert "leaner warm: serving" in warm_log and warm_log.rstrip().endswith("leaner warm: stopped")
     variants = [d.name for d in (work / "results" / "tiny").iterdir() if d.is_dir()]

@@ -1,7 +1,7 @@
 """The warm process: one Python that has imported torch, timm, torchvision and the stages, and
 forks a child for each job that a `leaner` client hands it (leaner/running/handoff.py).
 
-A local Snakemake run starts one (rules/common.smk, `onstart`) and stops it when the run ends; it
+A local Snakemake run starts one (leaner/run_hooks.py, at `onstart`) and stops it when the run ends; it
 also ends by itself once the Snakemake that started it is gone and its last child has ended. It
 never computes: it pins the run's numerics before torch loads, as a fresh job would, and then
 only imports, so that every child starts from the state a fresh process reaches after the same
@@ -32,10 +32,14 @@ import time
 import traceback
 from pathlib import Path
 
-from .running.handoff import ENV, identity, send_message
+from .running.handoff import ENV, WATCH_S, environment_differences, identity, send_message
 
 # what the warm commands import (measured: a child of these imports nothing more for a ViT, P2 or
-# sequence job); no module here may start a thread or touch CUDA at import
+# sequence job); no module here may start a Python thread or touch CUDA at import (a forked child
+# has only the thread that forked). Native threads the imports start, which their libraries start
+# again in a forked child: OpenBLAS's pool (numpy's BLAS; its fork handler) and jemalloc's
+# background thread (pyarrow's allocator, which pandas loads). tests/test_warm.py checks both, and
+# a warm process whose imports started a Python thread refuses every job, saying so.
 PRELOAD = ("torch", "timm", "torchvision", "numpy", "pandas", "psutil", "torch.utils.tensorboard", "leaner.cli",
            "leaner.training.train", "leaner.training.tracking", "leaner.measure.conditioning",
            "leaner.measure.jacobian", "leaner.measure.theory")
@@ -64,11 +68,34 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), list(fds)
 
 
-def _refusal(request: dict, me: dict, fds: list[int]) -> str | None:
+def _refusal(request: dict, me: dict, env: dict, fds: list[int], threads: list[str]) -> str | None:
+    """Why the warm process cannot run this job as a fresh process would (None: it can)."""
     if len(fds) != 3:
         return f"{len(fds)} standard streams came, 3 are needed"
+    if threads:
+        return f"its imports started threads a forked child would lack ({', '.join(threads)})"
     wrong = [f"{key} {request.get(key)!r} (warm: {value!r})" for key, value in me.items() if request.get(key) != value]
+    differ = environment_differences(request.get("env", {}), env)
+    if differ:
+        shown = ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6 else "")
+        wrong.append(f"the environment differs from the warm process's in {shown} (a library may read it when it "
+                     f"loads)")
     return "; ".join(wrong) or None
+
+
+def _stop_with(client: int) -> None:
+    """In a child: stop when its job is stopped (SIGSTOP, which the job cannot catch and pass on);
+    the job's SIGCONT continues the child."""
+    import psutil
+
+    try:
+        job = psutil.Process(client)
+        while True:
+            time.sleep(WATCH_S)
+            if job.status() == psutil.STATUS_STOPPED:
+                os.kill(os.getpid(), signal.SIGSTOP)
+    except psutil.Error:
+        return  # the job is gone: the watchdog ends the child
 
 
 def _watchdog(conn: socket.socket) -> None:
@@ -110,12 +137,15 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # read $TMPDIR again: Snakemake sets it per job
     sys.argv = ["leaner", *request["argv"]]
     apply_thread_counts(os.environ)
     random.seed()  # a fresh process's Python generator is seeded from the OS, not from its parent
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     threading.Thread(target=_watchdog, args=(conn,), daemon=True).start()
+    if request.get("client"):
+        threading.Thread(target=_stop_with, args=(request["client"],), daemon=True).start()
     from .cli import main
 
     try:
@@ -132,10 +162,11 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int]) -> int:
     return code
 
 
-def _ending(status: int, usage) -> dict:
+def _ending(status: int, usage, wall_s: float) -> dict:
     code = os.waitstatus_to_exitcode(status)
     end = {"signal": -code} if code < 0 else {"exit": code}
-    end.update(cpu_s=round(usage.ru_utime + usage.ru_stime, 3), peak_mb=round(usage.ru_maxrss / 1024, 1))
+    end.update(cpu_s=round(usage.ru_utime + usage.ru_stime, 3), peak_mb=round(usage.ru_maxrss / 1024, 1),
+               wall_s=round(wall_s, 3))
     return end
 
 
@@ -143,6 +174,7 @@ class Server:
     def __init__(self, path: str, numerics: str):
         self.path, self.numerics = path, numerics
         self.children: dict[int, socket.socket] = {}
+        self.forked: dict[int, float] = {}  # a child's start (time.monotonic)
         self.stopping = False
         self.parent = os.getppid()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -167,11 +199,15 @@ class Server:
     def serve(self) -> None:
         from .compute.numerics import pin
 
-        me = identity(self.numerics)  # the environment as the jobs will bring it, before the pin sets its own
+        me, env = identity(self.numerics), dict(os.environ)  # as the jobs bring them, before the pin sets its own
         pin(self.numerics)
         started = time.perf_counter()
         preload()
-        self.me = me
+        self.me, self.env = me, env
+        self.threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        if self.threads:
+            print(f"leaner warm: the imports started threads ({', '.join(self.threads)}): every job runs cold",
+                  file=sys.stderr, flush=True)
         print(f"leaner warm: serving {self.path} (pid {os.getpid()}, numerics {self.numerics}, "
               f"imports {time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
         while True:
@@ -206,7 +242,7 @@ class Server:
             print(f"leaner warm: a request could not be read ({exc})", file=sys.stderr, flush=True)
             conn.close()
             return
-        why = _refusal(request, self.me, fds)
+        why = _refusal(request, self.me, self.env, fds, self.threads)
         if why:
             for fd in fds:
                 os.close(fd)
@@ -233,6 +269,7 @@ class Server:
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
+        self.forked[pid] = time.monotonic()
         try:
             send_message(conn, {"pid": pid})
         except OSError:
@@ -247,10 +284,11 @@ class Server:
             if pid == 0:
                 return
             conn = self.children.pop(pid, None)
+            started = self.forked.pop(pid, None)
             if conn is None:
                 continue
             try:
-                send_message(conn, _ending(status, usage))
+                send_message(conn, _ending(status, usage, time.monotonic() - started))
             except OSError:
                 pass
             conn.close()

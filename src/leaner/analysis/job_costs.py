@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..running.handoff import WARM_LINE
+from ..running.handoff import WARM_LINE, child_benchmark
 from .table_render import write_table
 
 
-def warm_costs(log: Path) -> tuple[float, float] | None:
-    """(CPU s, peak MB) of a job that ran in the warm process, from its log's last line
-    (leaner/running/handoff.py); None for a job that ran in its own process."""
+def warm_costs(benchmark: Path, log: Path) -> tuple[float, float] | None:
+    """(CPU s, peak MB) of a job that ran in the warm process: its child's benchmark beside
+    Snakemake's (running/handoff.py write_child_benchmark), else its log's last line (runs made
+    before the child wrote its benchmark); None for a job that ran in its own process."""
+    child = child_benchmark(benchmark)
+    if child.exists():
+        row = pd.read_csv(child, sep="\t").iloc[-1]
+        return float(row["cpu_time"]), float(row["max_rss"])
     try:
         with open(log, "rb") as fh:  # its tail only: a long run's log holds days of progress lines
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
@@ -50,9 +55,9 @@ def job_costs(benchmark_paths: list[str], metrics_paths: list[str] = ()) -> pd.D
     jobs, attempts, wall time (median, max, total), peak RSS, CPU time and mean load; a total row last.
 
     A job that ran in the warm process (leaner/running/handoff.py) is measured by the warm process: its
-    benchmark saw only the client. Its log (logs/{rule}/{study}/...log) ends with the child's CPU
-    time and peak RSS, which replace the benchmark's; its mean load is that CPU time over its wall
-    time. `warm_jobs` counts them. A training or fine-tuning job that took several attempts adds the
+    benchmark saw only the client. The child's CPU time and peak RSS (its own benchmark file beside
+    Snakemake's, `<job>.warm.tsv`) replace the benchmark's; its mean load is that CPU time over its
+    wall time. `warm_jobs` counts them. A training or fine-tuning job that took several attempts adds the
     earlier ones' wall and CPU time, from its metrics.json (`metrics_paths`, `earlier_attempts`)."""
     earlier = earlier_attempts(list(metrics_paths))
     rows = []
@@ -65,7 +70,7 @@ def job_costs(benchmark_paths: list[str], metrics_paths: list[str] = ()) -> pd.D
                "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
                "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
                "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1]), "warm": 0}
-        warm = warm_costs(Path(*parts[:i], *parts[i + 1:]).with_suffix(".log"))
+        warm = warm_costs(Path(path), Path(*parts[:i], *parts[i + 1:]).with_suffix(".log"))
         if warm:
             row.update(cpu_time_s=warm[0], max_rss_mb=warm[1], warm=1,
                        mean_load=100 * warm[0] / row["s"] if row["s"] > 0 else float("nan"))

@@ -7,7 +7,13 @@ them already and forks one child per job. The job itself stays what Snakemake st
 rule, outputs, log, retries and kill): this client, which imports no torch, passes its argv,
 working folder, environment and standard streams to the warm process over a Unix socket, forwards
 the signals it gets to the child, and exits with the child's exit status. The child runs
-`cli.main` exactly as a fresh process would (tests/test_warm.py checks the bits).
+`cli.main` exactly as a fresh process would (tests/test_warm.py checks the bits). Job control
+reaches the child too: a stop (Ctrl-Z's SIGTSTP, SIGTTIN, SIGTTOU) stops the child and then the
+job; SIGSTOP, which the job cannot catch, the child sees (it watches its job) and stops with it;
+SIGCONT continues both. One difference from a fresh process remains, and is said here: a fresh
+Python draws its string-hash seed at random where PYTHONHASHSEED is unset, a child inherits the
+warm process's draw (nothing of leaner's results depends on the order of a set or dict of
+strings: the tests compare the bits).
 
 A job runs cold (in this process) whenever the warm process cannot serve it the same way:
 $LEANER_WARM unset or `off`; a Slurm job (a forked child would run outside the job's allocation);
@@ -20,14 +26,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ENV = "LEANER_WARM"  # the warm process's socket; unset or "off": every job runs cold
 WARM_COMMANDS = ("train", "conditioning", "theory")  # the stages that load torch and compute
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+JOB_CONTROL = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)  # stop the child, then the job
+WATCH_S = 0.25  # how often a child looks whether its job was stopped, and a job whether its child runs
 PACKAGE = Path(__file__).resolve().parents[1]  # the leaner package
 
 
@@ -53,27 +63,33 @@ def numerics_of(argv: list[str]) -> str:
     return DEFAULT_MODE
 
 
-# variables that libraries read when they load or first compute (MKL's and OpenMP's dispatch,
-# ATen's capability, oneDNN's ISA, glibc's malloc, the interpreter's own): a job runs warm only
-# where its own are the warm process's (CUDA's are read in the child, when it starts CUDA). Thread
-# counts (*_NUM_THREADS, which Snakemake sets per job) are not compared: the child applies its
-# job's (warm.apply_thread_counts), as a fresh process reads them when its libraries load.
-LOAD_TIME_ENV = ("MKL_", "OMP_", "KMP_", "GOMP_", "ATEN_", "DNNL_", "ONEDNN_", "OPENBLAS_", "MALLOC_", "LD_",
-                 "PYTHON", "TORCH_")
-THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# A library may read any variable when it loads (huggingface_hub reads HF_HOME and HF_ENDPOINT, MKL,
+# OpenMP, ATen and oneDNN their settings, glibc its malloc's), and a child forked after the imports
+# keeps what the warm process read: so a job runs warm only where its environment is the warm
+# process's, but for these, which differ from job to job and which the child reads again:
+THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # applied (warm.apply_thread_counts)
+NOT_COMPARED = (
+    *THREAD_COUNTS,
+    # Snakemake's other per-job thread counts, read by libraries not loaded here (GotoBLAS, numexpr,
+    # Apple's Accelerate; OpenBLAS reads GOTO_NUM_THREADS only where OPENBLAS_NUM_THREADS is unset)
+    "GOTO_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    "TMPDIR", "TEMP", "TMP", "TEMPDIR",  # Snakemake's per-job temporary folder: tempfile reads it again
+    "_", "PWD", "OLDPWD", "SHLVL",  # the job's shell's own bookkeeping (the child takes the job's folder)
+    ENV,  # the warm process's socket, which only its clients know
+)
 
 
-def load_time_env(environ) -> str:
-    digest = hashlib.sha1()
-    for key in sorted(k for k in environ if k.startswith(LOAD_TIME_ENV) and k not in THREAD_COUNTS):
-        digest.update(f"{key}={environ[key]}\n".encode())
-    return digest.hexdigest()[:16]
+def environment_differences(job: Mapping[str, str], warm: Mapping[str, str]) -> list[str]:
+    """The variables, but NOT_COMPARED, whose value (or presence) differs between a job's
+    environment and the warm process's."""
+    names = (set(job) | set(warm)) - set(NOT_COMPARED)
+    return sorted(name for name in names if job.get(name) != warm.get(name))
 
 
-def identity(numerics: str, environ=os.environ) -> dict:
-    """What must be the same in a job and the warm process that runs it."""
-    return {"python": sys.executable, "package": str(PACKAGE), "code": code_stamp(), "numerics": numerics,
-            "load_env": load_time_env(environ)}
+def identity(numerics: str) -> dict:
+    """What must be the same in a job and the warm process that runs it, besides its environment
+    (environment_differences)."""
+    return {"python": sys.executable, "package": str(PACKAGE), "code": code_stamp(), "numerics": numerics}
 
 
 def cold_reason(argv: list[str], environ) -> str | None:
@@ -97,10 +113,24 @@ def send_message(sock: socket.socket, message: dict, fds: list[int] | None = Non
         sock.sendall(data)
 
 
-def read_message(stream) -> dict | None:
-    """The next message (one JSON line) from a socket's file, or None at its end."""
-    line = stream.readline()
-    return json.loads(line) if line else None
+class Replies:
+    """The messages (JSON lines) a socket brings, read without a buffer that `select` cannot see."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer = sock, b""
+
+    def next(self, idle=None) -> dict | None:
+        """The next message, or None at the socket's end; `idle()` runs every WATCH_S meanwhile."""
+        while b"\n" not in self.buffer:
+            if idle is not None and not select.select([self.sock], [], [], WATCH_S)[0]:
+                idle()
+                continue
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
 
 
 def hand_off(argv: list[str], environ=os.environ) -> int | None:
@@ -112,10 +142,11 @@ def hand_off(argv: list[str], environ=os.environ) -> int | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(environ), **identity(numerics_of(argv), environ)}
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(environ), "client": os.getpid(),
+                   **identity(numerics_of(argv))}
         send_message(sock, request, [0, 1, 2])
-        replies = sock.makefile("rb")
-        answer = read_message(replies)
+        replies = Replies(sock)
+        answer = replies.next()
     except OSError as exc:
         sock.close()
         print(f"leaner: the warm process at {path} does not answer ({exc}); running cold", file=sys.stderr)
@@ -131,10 +162,14 @@ def hand_off(argv: list[str], environ=os.environ) -> int | None:
 WARM_LINE = "leaner warm: ran in the warm process"  # the job's last log line; analysis/tables.py reads it
 
 
-def _follow(sock: socket.socket, replies, pid: int) -> int:
+def _follow(sock: socket.socket, replies: Replies, pid: int) -> int:
     """Forward this process's signals to the warm child until the warm process reports how the
-    child ended; end the same way (its exit code, or death by its signal). The child's CPU time and
-    peak memory end the job's log: Snakemake's benchmark of this job sees only this client."""
+    child ended; end the same way (its exit code, or death by its signal). A stop stops the child,
+    then this job; a continue continues both (and a child found stopped while its job runs is
+    continued: the child stops itself when it sees its job stopped, which may race a SIGCONT). The
+    child's CPU time and peak memory end the job's log and go beside Snakemake's benchmark of this
+    job (benchmark_of), which sees only this client."""
+    import psutil
 
     def forward(signum, _frame):
         try:
@@ -142,23 +177,81 @@ def _follow(sock: socket.socket, replies, pid: int) -> int:
         except OSError:
             pass
 
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
+    def stop(_signum, frame):
+        # the child stops: SIGSTOP, since the kernel discards a SIGTSTP to the warm process's
+        # group (orphaned: its parent is in another session); then this job, as a shell's job stops
+        forward(signal.SIGSTOP, frame)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def keep_running(*_):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
+                os.kill(pid, signal.SIGCONT)
+        except (psutil.Error, OSError):
+            pass
+
+    handlers = {**dict.fromkeys(FORWARDED, forward), **dict.fromkeys(JOB_CONTROL, stop), signal.SIGCONT: keep_running}
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
     try:
-        end = read_message(replies)
+        end = replies.next(idle=keep_running)
     except OSError:
         end = None
     finally:
-        for signum in FORWARDED:
+        for signum in handlers:
             signal.signal(signum, signal.SIG_DFL)
         sock.close()
     if end is None:
         print("leaner: the warm process ended before the job did", file=sys.stderr)
         return 1
     print(f"{WARM_LINE} (pid {pid}): cpu_s {end['cpu_s']:.2f}, peak_mb {end['peak_mb']:.1f}", file=sys.stderr)
+    write_child_benchmark(end)
     if end.get("signal"):
         sys.stdout.flush()
         sys.stderr.flush()
         os.kill(os.getpid(), end["signal"])  # the child's death by a signal is this job's
         return 128 + end["signal"]
     return int(end["exit"])
+
+
+BENCHMARK_COLUMNS = ("s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in", "io_out", "mean_load",
+                     "cpu_time")  # Snakemake's benchmark file's
+CHILD_BENCHMARK = ".warm.tsv"  # beside Snakemake's: logs/benchmarks/<rule>/<job>.warm.tsv
+
+
+def benchmark_of(log: str | Path) -> Path | None:
+    """Where Snakemake writes the benchmark of the job whose log is `log`: logs/<rule>/<job>.log ->
+    logs/benchmarks/<rule>/<job>.tsv (the rules' convention); None for a log elsewhere."""
+    parts = Path(log).parts
+    if "logs" not in parts or Path(log).suffix != ".log":
+        return None
+    i = len(parts) - 1 - parts[::-1].index("logs")
+    return Path(*parts[:i + 1], "benchmarks", *parts[i + 1:]).with_suffix(".tsv")
+
+
+def child_benchmark(benchmark: Path) -> Path:
+    return benchmark.with_name(benchmark.name.removesuffix(".tsv") + CHILD_BENCHMARK)
+
+
+def write_child_benchmark(end: Mapping) -> Path | None:
+    """The warm child's own resource use (wall time, CPU time, peak memory), in Snakemake's
+    benchmark format, beside the benchmark Snakemake writes for this job, found from the job's log
+    (its standard error; Linux: /proc). None where the log is not a rule's."""
+    try:
+        log = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    benchmark = benchmark_of(log)
+    if benchmark is None:
+        return None
+    wall = float(end.get("wall_s", 0.0))
+    h, rest = divmod(int(wall), 3600)
+    values = {"s": f"{wall:.4f}", "h:m:s": f"{h}:{rest // 60:02d}:{rest % 60:02d}", "max_rss": f"{end['peak_mb']:.2f}",
+              "mean_load": f"{100 * end['cpu_s'] / wall:.2f}" if wall > 0 else "NA", "cpu_time": f"{end['cpu_s']:.2f}"}
+    from ..io import write_text
+
+    path = child_benchmark(benchmark)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, "\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(values.get(c, "NA") for c in BENCHMARK_COLUMNS)
+               + "\n")
+    return path
