@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..running.handoff import WARM_LINE, child_benchmark
+from ..running.handoff import WARM_LINE, child_benchmark, log_of
 from .table_render import write_table
 
 
-def warm_costs(benchmark: Path, log: Path) -> tuple[float, float] | None:
+def warm_costs(benchmark: Path) -> tuple[float, float] | None:
     """(CPU s, peak MB) of a job that ran in the warm process: its child's benchmark beside
     Snakemake's (running/handoff.py write_child_benchmark), else its log's last line (runs made
     before the child wrote its benchmark); None for a job that ran in its own process."""
@@ -23,7 +23,7 @@ def warm_costs(benchmark: Path, log: Path) -> tuple[float, float] | None:
         row = pd.read_csv(child, sep="\t").iloc[-1]
         return float(row["cpu_time"]), float(row["max_rss"])
     try:
-        with open(log, "rb") as fh:  # its tail only: a long run's log holds days of progress lines
+        with open(log_of(benchmark), "rb") as fh:  # its tail only: a long run's log holds days of progress lines
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
             last = fh.read().decode(errors="replace").rstrip().rpartition("\n")[2]
     except OSError:
@@ -70,7 +70,7 @@ def job_costs(benchmark_paths: list[str], metrics_paths: list[str] = ()) -> pd.D
                "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[-1]),
                "cpu_time_s": float(pd.to_numeric(bench["cpu_time"], errors="coerce").iloc[-1]),
                "mean_load": float(pd.to_numeric(bench["mean_load"], errors="coerce").iloc[-1]), "warm": 0}
-        warm = warm_costs(Path(path), Path(*parts[:i], *parts[i + 1:]).with_suffix(".log"))
+        warm = warm_costs(Path(path))
         if warm:
             row.update(cpu_time_s=warm[0], max_rss_mb=warm[1], warm=1,
                        mean_load=100 * warm[0] / row["s"] if row["s"] > 0 else float("nan"))

@@ -159,7 +159,7 @@ def hand_off(argv: list[str], environ=os.environ) -> int | None:
     return _follow(sock, replies, answer["pid"])
 
 
-WARM_LINE = "leaner warm: ran in the warm process"  # the job's last log line; analysis/tables.py reads it
+WARM_LINE = "leaner warm: ran in the warm process"  # the job's last log line; analysis/job_costs.py reads it
 
 
 def _follow(sock: socket.socket, replies: Replies, pid: int) -> int:
@@ -229,6 +229,13 @@ def benchmark_of(log: str | Path) -> Path | None:
     return Path(*parts[:i + 1], "benchmarks", *parts[i + 1:]).with_suffix(".tsv")
 
 
+def log_of(benchmark: str | Path) -> Path:
+    """The log of the job whose benchmark is `benchmark` (benchmark_of, the other way)."""
+    parts = Path(benchmark).parts
+    i = len(parts) - 1 - parts[::-1].index("benchmarks") if "benchmarks" in parts else 0
+    return Path(*parts[:i], *parts[i + 1:]).with_suffix(".log")
+
+
 def child_benchmark(benchmark: Path) -> Path:
     return benchmark.with_name(benchmark.name.removesuffix(".tsv") + CHILD_BENCHMARK)
 
@@ -251,7 +258,6 @@ def write_child_benchmark(end: Mapping) -> Path | None:
     from ..io import write_text
 
     path = child_benchmark(benchmark)
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "\t".join(BENCHMARK_COLUMNS) + "\n" + "\t".join(values.get(c, "NA") for c in BENCHMARK_COLUMNS)
                + "\n")
     return path
