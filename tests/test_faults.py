@@ -308,10 +308,15 @@ def test_a_second_ctrl_c_aborts_the_save_and_the_re_run_resumes_from_the_last_on
     env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3", LEANER_WARM="off")
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
+    def held() -> set[str]:
+        return {p.name for p in _resume_dir(tmp_path).glob(".state.pt.*.tmp")}
+
+    _wait_for(held)
+    first = held()  # step 20's write, held
     os.killpg(proc.pid, signal.SIGINT)
-    _wait_for(lambda: (_resume_dir(tmp_path) / RESUME_FILE).exists())  # step 20's write is done
-    _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))  # step 21's is held
+    # step 21's write is held: a temporary copy of another name (not state.pt's existence, which
+    # lasts only from step 20's rename to step 21's rotation, milliseconds a loaded machine can miss)
+    _wait_for(lambda: held() - first)
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)
     log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
