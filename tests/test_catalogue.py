@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import REPO, TINY
+from conftest import REPO, TINY, small_spec
 
 TOY_MODULE = '''
 from leaner.tasks.base import Task, classification_measure, evaluation_sums, trains
@@ -115,7 +115,7 @@ def test_an_unknown_task_is_refused_with_the_catalogue_names(toy_task):
     from leaner.tasks.trainers import make_task
 
     with pytest.raises(ValueError, match="unknown task 'nope' .*digit_parity"):
-        make_task({"task": "nope"}, "", None)
+        make_task({**small_spec(), "task": "nope"}, "", None)
 
 
 # A dataset kind is added in one place too: one record in the kind catalogue, and its preparation,

@@ -20,6 +20,7 @@ from leaner.planning.cards import CARDS, Card, card
 from leaner.planning.cost import plan_cost, training_rows
 from leaner.planning.cost_report import format_cost, write_cost_csv
 from leaner.planning.fit import fit_cards, fit_problems, memory_problems
+from leaner.runspec import RunSpec
 from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import REPO, TINY, image_folder, snakemake
@@ -109,8 +110,9 @@ def test_a_job_measured_not_to_fit_an_h100_is_estimated_not_to():
     one 64 x 64 fp32 tile per 64 queries and sample-head, 4096 heads x 256 samples x 4 x 16 KB)."""
     from leaner.planning.cost import job_memory_bytes
 
-    spec = {"model": p2(2, 64, 64, tokens=256), "recipe": {"batch_size": 256, "eval_batch_size": 1024}}
-    fp = footprint(spec["model"], "fp32", flops=False)
+    spec = RunSpec.of({"study": "figN", "variant": "v", "task": "nearest_point", "dataset": "points", "seed": 0,
+                       "model": p2(2, 64, 64, tokens=256), "recipe": {"batch_size": 256, "eval_batch_size": 1024}})
+    fp = footprint(spec.model, "fp32", flops=False)
     assert job_memory_bytes(fp, spec, 1) / 1e9 > CARDS["h100"].memory_gb
 
 
@@ -242,7 +244,7 @@ def test_a_prepared_manifest_gives_the_training_set_size(tmp_path):
                      {"local": {"kind": "imagefolder", "path": str(image_folder(tmp_path / "imgs")), "num_classes": 3,
                                 "img_size": 32}})
     plan = build_plan(cfg)
-    spec = next(iter(plan.studies["imgs"].variants.values())).spec()
+    spec = RunSpec.of(next(iter(plan.studies["imgs"].variants.values())).spec())
     assert training_rows(plan, spec, tmp_path) is None
     (cost,) = plan_cost(plan, CARDS["h100"], root=tmp_path)
     text = format_cost([cost], CARDS["h100"], "config.yaml")
@@ -302,17 +304,17 @@ def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     fig_n = next(j for j in jobs(plan.studies["nearest_figN"]) if j.name.startswith("L2-H64-W64-r1-d64-N256"))
-    assert probe_shape(fig_n.spec["model"]) == (256, 4096, 4096)
+    assert probe_shape(fig_n.spec.model) == (256, 4096, 4096)
     per = probe_bytes(4096, 256, 4096, 2)
-    fp = footprint(fig_n.spec["model"], "fp32")
+    fp = footprint(fig_n.spec.model, "fp32")
     gb, hours = conditioning_price(fig_n.spec, fp, CARDS["h100"])
     assert gb == pytest.approx((8.0 * fp.params + 8 * per) / 1e9 + 1.0, rel=0.01) and gb < CARDS["h100"].memory_gb
-    checkpoints = 2 + len(fig_n.spec["conditioning"]["steps"])
-    traffic_h = checkpoints * fig_n.spec["conditioning"]["samples"] * 2 * per / 3.35e12 / 3600
+    checkpoints = 2 + len(fig_n.spec.conditioning["steps"])
+    traffic_h = checkpoints * fig_n.spec.conditioning["samples"] * 2 * per / 3.35e12 / 3600
     assert hours == pytest.approx(traffic_h, rel=1e-9)
     vit = next(iter(jobs(plan.studies["vit_imagenet"])))
-    gb, hours = conditioning_price(vit.spec, footprint(vit.spec["model"], "bf16"), CARDS["h100"])
-    assert probe_shape(vit.spec["model"])[0] == 197 and 0 < gb < 80 and hours > 0
+    gb, hours = conditioning_price(vit.spec, footprint(vit.spec.model, "bf16"), CARDS["h100"])
+    assert probe_shape(vit.spec.model)[0] == 197 and 0 < gb < 80 and hours > 0
 
 
 def test_a_cuda_graph_step_is_priced_faster_only_where_launches_bound_it():
@@ -341,7 +343,7 @@ def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
 
     plan = load_plan(REPO / "configs" / "paper.yaml")
     study = plan.studies["vit_imagenet"]
-    job = min(jobs(study), key=lambda j: j.spec["model"]["depth"] * j.spec["model"]["width"])
+    job = min(jobs(study), key=lambda j: j.spec.model.depth * j.spec.model.width)
     slow = price(job, plan, CARDS["h100"], None, Path("."))
     assert loader_feed(plan, job.spec, 8, LOADER_RATE) == (7 * LOADER_RATE, 7)
     assert slow["priced_by"] == "loader (decode: pil, 7 workers a GPU)"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from leaner.data import batch_indices, load_splits, prepare
+from leaner.data import batch_indices, prepare
 from leaner.schema import Recipe
 from leaner.training.train import train
 
-from conftest import small_spec
+from conftest import load_splits, small_spec
 
 
 def test_digits_split_is_fixed_recorded_and_standardised(tmp_path):

@@ -19,7 +19,7 @@ import yaml
 
 from leaner.schema import Recipe
 
-from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
+from conftest import TINY, kill_after_checkpoint, load_splits, small_spec, snakemake
 from test_sequence import _write_glue
 
 pytestmark = [pytest.mark.gpu, pytest.mark.workflow]
@@ -286,7 +286,7 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
 
     from test_data import IMAGE_SPEC, _write_image_folder, _write_odd_images
 
-    from leaner.data import load_splits, prepare
+    from leaner.data import prepare
 
     _write_image_folder(tmp_path / "imgs", per_class=8, size=40, fmt="jpg")
     manifest = tmp_path / "data" / "manifest.json"

@@ -13,6 +13,7 @@ from torch import nn
 from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
+from leaner.runspec import RunSpec
 from leaner.schema import Recipe
 from leaner.tasks.nearest import nearest_point_mse
 from leaner.training.optim import lr_at
@@ -135,9 +136,10 @@ def test_independent_replicates_share_no_batch_and_no_initial_weights(tmp_path):
         for seed in (0, 1):
             spec, manifest = nearest_setup(tmp_path / f"{replicates}{seed}", seed=seed,
                                            recipe={"replicates": replicates})
-            task = NearestPoint(spec, str(manifest), torch.device("cpu"))
+            run = RunSpec.of(spec)
+            task = NearestPoint(run, str(manifest), torch.device("cpu"))
             assert task.data_info()["replicates"] == replicates and task.stream.independent == (replicates != "paper")
-            model, _ = initial_model(spec, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
+            model, _ = initial_model(run, tmp_path / f"{replicates}{seed}" / "run", _SingleProcess(), print)
             inits[replicates, seed] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert torch.equal(inits["paper", 0], inits["paper", 1])
     assert not torch.equal(inits["independent", 0], inits["independent", 1])
@@ -335,7 +337,7 @@ def test_the_replay_regime_reaches_the_training_batches(tmp_path):
 
     for stream, same in (("replay", True), ("fresh", False)):
         spec, manifest = nearest_setup(tmp_path / stream, stream=stream)
-        task = NearestPoint(spec, str(manifest), torch.device("cpu"))
+        task = NearestPoint(RunSpec.of(spec), str(manifest), torch.device("cpu"))
         first, second = list(task.train_batches(0)), list(task.train_batches(1))
         assert len(first) == len(second) == spec["recipe"]["steps_per_epoch"]
         assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second)) == same

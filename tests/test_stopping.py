@@ -30,7 +30,7 @@ from leaner.planning.time_limit import (
     attempts_needed,
     stop_seconds,
 )
-from leaner.schema import Recipe
+from leaner.runspec import RunSpec
 from leaner.training.attempts import ATTEMPTS_FILE, AttemptRecord
 from leaner.training.resume import RESUME_DIR, write_seconds
 from leaner.training.train import train
@@ -169,9 +169,10 @@ def test_a_resumed_run_keeps_no_copy_of_the_loaded_state(tmp_path, digits_manife
     spec["recipe"].update(epochs=2, checkpoint_every=5, checkpoint_minutes=None)
     out = tmp_path / "run"
     train(spec, str(digits_manifest), out, progress=False, stop_after=5)
-    model = build_model(spec["model"])
-    optimizer = make_optimizer(model, Recipe.of(spec["recipe"]))
-    run = resume_state(spec, out, model, optimizer, Context(torch.device("cpu")), out / RESUME_DIR / "kept", print)
+    typed = RunSpec.of(spec)
+    model = build_model(typed.model)
+    optimizer = make_optimizer(model, typed.recipe)
+    run = resume_state(typed, out, model, optimizer, Context(torch.device("cpu")), out / RESUME_DIR / "kept", print)
     assert run.step == 5 and run.model == {} and run.optimizer == {} and run.rng == []
     saved = torch.load(out / RESUME_DIR / "state.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())

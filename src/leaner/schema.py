@@ -81,7 +81,7 @@ def _typed(section: str, name: str, doc: str) -> type:
 
 
 # the plan builds one per variant (workflow/variants.py) and writes every key in the spec; a run reads
-# it back as `Recipe.of(spec["recipe"])`
+# it back once, as `RunSpec.of(spec).recipe` (runspec.py)
 Recipe = _typed("recipe", "Recipe", "A run's recipe: every key of the schema's `recipe`, typed, with its default.")
 
 

@@ -149,9 +149,8 @@ def cmd_cost(a):
     costs = plan_cost(plan, gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
     if a.wall_budget:
         from ..planning.reach import format_reach, reach_rows
-        from ..schema import Recipe
 
-        epochs = {(s.name, j.name): Recipe.of(j.spec["recipe"]).epochs for s in plan.studies.values() for j in jobs(s)}
+        epochs = {(s.name, j.name): j.spec.recipe.epochs for s in plan.studies.values() for j in jobs(s)}
         rows = [r for c in costs if not a.study or c.name in a.study for r in c.rows]
         print(format_reach(reach_rows(rows, epochs, gpu, a.wall_budget), gpu, a.wall_budget))
         return None

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,17 +21,19 @@ def cmd_train(a):
     """Exit status 0 when trained, STOPPED_EXIT when stopped by a signal with the resume state
     saved (training/stopping.py), INTERRUPTED_EXIT when a second Ctrl-C aborted that, 1 on an error."""
     from ..compute import distributed
+    from ..runspec import RunSpec
     from ..training import finished
     from ..training.attempts import drop_single_attempt_log, keep_attempt_log
     from ..training.stall import Stalled
     from ..training.stopping import INTERRUPTED_EXIT, STOPPED_EXIT, Stopped
     from ..training.tracking import mark_failed, read_progress
 
+    spec = RunSpec.of(a.spec)  # the one place a job's spec is typed: every stage below reads this
     if distributed.launched_by_torchrun():
         distributed.restore_stop_signals()
     else:
         keep_attempt_log(a.log, a.attempt)
-        restored = finished.restore(Path(a.out), json.dumps(a.spec, sort_keys=True))
+        restored = finished.restore(Path(a.out), spec.json)
         if restored:
             print(f"leaner train: already trained: {len(restored)} outputs of the finished run put back from "
                   f"{Path(a.out) / finished.RESUME_DIR / finished.FINISHED_DIR} (its group ran again); nothing "
@@ -50,7 +51,7 @@ def cmd_train(a):
     from ..training.train import train
 
     try:
-        metrics = train(a.spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
+        metrics = train(spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
                         gpu_share=a.gpu_share, attempt=a.attempt)
         if not distributed.launched_by_torchrun():
             drop_single_attempt_log(a.log, metrics.get("attempts", []))

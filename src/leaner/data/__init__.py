@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runspec import RunSpec
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE, dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
-__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
+__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "open_data",
            "prepare", "rehearsal_sample", "train_rows"]
 
 
@@ -25,7 +26,7 @@ def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     return PREPARE[dataset_kind(spec["kind"]).name](dataset_name, spec, out_manifest)
 
 
-def open_data(manifest_path: str, spec: dict, device: Any = "cpu") -> Any:
+def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
     """What a run of `spec` reads from a prepared dataset (its kind's `open`: kinds.py says what)."""
     from ..io import read_json
 
@@ -45,7 +46,7 @@ def rehearsal_sample(dataset_name: str, spec: dict, folder) -> dict:
     return SAMPLE[dataset_kind(spec["kind"]).name](dataset_name, spec, folder)
 
 
-def train_rows(spec: dict, manifest: dict | None, job_spec: dict) -> int | None:
+def train_rows(spec: dict, manifest: dict | None, job_spec: RunSpec) -> int | None:
     """The training rows of a job (`job_spec`) on dataset `spec`: its prepared manifest's `n_train`
     where it says, else what its kind knows (`ROWS`); None where neither does."""
     if manifest and "n_train" in manifest:
@@ -53,9 +54,3 @@ def train_rows(spec: dict, manifest: dict | None, job_spec: dict) -> int | None:
     builtin_kinds()
     kind = dataset_kind(spec["kind"]).name
     return ROWS[kind](spec, manifest, job_spec) if kind in ROWS else None
-
-
-def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu") -> Splits:
-    """The splits of a prepared image dataset (digits, hub, imagefolder, webdataset): `open_data`
-    for a run with this recipe."""
-    return open_data(manifest_path, {"recipe": recipe}, device_type)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, write_json
+from ..runspec import RunSpec
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 
@@ -62,7 +63,7 @@ def load_digits_splits(manifest_path: str, manifest: dict | None = None):
 
 
 @OPEN.register("digits")
-def open_digits(manifest_path: str, spec: dict, device):
+def open_digits(manifest_path: str, spec: RunSpec, device):
     """What a run reads (the kind's `open`): both splits in memory."""
     return load_digits_splits(manifest_path)
 
@@ -71,7 +72,7 @@ DIGITS_ROWS = 1797  # scikit-learn's bundled digits
 
 
 @ROWS.register("digits")
-def digits_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
+def digits_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int:
     """What the test fraction leaves of the bundled digits."""
     return DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from ..runspec import RunSpec
 from .hub import load_hub_split
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
@@ -137,9 +138,9 @@ def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 
 @OPEN.register("glue")
-def open_glue_task(manifest_path: str, spec: dict, device) -> dict:
+def open_glue_task(manifest_path: str, spec: RunSpec, device) -> dict:
     """What a run reads (the kind's `open`): the GLUE task of its spec (`glue_task`)."""
-    return load_glue_task(manifest_path, spec["glue_task"])
+    return load_glue_task(manifest_path, spec.glue_task)
 
 
 # Each task's training rows where no prepared manifest says (`leaner cost`)
@@ -148,10 +149,10 @@ GLUE_TRAIN_ROWS = {"cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, 
 
 
 @ROWS.register("glue")
-def glue_rows(entry: dict, manifest: dict | None, spec: dict) -> int | None:
+def glue_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int | None:
     """The fine-tuning job's GLUE task's: its manifest's, else the task's known size; at most the
     entry's `max_train_examples`."""
-    task = spec["glue_task"]
+    task = spec.glue_task
     rows = (manifest["glue_tasks"][task]["train"]["rows"] if manifest and task in manifest["glue_tasks"]
             else GLUE_TRAIN_ROWS.get(task))
     return min(rows, entry.get("max_train_examples") or rows) if rows else None

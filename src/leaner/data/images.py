@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import read_json, write_json
+from ..runspec import RunSpec
 from ..schema import Recipe
 from .hub import load_hub_split
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE
@@ -272,10 +273,10 @@ def load_image_splits(meta: dict, recipe: Recipe, pin_memory: bool = False):
 
 
 @OPEN.register("hub", "imagefolder", "webdataset")
-def open_images(manifest_path: str, spec: dict, device):
+def open_images(manifest_path: str, spec: RunSpec, device):
     """What a run reads (the kind's `open`, for hub, imagefolder and webdataset): both splits
     through loaders, decoded as the recipe of `spec` says; pinned memory for a CUDA device."""
-    return load_image_splits(read_json(manifest_path), Recipe.of(spec["recipe"]),
+    return load_image_splits(read_json(manifest_path), spec.recipe,
                              pin_memory=str(device).startswith("cuda"))
 
 
@@ -286,7 +287,7 @@ SAMPLE_SIDE = 288  # rehearsal JPEGs are larger than the crop, as ImageNet's are
 
 
 @ROWS.register("hub")
-def hub_rows(entry: dict, manifest: dict | None, spec: dict) -> int | None:
+def hub_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int | None:
     """The known size of the hub dataset it names."""
     return KNOWN_HUB_ROWS.get(entry["name"])
 

@@ -69,10 +69,10 @@ class DatasetKind:
 
 # The code of each kind, registered where it is defined (data/__init__.py imports the modules):
 PREPARE = Registry("preparation of dataset kind", lambda: KINDS)  # (name, entry, manifest path) -> manifest
-OPEN = Registry("opening of dataset kind", lambda: KINDS)  # (manifest path, run spec, device) -> tasks_read
+OPEN = Registry("opening of dataset kind", lambda: KINDS)  # (manifest path, RunSpec (runspec.py), device) -> tasks_read
 # (name, entry, folder) -> an entry to prepare as the kind's small rehearsal sample (`leaner rehearse`)
 SAMPLE = Registry("rehearsal sample of dataset kind", lambda: KINDS)
-# (entry, its manifest or None, job spec) -> the job's training rows where the manifest has no `n_train`,
+# (entry, its manifest or None, the job's RunSpec) -> the job's training rows where the manifest has no `n_train`,
 # or None where unknown (`leaner cost`)
 ROWS = Registry("training rows of dataset kind", lambda: KINDS)
 
@@ -116,7 +116,7 @@ KINDS: dict[str, DatasetKind] = {k.name: k for k in (
         "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
                  "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
         _settings(120, 8000, 4, None), check=check_glue, from_hub=_source_hub, hub_subsets=_each_task,
-        tasks_read="{train|eval: (tokens, labels)} of the run's spec['glue_task'], hash-checked"),
+        tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked"),
 )}
 
 

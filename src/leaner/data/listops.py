@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from ..runspec import RunSpec
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
@@ -132,13 +133,13 @@ def load_listops(manifest_path: str) -> dict:
 
 
 @OPEN.register("listops")
-def open_listops(manifest_path: str, spec: dict, device) -> dict:
+def open_listops(manifest_path: str, spec: RunSpec, device) -> dict:
     """What a run reads (the kind's `open`): load_listops's splits."""
     return load_listops(manifest_path)
 
 
 @ROWS.register("listops")
-def listops_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
+def listops_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int:
     """The entry's `n_train`."""
     return int(entry["n_train"])
 

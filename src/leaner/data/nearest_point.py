@@ -45,8 +45,7 @@ import numpy as np
 import torch
 
 from ..io import write_json
-from ..models.config import model_config
-from ..schema import Recipe
+from ..runspec import RunSpec
 from .kinds import OPEN, PREPARE, SAMPLE
 
 EVAL_CHUNK = 512
@@ -180,13 +179,13 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
 
 
 @OPEN.register("nearest_point")
-def open_point_stream(manifest_path: str, spec: dict, device) -> PointStream:
+def open_point_stream(manifest_path: str, spec: RunSpec, device) -> PointStream:
     """What a run reads (the kind's `open`): the stream of its spec's point sets, drawn where the
     model trains (no copy, no host work per step)."""
     from ..io import read_json
 
-    meta, recipe, model = read_json(manifest_path), Recipe.of(spec["recipe"]), model_config(spec["model"])
-    return PointStream(model.dim, model.tokens, recipe.batch_size, spec["seed"], streams=meta["streams"],
+    meta, recipe, model = read_json(manifest_path), spec.recipe, spec.model
+    return PointStream(model.dim, model.tokens, recipe.batch_size, spec.seed, streams=meta["streams"],
                        eval_samples=meta["eval_samples"], eval_seed=meta["eval_seed"], device=device,
                        replay=recipe.steps_per_epoch if meta["stream"] == "replay" else None,
                        independent=recipe.replicates == "independent")

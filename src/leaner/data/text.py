@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
+from ..runspec import RunSpec
 from .hub import load_hub_split
 from .kinds import OPEN, PREPARE, SAMPLE
 
@@ -172,7 +173,7 @@ class TokenStream:
 
 
 @OPEN.register("text")
-def open_token_streams(manifest_path: str, spec: dict, device) -> tuple[TokenStream, TokenStream]:
+def open_token_streams(manifest_path: str, spec: RunSpec, device) -> tuple[TokenStream, TokenStream]:
     """What a run reads (the kind's `open`): the training and evaluation token streams."""
     return TokenStream(manifest_path, "train"), TokenStream(manifest_path, "eval")
 

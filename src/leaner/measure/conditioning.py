@@ -25,8 +25,8 @@ from contextlib import contextmanager
 
 import torch
 
-from ..models.config import model_config
 from ..models.memory import MEMORY_SHARE, PROBE_BATCH, model_chunk
+from ..runspec import RunSpec
 
 MATRICES = ("heads_concat", "attn_proj_out", "jacobian")
 EPS64 = float(torch.finfo(torch.float64).eps)
@@ -216,7 +216,7 @@ def probe_limit(device: torch.device, memory_mb: int | None, params: int) -> flo
     return max(MEMORY_SHARE * memory_mb * 2**20 - 8.0 * params, 0.0)
 
 
-def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_path: str,
+def conditioning_rows(spec: dict | RunSpec, checkpoints: dict[str, tuple[int, str]], data_path: str,
                       device: str | None = None, gpu_share: int | None = None,
                       memory_mb: int | None = None) -> list[dict]:
     """Tidy rows (checkpoint, step, layer, matrix, shape, kappa stats, singular fraction, method,
@@ -231,14 +231,15 @@ def conditioning_rows(spec: dict, checkpoints: dict[str, tuple[int, str]], data_
 
     dev = pick_device(device, gpu_share)
     computed = in_effect(str(dev), "fp64")["label"]  # what these kappas were computed under
+    spec = RunSpec.of(spec)
     task = make_task(spec, data_path, dev)
-    cond = spec["conditioning"]
+    cond = spec.conditioning
     n = cond["samples"]
     inputs = task.probe_inputs(n).to(dev)
     lengths = task.probe_lengths(n) if hasattr(task, "probe_lengths") else None
     jacobian = {"samples": cond.get("jacobian_samples", 0), "exact_max": cond.get("jacobian_exact_max", 0),
                 "lanczos_steps": cond.get("lanczos_steps", 1)}
-    m = model_config(spec["model"])
+    m = spec.model
     rows = []
     for name, (step, path) in checkpoints.items():
         model = build_model(m)

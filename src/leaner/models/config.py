@@ -1,6 +1,6 @@
 """A model's settings, typed, one class per architecture (as nanoGPT's GPTConfig): the plan builds
-one per variant, its spec holds it as a plain dict (`to_spec`), and a run reads it back with
-`model_config(spec["model"])`. The keys a study may set in its `model:` block take their defaults
+one per variant, its spec holds it as a plain dict (`to_spec`), and a run reads it back once,
+as `RunSpec.of(spec).model` (runspec.py). The keys a study may set in its `model:` block take their defaults
 from the schema's `model` section, their one home (schema.defaults); the others come from the grid
 point (depth, heads, widths) and the dataset (image size, classes, vocabulary, context). Light (no
 torch): the workflow layer builds these.

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ..data import train_rows
 from ..data.kinds import dataset_kind
-from ..models.config import NearestConfig, ViTConfig, model_config
-from ..schema import Recipe
+from ..models.config import NearestConfig, ViTConfig
+from ..runspec import RunSpec
 from ..tasks import task_of
 from ..workflow.plan import Plan, Study
 from .cards import Card
@@ -79,14 +79,14 @@ def parse_mfu(text: str | None) -> float | None:
     return value
 
 
-def precision_of(spec: dict) -> str:
+def precision_of(spec: RunSpec) -> str:
     """The run's precision: the recipe's `precision` (its task's default, else the schema's)."""
-    return Recipe.of(spec["recipe"]).precision
+    return spec.recipe.precision
 
 
-def arithmetic_of(spec: dict) -> str:
+def arithmetic_of(spec: RunSpec) -> str:
     """Which peak the run's matrix products reach: bf16, tf32 (fp32 with the recipe's `tf32`) or fp32."""
-    recipe = Recipe.of(spec["recipe"])
+    recipe = spec.recipe
     return "tf32" if recipe.precision == "fp32" and recipe.tf32 else recipe.precision
 
 
@@ -96,15 +96,15 @@ class Job:
 
     study: str
     name: str  # the variant id, with /glue/<task> for a fine-tuning
-    spec: dict
+    spec: RunSpec
 
 
 def jobs(study: Study) -> list[Job]:
     out = []
     for vid, v in study.variants.items():
-        out.append(Job(study.name, vid, v.spec()))
+        out.append(Job(study.name, vid, RunSpec.of(v.spec())))
         for task in (study.finetune or {}).get("tasks", []):
-            out.append(Job(study.name, f"{vid}/glue/{task}", study.finetune_spec(vid, task)))
+            out.append(Job(study.name, f"{vid}/glue/{task}", RunSpec.of(study.finetune_spec(vid, task))))
     return out
 
 
@@ -115,16 +115,16 @@ def _read_manifest(root: Path, dataset: str) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
-def training_rows(plan: Plan, spec: dict, root: Path) -> int | None:
+def training_rows(plan: Plan, spec: RunSpec, root: Path) -> int | None:
     """Training examples of the job's dataset: its prepared manifest, else what its kind knows."""
-    name = spec["dataset"]
+    name = spec.dataset
     return train_rows(plan.datasets[name], _read_manifest(root, name), spec)
 
 
-def training_steps(plan: Plan, spec: dict, root: Path) -> int | None:
+def training_steps(plan: Plan, spec: RunSpec, root: Path) -> int | None:
     """Optimiser steps of the job (None: its training-set size is unknown)."""
-    recipe = Recipe.of(spec["recipe"])
-    if dataset_kind(plan.datasets[spec["dataset"]]["kind"]).streamed:
+    recipe = spec.recipe
+    if dataset_kind(plan.datasets[spec.dataset]["kind"]).streamed:
         per_epoch = recipe.steps_per_epoch
     else:
         rows = training_rows(plan, spec, root)
@@ -161,37 +161,37 @@ def p2_step_seconds(model: NearestConfig, batch: int, compute_s: float, k: int,
                (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
 
 
-def _mfu(spec: dict, override: float | None) -> tuple[float, str]:
+def _mfu(spec: RunSpec, override: float | None) -> tuple[float, str]:
     if override:
         return override, "--mfu"
-    if isinstance(model_config(spec["model"]), ViTConfig):
-        compiled = bool(Recipe.of(spec["recipe"]).compile)
+    if isinstance(spec.model, ViTConfig):
+        compiled = bool(spec.recipe.compile)
         return VIT_MFU[compiled], f"measured: ViT-B/16, H200, {'torch.compile' if compiled else 'eager'}"
     return DEFAULT_MFU, "assumed"
 
 
-def job_memory_bytes(fp, spec: dict, gpus: int) -> float:
+def job_memory_bytes(fp, spec: RunSpec, gpus: int) -> float:
     """GPU memory of one process of the job (its per-GPU batch), per the module docstring."""
-    recipe = Recipe.of(spec["recipe"])
+    recipe = spec.recipe
     state = fp.params * (STATE_BYTES + (DDP_BUCKET_BYTES if gpus > 1 else 0))
     train = fp.activation_bytes(math.ceil(recipe.batch_size / gpus / recipe.accumulate))
     evaluate = 2 * fp.largest * recipe.eval_batch_size
     return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
 
 
-def loader_feed(plan: Plan, spec: dict, gpus: int, rate: float) -> tuple[float, int] | None:
+def loader_feed(plan: Plan, spec: RunSpec, gpus: int, rate: float) -> tuple[float, int] | None:
     """(images/s the Pillow loader gives one GPU's process, its workers) for an image job whose
     dataset decodes with Pillow (decode: pil): recipe.num_workers (auto: the study's threads
     shared by its processes, less one each) x `rate` a worker (0 workers: the process itself);
     None for other jobs (decode: device is not priced: its rate on a GPU is not measured)."""
     from ..data.splits import worker_count
 
-    dataset = plan.datasets.get(spec["dataset"]) or {}
-    image_files = isinstance(model_config(spec["model"]), ViTConfig) and dataset.get("decode") == "pil"
+    dataset = plan.datasets.get(spec.dataset) or {}
+    image_files = isinstance(spec.model, ViTConfig) and dataset.get("decode") == "pil"
     if not image_files:
         return None
-    threads = plan.studies[spec["study"]].resources["threads"]
-    workers = worker_count(Recipe.of(spec["recipe"]).num_workers, cores=threads, local_world=gpus)
+    threads = plan.studies[spec.study].resources["threads"]
+    workers = worker_count(spec.recipe.num_workers, cores=threads, local_world=gpus)
     return max(workers, 1) * rate, workers
 
 
@@ -209,9 +209,9 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     gpus = max(1, resources["gpu"])
     k = resources["jobs_per_gpu"] if gpus == 1 else 1
     precision, arithmetic = precision_of(spec), arithmetic_of(spec)
-    fp = footprint(spec["model"], precision)
+    fp = footprint(spec.model, precision)
     steps = training_steps(plan, spec, root)
-    recipe = Recipe.of(spec["recipe"])
+    recipe = spec.recipe
     batch = recipe.batch_size
     rate, source = _mfu(spec, mfu)
     row = {"study": job.study, "job": job.name, "params": fp.params, "precision": arithmetic, "batch_size": batch,
@@ -221,8 +221,8 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
            "memory_gb": job_memory_bytes(fp, spec, gpus) / 1e9, "card_memory_gb": gpu.memory_gb}
     if steps is not None:
         compute_s = fp.flops * batch / (gpu.peak_flops(arithmetic) * rate)  # one step, the GPU to itself
-        if task_of(spec["task"]).launch_bound:
-            step_s, how = p2_step_seconds(model_config(spec["model"]), batch, compute_s, k, recipe.cuda_graph)
+        if task_of(spec.task).launch_bound:
+            step_s, how = p2_step_seconds(spec.model, batch, compute_s, k, recipe.cuda_graph)
             wall = steps * step_s
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
                        gpu_hours=wall / k / 3600)
@@ -245,7 +245,7 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     return row
 
 
-def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
+def conditioning_price(spec: RunSpec, fp, gpu: Card) -> tuple[float, float]:
     """(GB, GPU-hours) of the variant's conditioning job on `gpu`: the float64 model, and the probe
     in the chunks that fit MEMORY_SHARE of the card (memory.probe_chunk; more than the card
     where one input alone does not fit) or the Jacobian's products where they take more
@@ -257,7 +257,7 @@ def conditioning_price(spec: dict, fp, gpu: Card) -> tuple[float, float]:
     (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
     from ..models.memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
 
-    model, cond = model_config(spec["model"]), spec["conditioning"]
+    model, cond = spec.model, spec.conditioning
     tokens, heads, cols = probe_shape(model)
     layers, samples = model.depth, cond["samples"]
     per = probe_bytes(heads, tokens, cols, layers)

@@ -66,7 +66,7 @@ def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
         study = plan.studies[name]
         gpus = max(1, study.resources["gpu"])
         k = study.resources["jobs_per_gpu"] if gpus == 1 else 1
-        need = {j.name: job_memory_bytes(footprint(j.spec["model"], precision_of(j.spec), flops=False), j.spec,
+        need = {j.name: job_memory_bytes(footprint(j.spec.model, precision_of(j.spec), flops=False), j.spec,
                                          gpus) / 1e9 for j in jobs(study)}
         worst = max(need, key=need.get)
         if need[worst] > gpu.memory_gb:

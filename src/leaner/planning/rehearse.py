@@ -42,6 +42,7 @@ from pathlib import Path
 from ..io import read_json, write_json
 from ..models.config import ModelConfig
 from ..provenance import code_state
+from ..runspec import RunSpec
 from ..schema import Recipe, recipe_spec
 from ..workflow.config import did_you_mean
 
@@ -157,7 +158,7 @@ def peak_rise_mb():
     out["mb"] = (_rss_kb("VmHWM") - before) / 1024
 
 
-def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float:
+def activation_mb_per_sample(spec: RunSpec, manifest: Path, weights: Path) -> float:
     """MB per sample that a training forward pass keeps for backward: the rise of the process's
     peak RSS over the forward (the activations are all alive at its end; the backward then frees
     them as it allocates the gradients)."""
@@ -167,7 +168,7 @@ def activation_mb_per_sample(spec: dict, manifest: Path, weights: Path) -> float
     from ..tasks.trainers import make_task
     from ..training.weights import load_weights
 
-    model = build_model(spec["model"])
+    model = build_model(spec.model)
     load_weights(model, str(weights))
     model.train()
     task = make_task(spec, str(manifest), torch.device("cpu"))
@@ -189,8 +190,8 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
     from ..training.train import train
 
     real_cond = spec["conditioning"]
-    spec = rehearsal_spec(spec)
-    out = work / spec["study"] / spec["variant"]
+    spec = RunSpec.of(rehearsal_spec(spec))
+    out = work / spec.study / spec.variant
     if out.exists():
         shutil.rmtree(out)
     train(spec, str(manifest), out, device="cpu", progress=False, stop_after=STOP_AT)
@@ -205,8 +206,8 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
         raise RuntimeError(f"the second attempt did not resume from step {STOP_AT}: {log.getvalue()[-300:]}")
     if metrics["status"] != "ok" or metrics["steps"] != REHEARSAL_RECIPE["max_steps"]:
         raise RuntimeError(f"training ended {metrics['status']} at step {metrics['steps']}")
-    cond_mem_mb = conditioning_mem_mb(spec["model"], real_cond)
-    chunk = model_chunk(spec["model"], probe_limit(torch.device("cpu"), cond_mem_mb, metrics["params"]["total"]))
+    cond_mem_mb = conditioning_mem_mb(spec.model, real_cond)
+    chunk = model_chunk(spec.model, probe_limit(torch.device("cpu"), cond_mem_mb, metrics["params"]["total"]))
     cond_peak_mb = conditioning_job(out, manifest, cond_mem_mb)
     import pandas as pd
 
@@ -217,7 +218,7 @@ def rehearse_one(spec: dict, manifest: Path, work: Path) -> dict:
         raise RuntimeError(f"the conditioning job (chunks of {chunk}) peaked at {cond_peak_mb:.0f} MB, over the "
                            f"{cond_mem_mb} MB of its mem_mb")
     activations = activation_mb_per_sample(spec, manifest, out / "model.safetensors")
-    flops = footprint(spec["model"], Recipe.of(spec["recipe"]).precision).flops
+    flops = footprint(spec.model, spec.recipe.precision).flops
     return {"params": metrics["params"]["total"], "train_gflop_per_sample": flops / 1e9,
             "activation_mb_per_sample": activations, "checkpoint_mb": checkpoint_mb, "cond_chunk": chunk,
             "cond_peak_mb": cond_peak_mb, "cond_mem_mb": cond_mem_mb,

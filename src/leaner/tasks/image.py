@@ -8,8 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..models.config import model_config
-from ..schema import Recipe
+from ..runspec import RunSpec
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains
 
 
@@ -19,15 +18,15 @@ class ImageClassification(Task):
 
     name = "image_classification"
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
 
-        recipe = Recipe.of(spec["recipe"])
+        recipe = spec.recipe
         self.splits = open_data(data_path, spec, device.type)
         for split in (self.splits.train, self.splits.eval):
             if device.type == "cuda" and isinstance(split, InMemorySplit):
                 split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
+        self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.label_smoothing
         self.repeats = recipe.repeat_aug
@@ -36,7 +35,7 @@ class ImageClassification(Task):
         if recipe.mixup > 0 or recipe.cutmix > 0:
             from timm.data import Mixup
 
-            classes = model_config(spec["model"]).num_classes
+            classes = spec.model.num_classes
             self.mixup = Mixup(mixup_alpha=recipe.mixup, cutmix_alpha=recipe.cutmix,
                                label_smoothing=self.label_smoothing, num_classes=classes)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..schema import Recipe
+from ..runspec import RunSpec
 from .base import Task, trains
 
 
@@ -26,11 +26,11 @@ class NearestPoint(Task):
 
     name = "nearest_point"
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import open_data
 
         self.device = device
-        self.steps_per_epoch = Recipe.of(spec["recipe"]).steps_per_epoch
+        self.steps_per_epoch = spec.recipe.steps_per_epoch
         self.stream = open_data(data_path, spec, device)
         self._eval = None
 

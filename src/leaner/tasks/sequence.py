@@ -12,8 +12,7 @@ import torch.nn.functional as F
 
 from ..data.glue import PAD
 from ..io import read_json
-from ..models.config import model_config
-from ..schema import Recipe
+from ..runspec import RunSpec
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains, trim
 
 UNIGRAM_TOKENS = 1 << 24  # of the training text, for the unigram a language model must beat
@@ -25,12 +24,12 @@ class SequenceClassification(Task):
 
     name = "listops"
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
 
         splits = open_data(data_path, spec, device)
-        recipe = Recipe.of(spec["recipe"])
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
+        recipe = spec.recipe
+        self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
         self.eval_batch_size = recipe.eval_batch_size
         self.label_smoothing = recipe.label_smoothing
         self.lengths = {s: lengths for s, (_, lengths, _) in splits.items()}
@@ -83,12 +82,12 @@ class LanguageModeling(Task):
 
     name = "language_model"
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import open_data
 
-        recipe = Recipe.of(spec["recipe"])
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
-        self.context = model_config(spec["model"]).max_len
+        recipe = spec.recipe
+        self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
+        self.context = spec.model.max_len
         self.eval_batch_size = recipe.eval_batch_size
         self.eval_tokens = read_json(data_path).get("eval_tokens", 1 << 18)
         self.train, self.eval = open_data(data_path, spec, device)
@@ -150,12 +149,12 @@ class MaskedLanguageModeling(Task):
     name = "glue"
     MASK_P = 0.15
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import open_data
 
-        recipe = Recipe.of(spec["recipe"])
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
-        self.span = model_config(spec["model"]).max_len - 2
+        recipe = spec.recipe
+        self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
+        self.span = spec.model.max_len - 2
         self.eval_batch_size = recipe.eval_batch_size
         self.train, self.eval = open_data(data_path, spec, device)
         self.steps_per_epoch = recipe.steps_per_epoch
@@ -223,13 +222,13 @@ class GlueFinetune(Task):
     name = "glue_finetune"
     shards_evaluation = False  # its score (Matthews, F1, Pearson) needs every prediction: rank 0 alone
 
-    def __init__(self, spec: dict, data_path: str, device: torch.device):
+    def __init__(self, spec: RunSpec, data_path: str, device: torch.device):
         from ..data import InMemorySplit, open_data
 
-        recipe, self.glue_task = Recipe.of(spec["recipe"]), spec["glue_task"]
+        recipe, self.glue_task = spec.recipe, spec.glue_task
         data = open_data(data_path, spec, device)
-        self.regression = model_config(spec["model"]).num_classes == 1
-        self.device, self.seed, self.batch_size = device, spec["seed"], recipe.batch_size
+        self.regression = spec.model.num_classes == 1
+        self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
         self.eval_batch_size = recipe.eval_batch_size
         self.splits = {role: InMemorySplit(*data[role]) for role in ("train", "eval")}
         self.steps_per_epoch = self.splits["train"].steps_per_epoch(self.batch_size)

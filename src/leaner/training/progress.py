@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ..runspec import RunSpec
 from ..schema import Recipe
 from .optim import lr_at
 from .step import LossMeter
@@ -48,10 +49,10 @@ def progress_bar(total: int, initial: int, show: bool, desc: str, log):
                 mininterval=1.0, desc=desc)
 
 
-def logger(spec: dict, local_rank: int | None):
+def logger(spec: RunSpec, local_rank: int | None):
     def log(msg: str) -> None:
         if local_rank in (None, 0):
-            print(f"[{spec['study']}/{spec['variant']}] {msg}", file=sys.stderr, flush=True)
+            print(f"[{spec.name}] {msg}", file=sys.stderr, flush=True)
 
     return log
 

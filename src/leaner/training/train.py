@@ -30,7 +30,7 @@ from ..compute import distributed
 from ..compute.devices import pick_device
 from ..io import sha256_file, write_json
 from ..provenance import claims_declared, describe
-from ..schema import Recipe
+from ..runspec import RunSpec
 from ..tasks.trainers import make_task
 from . import finished
 from .attempts import AttemptRecord
@@ -46,10 +46,11 @@ from .tracking import RunRecord, starting
 from .weights import KEPT_DIR, kept_name, kept_steps, publish_kept, save_weights
 
 
-def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
+def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
           threads: int | None = None, progress: bool = True, gpu_share: int | None = None,
           stop_after: int | None = None, attempt: int | None = None) -> dict:
-    """Train one variant; returns the metrics written to metrics.json.
+    """Train one variant (its spec as the plan wrote it, or typed); returns the metrics written to
+    metrics.json.
 
     SIGTERM or SIGUSR1 (a scheduler's time limit or its warning) stops the run at the next step
     boundary with its resume state saved: `stopping.Stopped` is raised (the CLI exits with
@@ -68,9 +69,12 @@ def train(spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | 
     returns the metrics, the other ranks return an empty dict."""
     # the stop signals before the data loaders fork (their workers keep the handler, not die); the
     # stall watch from the start (a hung start-up is one too: stall.py)
+    spec = RunSpec.of(spec)  # typed once, here: every phase below reads the typed spec
     with StopSignal() as stop, StallWatch(_say, STOPPED_EXIT) as watch:
-        return _Run(spec, data_path, out_dir, device, threads, gpu_share, stop_after, stop, attempt,
-                    watch).run(progress)
+        run = _Run(spec, Path(out_dir), stop, watch, stop_after, attempt)
+        run.set_up(data_path, device, threads, gpu_share)  # device, model, data, optimiser
+        run.resume()  # the saved state of this spec, or a fresh one
+        return run.train(progress)  # the epochs, then the outputs
 
 
 def _say(line: str) -> None:
@@ -78,15 +82,19 @@ def _say(line: str) -> None:
 
 
 class _Run:
-    """One run of the loop, its phases as methods over the run's state: set-up (here), resume,
-    the epochs (`run`: one epoch's steps, the epoch's row, the resume state), the outputs."""
+    """One run of the loop, its phases called in order by `train`: set_up, resume, train (its epochs,
+    `_train_epoch`: the steps, `_one_step`, the row, `_end_epoch`, the resume state; then `_outputs`)."""
 
-    def __init__(self, spec: dict, data_path: str, out_dir: str | os.PathLike, device: str | None,
-                 threads: int | None, gpu_share: int | None, stop_after: int | None, stop: StopSignal,
-                 attempt: int | None, watch: StallWatch):
-        self.spec, self.stop_after, self.stop, self.attempt, self.watch = spec, stop_after, stop, attempt, watch
+    def __init__(self, spec: RunSpec, out: Path, stop: StopSignal, watch: StallWatch, stop_after: int | None,
+                 attempt: int | None):
+        self.spec, self.out, self.stop, self.watch = spec, out, stop, watch
+        self.stop_after, self.attempt = stop_after, attempt
         self.keeps_finished = finished.wanted()  # a cluster job: Snakemake may still delete its outputs
-        out, self.started = Path(out_dir), time.time()
+        self.started = time.time()
+
+    def set_up(self, data_path: str, device: str | None, threads: int | None, gpu_share: int | None) -> None:
+        """The device and its processes, the model at initialisation, the task's data, the optimiser."""
+        spec, out, stop_after = self.spec, self.out, self.stop_after
         local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
         log = logger(spec, local_rank)
         dev = pick_device(device, gpu_share, local_rank, log=log)
@@ -95,9 +103,9 @@ class _Run:
             starting(out)  # the heartbeat of this attempt, before data and model load
         if threads:
             torch.set_num_threads(max(1, threads // ctx.world))
-        recipe = Recipe.of(spec["recipe"])
+        recipe = spec.recipe
         precision = set_precision(dev, recipe)
-        self.out, self.log, self.dev, self.ctx, self.recipe, self.precision = out, log, dev, ctx, recipe, precision
+        self.log, self.dev, self.ctx, self.recipe, self.precision = log, dev, ctx, recipe, precision
 
         # ------------------------------------------------------------ model, data, optimiser
         model, counts = initial_model(spec, out, ctx, log)
@@ -112,13 +120,12 @@ class _Run:
         if stop_after is not None and (stop_after % recipe.checkpoint_every or not 0 < stop_after < total):
             raise ValueError(f"stop_after {stop_after}: allowed a multiple of checkpoint_every "
                              f"({recipe.checkpoint_every}) below the run's {total} steps")
-        self.keep = set(kept_steps((spec.get("conditioning") or {}).get("steps", []), total))
+        self.keep = set(kept_steps(spec.conditioning.get("steps", []), total))
         self.kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
         self.model, self.counts, self.net, self.task, self.optimizer = model, counts, net, task, optimizer
         self.autocast, self.per_epoch, self.total, self.graphed = autocast, per_epoch, total, graphed
-        self._resume()
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
         """The saved state restored (or a fresh one) and the loss meter."""
         recipe, counts, ctx, dev, total = self.recipe, self.counts, self.ctx, self.dev, self.total
         run = resume_state(self.spec, self.out, self.model, self.optimizer, ctx, self.kept_tmp, self.log,
@@ -154,14 +161,12 @@ class _Run:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.grad_clip)
         optimizer.step()
 
-    def run(self, progress: bool) -> dict:
+    def train(self, progress: bool) -> dict:
         """The epochs, then the outputs; {} where the run stops at stop_after or on a rank but 0."""
         # the graphed step holds this run's step method (a local: no cycle keeps the run alive after)
         runner = GraphedStep(self._one_step, self.optimizer, self.dev) if self.graphed else None
-
-        # ------------------------------------------------------------ train
         step, total, per_epoch, history, ctx = self.step, self.total, self.per_epoch, self.history, self.ctx
-        self.bar = progress_bar(total, step, progress and ctx.main, self.spec["variant"], self.log)
+        self.bar = progress_bar(total, step, progress and ctx.main, self.spec.variant, self.log)
         self.record = RunRecord(self.out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
         self.watch.on_exit = self._stalled_exit
         self.t0, self.samples, self.status, self.diverged_at = time.perf_counter(), 0, "ok", None
@@ -224,7 +229,7 @@ class _Run:
             # keep weights, checkpoint
             if step in self.keep and ctx.main:
                 self.kept_tmp.mkdir(parents=True, exist_ok=True)
-                save_weights(self.model, self.kept_tmp / f"{kept_name(step)}.safetensors", self.spec)
+                save_weights(self.model, self.kept_tmp / f"{kept_name(step)}.safetensors", self.spec.raw)
             if save and self._save_state(halt):  # at an epoch's end before its row: a resume writes it
                 return True
             if step >= total:
@@ -304,7 +309,6 @@ class _Run:
 
     def _outputs(self) -> dict:
         """The final weights, the kept checkpoints and metrics.json (rank 0; the others return {})."""
-        # ------------------------------------------------------------ outputs
         spec, out, ctx, task, model, history, step = (self.spec, self.out, self.ctx, self.task, self.model,
                                                       self.history, self.step)
         total, per_epoch, best, precision = self.total, self.per_epoch, self.best, self.precision
@@ -313,10 +317,10 @@ class _Run:
         if not ctx.main:
             ctx.close()
             return {}
-        save_weights(model, out / "model.safetensors", spec)
+        save_weights(model, out / "model.safetensors", spec.raw)
         kept = publish_kept(self.kept_tmp, out / KEPT_DIR, {s for s in self.keep if s <= step})
         metrics = {
-            "study": spec["study"], "variant": spec["variant"], "spec": spec, "seed": spec["seed"],
+            "study": spec.study, "variant": spec.variant, "spec": spec.raw, "seed": spec.seed,
             "params": self.counts, "status": self.status, "diverged_at_step": self.diverged_at,
             "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
             "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
@@ -333,7 +337,7 @@ class _Run:
             **budget_record(self.recipe, self.epoch if self.over_budget else None),
             "resumed_at": self.attempts.resumed_at(),  # the steps later attempts began at
             "attempts": self.attempts.end("done", step=step),  # each attempt: where it began and ended, its cost
-            "claims_digest": claims_declared(spec["study"]),  # the study's claims as declared when it trained
+            "claims_digest": claims_declared(spec.study),  # the study's claims as declared when it trained
             # which evaluation examples the final model gets right (a claim's bootstrap over them)
             "eval_outcomes": task.eval_outcomes(model, self.autocast),
         }
