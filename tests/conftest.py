@@ -55,17 +55,6 @@ def small_spec(**model_overrides) -> dict:
             "model": model, "recipe": recipe, "conditioning": {**CONDITIONING_DEFAULTS, "samples": 32}}
 
 
-def load_splits(manifest_path: str, recipe: dict, device_type: str = "cpu"):
-    """The splits a run of `small_spec` with these recipe settings reads from a prepared image
-    dataset (digits, hub, imagefolder, webdataset)."""
-    from leaner.data import open_data
-    from leaner.runspec import RunSpec
-
-    spec = small_spec()
-    spec["recipe"].update(recipe)
-    return open_data(manifest_path, RunSpec.of(spec), device_type)
-
-
 def pytest_collection_modifyitems(config, items):
     import torch
 

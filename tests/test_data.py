@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from leaner.data import batch_indices, prepare
+from leaner.data import batch_indices, load_splits, prepare
 from leaner.schema import Recipe
 from leaner.training.train import train
 
-from conftest import load_splits, small_spec
+from conftest import small_spec
 
 
 def test_digits_split_is_fixed_recorded_and_standardised(tmp_path):
@@ -38,7 +38,7 @@ def test_tampered_digits_arrays_are_detected(tmp_path):
         fh.seek(200)
         fh.write(b"\x00\x01\x02\x03")
     with pytest.raises(RuntimeError, match="sha256"):
-        load_splits(str(manifest), {})
+        load_splits(str(manifest), Recipe.of({}))
 
 
 def test_batch_order_is_a_function_of_seed_and_epoch():
@@ -138,7 +138,7 @@ def test_image_folder_through_datasets_with_deit_transforms(tmp_path):
     spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC}
     manifest = prepare("tiny_imgs", spec, str(tmp_path / "data" / "manifest.json"))
     assert (manifest["n_train"], manifest["n_eval"]) == (18, 18)
-    splits = load_splits(str(tmp_path / "data" / "manifest.json"), {"augment": True, "num_workers": 0})
+    splits = load_splits(str(tmp_path / "data" / "manifest.json"), Recipe.of({"augment": True, "num_workers": 0}))
     x, y = next(splits.train.train_batches(8, seed=0, epoch=0))
     assert x.shape == (8, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
     assert set(y.tolist()) <= {0, 1, 2}
@@ -167,7 +167,7 @@ def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_fol
     calls = []
     real = datasets.load_dataset
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
-    splits = load_splits(str(path), {"augment": False, "num_workers": 0})
+    splits = load_splits(str(path), Recipe.of({"augment": False, "num_workers": 0}))
     assert calls == []
     assert [r["label"] for r in splits.eval.dataset.ds] == resolved["label"]
     encoded, name = _encoded(splits.eval.dataset.ds[3]["image"], 3)  # the workers decode it, with Pillow
@@ -175,7 +175,7 @@ def test_a_training_job_opens_the_prepared_arrow_files_without_resolving_the_fol
 
     manifest["arrow_files"]["train"]["files"] = [str(tmp_path / "elsewhere.arrow")]  # another machine's cache
     path.write_text(json.dumps(manifest))
-    splits = load_splits(str(path), {"augment": False, "num_workers": 0})
+    splits = load_splits(str(path), Recipe.of({"augment": False, "num_workers": 0}))
     assert calls == [("imagefolder",)] and len(splits.train) == 18
 
     sliced = prepare("tiny_slice", {**spec, "train_split": "train[:6]"}, str(tmp_path / "slice" / "manifest.json"))
@@ -245,7 +245,8 @@ def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
     for decode in ("pil", "device"):
         spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": decode}
         prepare("tiny_imgs", spec, str(tmp_path / decode / "manifest.json"))
-        loaded[decode] = load_splits(str(tmp_path / decode / "manifest.json"), {"augment": True, "num_workers": 0})
+        loaded[decode] = load_splits(str(tmp_path / decode / "manifest.json"),
+                                     Recipe.of({"augment": True, "num_workers": 0}))
     pil, dev = loaded["pil"], loaded["device"]
     assert pil.finish is None and dev.finish is not None
     cpu = torch.device("cpu")
@@ -387,7 +388,7 @@ def test_decoding_on_the_device_survives_imagenets_odd_files(tmp_path, monkeypat
         nvjpeg_like([torch.frombuffer(bytearray((tmp_path / "imgs/train/cat/cmyk.JPEG").read_bytes()),
                                       dtype=torch.uint8)], None, "cpu")
 
-    splits = load_splits(str(manifest), {"augment": True, "num_workers": 0})
+    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
     (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     assert len(x) == 15 and x.images.count(None) == 1  # the noise: no worker decoder reads it
     images, labels = splits.finish.train(x, y, torch.device("cpu"))
@@ -421,7 +422,7 @@ def test_decoding_with_pillow_in_the_workers_survives_the_same_files(tmp_path, c
     _write_odd_images(tmp_path / "imgs" / "train" / "cat")
     manifest = tmp_path / "data" / "manifest.json"
     prepare("odd", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC}, str(manifest))
-    splits = load_splits(str(manifest), {"augment": True, "num_workers": 2})
+    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 2}))
     order = np.concatenate(batch_indices(len(splits.train), 5, seed=0, epoch=0))
     names = [splits.train.dataset.name_of(i) for i in order]
     labels = torch.tensor(splits.train.labels())[order]
@@ -482,7 +483,7 @@ def test_webdataset_shards_are_read_in_sequence_each_sample_once_an_epoch_in_a_s
             "label_key": "cls", "decode": decode}
     manifest = prepare("wds", spec, str(tmp_path / "data" / "manifest.json"))
     assert (manifest["n_train"], manifest["n_eval"]) == (48, 10) and len(manifest["shards"]["train_split"]) == 8
-    splits = load_splits(str(tmp_path / "data" / "manifest.json"), {"augment": True, "num_workers": 2})
+    splits = load_splits(str(tmp_path / "data" / "manifest.json"), Recipe.of({"augment": True, "num_workers": 2}))
     assert splits.eval.labels() == [i % 3 for i in range(10)]
     assert SHUFFLE_BUFFER > 48  # here each worker shuffles all it reads
 

@@ -19,7 +19,7 @@ import yaml
 
 from leaner.schema import Recipe
 
-from conftest import TINY, kill_after_checkpoint, load_splits, small_spec, snakemake
+from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
 from test_sequence import _write_glue
 
 pytestmark = [pytest.mark.gpu, pytest.mark.workflow]
@@ -286,13 +286,14 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
 
     from test_data import IMAGE_SPEC, _write_image_folder, _write_odd_images
 
-    from leaner.data import prepare
+    from leaner.data import load_splits, prepare
+    from leaner.schema import Recipe
 
     _write_image_folder(tmp_path / "imgs", per_class=8, size=40, fmt="jpg")
     manifest = tmp_path / "data" / "manifest.json"
     spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "img_size": 32, "decode": "device"}
     prepare("jpegs", spec, str(manifest))
-    splits = load_splits(str(manifest), {"augment": True, "num_workers": 0})
+    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
     splits.finish.erasing = None
     (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     out = {}
@@ -307,7 +308,7 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
 
     _write_odd_images(tmp_path / "imgs" / "train" / "cat")
     prepare("odd", spec, str(tmp_path / "odd" / "manifest.json"))
-    splits = load_splits(str(tmp_path / "odd" / "manifest.json"), {"augment": True, "num_workers": 0})
+    splits = load_splits(str(tmp_path / "odd" / "manifest.json"), Recipe.of({"augment": True, "num_workers": 0}))
     (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     images, labels = splits.finish.train(x, y, torch.device("cuda"))
     skipped = splits.finish.take_events()["unreadable, skipped"]

@@ -56,8 +56,9 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -
     model input on `device` (for `decode: device`, decoded and augmented there); from the second
     batch on, so that the workers' start is not in it."""
     from leaner.data import load_splits
+    from leaner.schema import Recipe
 
-    splits = load_splits(manifest, {"augment": True, "num_workers": workers})
+    splits = load_splits(manifest, Recipe.of({"augment": True, "num_workers": workers}))
     dev = torch.device(device)
     t0, n = None, 0
     for x, y in splits.train.train_batches(batch, seed=0, epoch=0):
@@ -87,9 +88,10 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
     """In-memory batches against the step they feed; the image loader's throughput per worker at
     CIFAR (32 px, PNG) and ImageNet (224 px from 256 px JPEG) sizes with the DeiT augmentation."""
     from leaner.data import load_splits
+    from leaner.schema import Recipe
 
     spec = trained["spec"]
-    split = load_splits(manifest, spec["recipe"]).train
+    split = load_splits(manifest, Recipe.of(spec["recipe"])).train
     fetch = []
     for _ in range(repeats):
         t0, steps = time.perf_counter(), 0
@@ -141,8 +143,6 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from leaner.data import load_splits
-
     class Count(TorchDispatchMode):
         ops = 0
 
@@ -153,7 +153,7 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
             Count.ops += isinstance(first, torch.Tensor) and first.numel() >= 1024 and not view
             return out
 
-    splits = load_splits(manifest, {"augment": True, "num_workers": 0})
+    splits = _splits_of_any_tree(manifest, {"augment": True, "num_workers": 0})
     batches = list(itertools.islice(splits.train.train_batches(batch, seed=0, epoch=0), n_batches))
     dev, rates = torch.device(device), []
     splits.finish.train(*batches[0], dev)  # warm: lazy imports, first allocations
@@ -172,6 +172,19 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
         for x, y in batches:
             splits.finish.train(x, y, dev)
     return {"rates": rates, "ops_per_image": Count.ops / n}
+
+
+def _splits_of_any_tree(manifest: str, recipe: dict):
+    """load_splits of the tree this process imports: this one's takes a typed Recipe, an older one's
+    (row 1c's baseline, before runspec.py) the recipe's dict."""
+    from leaner.data import load_splits
+
+    try:
+        from leaner.runspec import RunSpec  # noqa: F401  (a tree that types the recipe before the data)
+        from leaner.schema import Recipe
+    except ImportError:
+        return load_splits(manifest, recipe)
+    return load_splits(manifest, Recipe.of(recipe))
 
 
 def _augment_rates_of(src: Path, manifest: str, batch: int, n_batches: int, repeats: int, device: str) -> dict:

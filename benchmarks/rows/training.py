@@ -38,7 +38,7 @@ def bare_loop(spec: dict, manifest: str, steps: int) -> float:
     seed_everything(0)
     model = build_model(spec["model"])
     opt = make_optimizer(model, Recipe.of(spec["recipe"]))
-    train = load_splits(manifest, spec["recipe"]).train
+    train = load_splits(manifest, Recipe.of(spec["recipe"])).train
     model.train()
     done, epoch = 0, 0
     t0 = time.perf_counter()
@@ -61,8 +61,9 @@ def bench_training(manifest: str, repeats: int, epochs: int, work: Path) -> tupl
     spec = _spec(epochs, width=64, depth=2, heads=4)
     ours, bare, tput, mem = [], [], [], []
     from leaner.data import load_splits
+    from leaner.schema import Recipe
 
-    steps = spec["recipe"]["epochs"] * load_splits(manifest, spec["recipe"]).train.steps_per_epoch(
+    steps = spec["recipe"]["epochs"] * load_splits(manifest, Recipe.of(spec["recipe"])).train.steps_per_epoch(
         spec["recipe"]["batch_size"])
     bare_loop(spec, manifest, 20)  # warm-up: first-call allocations and kernel selection
     for r in range(repeats):  # interleaved, the first of each pair alternating: drift hits both alike

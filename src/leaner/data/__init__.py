@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..runspec import RunSpec
+from ..schema import Recipe
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE, dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
-__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "open_data",
+__all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
            "prepare", "rehearsal_sample", "train_rows"]
 
 
@@ -54,3 +55,12 @@ def train_rows(spec: dict, manifest: dict | None, job_spec: RunSpec) -> int | No
     builtin_kinds()
     kind = dataset_kind(spec["kind"]).name
     return ROWS[kind](spec, manifest, job_spec) if kind in ROWS else None
+
+
+def load_splits(manifest_path: str, recipe: Recipe, device_type: str = "cpu") -> Splits:
+    """The splits of a prepared image dataset (digits, hub, imagefolder, webdataset) as a run with
+    this recipe reads them: `open_data` where only the recipe is known (an image kind's opening
+    reads no other field of the run's spec)."""
+    from types import SimpleNamespace
+
+    return open_data(manifest_path, SimpleNamespace(recipe=recipe), device_type)
