@@ -31,6 +31,16 @@ from leaner.running.handoff import (
 from conftest import BIN, small_spec
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _quit_at_its_default():
+    """SIGQUIT at its default action for this module's processes, as at a terminal: a shell without
+    job control starts a background command (`cmd &`) with SIGQUIT ignored, and every process under
+    it, the warm process and its children too, inherits that."""
+    before = signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGQUIT, before)
+
+
 @pytest.fixture(scope="module")
 def warm_socket(tmp_path_factory):
     """A warm process (pinned numerics) for this module's jobs; stopped, and checked stopped, after."""

@@ -67,9 +67,9 @@ def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, devi
 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
+    spec = RunSpec.of(spec)  # typed once, here: every phase below reads the typed spec
     # the stop signals before the data loaders fork (their workers keep the handler, not die); the
     # stall watch from the start (a hung start-up is one too: stall.py)
-    spec = RunSpec.of(spec)  # typed once, here: every phase below reads the typed spec
     with StopSignal() as stop, StallWatch(_say, STOPPED_EXIT) as watch:
         run = _Run(spec, Path(out_dir), stop, watch, stop_after, attempt)
         run.set_up(data_path, device, threads, gpu_share)  # device, model, data, optimiser
