@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test bench gpu-check setup clean-results
+.PHONY: study test bench gpu-check setup clean-results catalogue
 
 setup: $(STAMP)
 
@@ -19,6 +19,10 @@ study: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# After adding or changing a figure's or table's definition: its index and caption (shown.py).
+catalogue: $(STAMP)
+	$(BIN)/leaner catalogue
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -7,7 +7,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.workflow.config import ConfigError, load_yaml, merge_cli_config
-from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES, caption
+from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
+from leaner.shown import caption
 from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.workflow.datasets import data_spec
@@ -43,7 +44,7 @@ TABLE_EXT = ["csv", "md", "tex", "html"]
 
 def figure_files(prefix, names, category, subcategory="figures"):
     """results/figures/{prefix}-{name}.{png,pdf}; the PNG goes into the report with the caption
-    of the figure's record (outputs.caption)."""
+    of the figure's record (shown.caption)."""
     out = []
     for name in names:
         png, pdf = (f"results/figures/{prefix}-{name}.{ext}" for ext in FIG_EXT)

@@ -1,11 +1,13 @@
 """A task is added in one place: a record in the task catalogue and its training class in one
 module, registered there under the task's name. Here a toy task (digit parity: is the digit odd?)
-lives in a module of the test's own and one record put into the catalogue, and it runs through
-every stage: config expansion, training, summary.csv, its tables and figures. A toy dataset kind,
-a toy figure and the registry itself follow."""
+lives in a module of the test's own and its record is added through the catalogue's door, and it
+runs through every stage: config expansion, training, summary.csv, its tables and figures. A toy
+dataset kind, a toy figure, a toy table and the registry itself follow. Each is added inside
+`leaner.extend.scoped()`, which leaves the catalogues as they were."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -40,26 +42,24 @@ def _parity_model(given: dict, ds: dict, problem) -> dict:
     return {"arch": "vit", **given, "img_size": ds["img_size"], "in_chans": ds["in_chans"], "num_classes": 2}
 
 
-def _fresh(monkeypatch, *registries) -> None:
-    """Registrations made during the test are undone after it."""
-    for registry in registries:
-        monkeypatch.setattr(registry, "code", dict(registry.code))
+@pytest.fixture
+def scope():
+    from leaner.extend import scoped
+
+    with scoped():
+        yield
 
 
 @pytest.fixture
-def toy_task(tmp_path, monkeypatch):
+def toy_task(tmp_path, monkeypatch, scope):
     import importlib
     import sys
 
-    from leaner.tasks import CATALOG, TaskInfo
-    from leaner.tasks.trainers import TRAINERS
+    from leaner.tasks import TaskInfo, add_task
 
-    _fresh(monkeypatch, TRAINERS)
     model_keys = ("patch_size", "qkv_bias", "drop_path_rate", "global_pool")
-    info = TaskInfo("digit_parity", "P1", "arch", ("digits",), model_keys, _parity_model,
-                    metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
-                    figures=("accuracy_vs_heads", "kappa_vs_heads"), tables=("by_config", "lean_vs_baseline"))
-    monkeypatch.setitem(CATALOG, "digit_parity", info)
+    info = add_task(TaskInfo("digit_parity", "P1", "arch", ("digits",), model_keys, _parity_model,
+                             metric=("eval_acc", "max"), train_metric=("eval_acc", "max")))
     (tmp_path / "toy_task.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "toy_task", raising=False)
@@ -87,7 +87,7 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     plan = build_plan(config)
     study = plan.studies["parity"]
     assert len(study.variants) == 4
-    metrics_paths, cond_paths = [], []
+    metrics_paths, cond_paths, histories = [], [], []
     for vid, variant in study.variants.items():
         out = tmp_path / "results" / "parity" / vid
         m = train(variant.spec(), str(digits_manifest), out, progress=False)
@@ -97,16 +97,22 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
                            str(digits_manifest), str(out / "conditioning.csv"), device="cpu")
         metrics_paths.append(str(out / "metrics.json"))
         cond_paths.append(str(out / "conditioning.csv"))
-    summary_csv = tmp_path / "results" / "parity" / "summary.csv"
-    frame = write_summary("parity", metrics_paths, cond_paths, study.protocol_map(), str(summary_csv))
+        histories.append(str(out / "history.csv"))
+    summary_csv, kappa_csv = (tmp_path / "results" / "parity" / name for name in ("summary.csv", "kappa.csv"))
+    frame = write_summary("parity", metrics_paths, cond_paths, study.protocol_map(), str(summary_csv),
+                          kappa_csv=str(kappa_csv))
     assert set(frame["task"]) == {"digit_parity"} and frame["error"].between(0, 0.4).all()
+    # its outputs are those whose records select a P1 task scored by accuracy, where its grid shows them
+    # (one MLP ratio: no figure against it)
     figure_names, table_names = study.outputs()
+    assert figure_names == ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves")
+    assert table_names == ("by_config", "lean_vs_baseline", "paper_comparison")
     tables = write_study_tables(str(summary_csv), "parity", {}, str(tmp_path / "tables"), table_names)
     assert {p.name for p in tables} >= {"parity-by_config.csv", "parity-lean_vs_baseline.csv"}
     assert len(pd.read_csv(tmp_path / "tables" / "parity-by_config.csv")) == 4
-    figures = write_study_figures(str(summary_csv), "parity", str(tmp_path / "figures"), figure_names)
-    assert {p.name for p in figures} == {"parity-accuracy_vs_heads.png", "parity-accuracy_vs_heads.pdf",
-                                         "parity-kappa_vs_heads.png", "parity-kappa_vs_heads.pdf"}
+    figures = write_study_figures(str(summary_csv), "parity", str(tmp_path / "figures"), figure_names,
+                                  kappa_csv=str(kappa_csv), histories=histories)
+    assert {p.name for p in figures} == {f"parity-{name}.{ext}" for name in figure_names for ext in ("png", "pdf")}
     with open(metrics_paths[0]) as fh:
         assert json.load(fh)["spec"]["task"] == "digit_parity"
 
@@ -165,28 +171,23 @@ def _bright_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
 
 
 @pytest.fixture
-def toy_kind(monkeypatch):
-    from leaner.data import builtin_kinds
-    from leaner.data.kinds import KINDS, OPEN, PREPARE, ROWS, SAMPLE, DatasetKind
-    from leaner.tasks import CATALOG, TaskInfo
+def toy_kind(scope):
+    from leaner.data.kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind
+    from leaner.tasks import CATALOG, TaskInfo, add_task
     from leaner.tasks.image import ImageClassification
     from leaner.tasks.trainers import TRAINERS
 
-    builtin_kinds()
-    _fresh(monkeypatch, PREPARE, OPEN, SAMPLE, ROWS, TRAINERS)
-    kind = DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
-                       {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, required=("n_train",),
-                       check=_even)
-    monkeypatch.setitem(KINDS, "bright", kind)
+    kind = add_kind(DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
+                                {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, required=("n_train",),
+                                check=_even))
     PREPARE.register("bright")(_prepare_bright)
     OPEN.register("bright")(_open_bright)
     SAMPLE.register("bright")(_bright_sample)
     ROWS.register("bright")(_bright_rows)
     # a task that reads it: the image task's record and class, for this kind (the catalogue's own is left alone)
     image = CATALOG["image_classification"]
-    monkeypatch.setitem(CATALOG, "bright_images", TaskInfo(
-        "bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base, metric=image.metric,
-        train_metric=image.train_metric, figures=("accuracy_vs_heads",), tables=("by_config",)))
+    add_task(TaskInfo("bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base,
+                      metric=image.metric, train_metric=image.train_metric))
     TRAINERS.register("bright_images")(ImageClassification)
     return kind
 
@@ -252,19 +253,19 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_trained_on_pr
     assert row["params"] == metrics["params"]["total"] and row["kappa_methods"]
 
 
-# A figure is added in one place too: one record in the output catalogue (what it needs from the
-# grid, its caption), and the function that draws it registered under its name.
+# A figure is added in one place too: one definition, its record (what it needs from the grid,
+# which tasks show it, its caption) on the function that draws it; a table the same way.
 
-def _depth_histogram(data, prefix):
+def _depth_histogram(summary, prefix, study, bins=4):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    ax.hist(data.summary["depth"])
+    ax.hist(summary["depth"], bins=bins)
     ax.set_xlabel("depth")
-    ax.set_title(data.study)
+    ax.set_title(study)
     paths = [prefix.with_suffix(".png"), prefix.with_suffix(".pdf")]
     for path in paths:
         fig.savefig(path)
@@ -272,52 +273,103 @@ def _depth_histogram(data, prefix):
     return paths
 
 
-def test_a_figure_added_in_the_catalogue_is_listed_where_the_grid_shows_it_and_drawn(tmp_path, toy_task,
-                                                                                     monkeypatch):
-    import dataclasses
+def test_a_figure_and_a_table_defined_beside_their_code_are_listed_where_the_grid_shows_them_and_made(
+        tmp_path, toy_task):
+    from leaner.analysis.catalogue import catalogue_files
+    from leaner.analysis.study_figures import write_study_figures
+    from leaner.analysis.study_tables import write_study_tables
+    from leaner.outputs import study_outputs
+    from leaner.shown import FIGURES, Has, figure, table
 
-    from leaner.analysis.study_figures import FIGURE_CODE, draws, write_study_figures
-    from leaner.outputs import FIGURES, Has, Shown, caption, study_outputs
-    from leaner.tasks import CATALOG
+    figure("depth_histogram", requires=(Has((("depth", 3),)),), tasks={"name": "digit_parity"}, bins=3,
+           caption="How deep the variants are.\n")(_depth_histogram)
 
-    _fresh(monkeypatch, FIGURE_CODE)
-    (tmp_path / "depth_histogram.rst").write_text("How deep the variants are.\n")
-    record = Shown("depth_histogram", (Has((("depth", 3),)),), str(tmp_path / "depth_histogram.rst"))
-    monkeypatch.setitem(FIGURES, "depth_histogram", record)
-    draws("depth_histogram")(_depth_histogram)
-    monkeypatch.setitem(CATALOG, "digit_parity", dataclasses.replace(toy_task, figures=("depth_histogram",)))
+    @table("depth_counts", tasks={"name": "digit_parity"}, caption="Variants per depth.\n")
+    def depth_counts(data):
+        return data.summary.groupby("depth").size().rename("variants").reset_index(), f"{data.study}: per depth"
+
     shallow, deep = [{"depth": 1, "heads": 1}, {"depth": 2, "heads": 1}], [{"depth": 3, "heads": 1}]
-    assert study_outputs("digit_parity", shallow)[0] == ()  # its requirement unmet: neither made nor listed
-    assert study_outputs("digit_parity", shallow + deep)[0] == ("depth_histogram",)
-    assert caption("figures", "depth_histogram") == str(tmp_path / "depth_histogram.rst")
+    assert "depth_histogram" not in study_outputs("digit_parity", shallow)[0]  # its requirement unmet: not listed
+    assert "depth_histogram" in study_outputs("digit_parity", shallow + deep)[0]
+    assert "depth_counts" in study_outputs("digit_parity", shallow)[1]
+    assert "depth_histogram" not in study_outputs("image_classification", shallow + deep)[0]  # another task's
+    # `leaner catalogue` would index both and write their captions from the definitions
+    files = catalogue_files()
+    assert files["report/figures/depth_histogram.rst"] == "How deep the variants are.\n"
+    assert '"name": "depth_counts"' in files["src/leaner/catalogue.json"]
     summary = tmp_path / "summary.csv"
     summary.write_text("task,depth\ndigit_parity,1\ndigit_parity,3\n")
     paths = write_study_figures(str(summary), "parity", str(tmp_path), ["depth_histogram"])
     assert [p.name for p in paths] == ["parity-depth_histogram.png", "parity-depth_histogram.pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
+    (csv, *_) = write_study_tables(str(summary), "parity", {}, str(tmp_path), ["depth_counts"])
+    assert pd.read_csv(csv).to_dict("list") == {"depth": [1, 3], "variants": [1, 1]}
+    with pytest.raises(ValueError, match="figure 'depth_histogram': defined twice"):
+        figure("depth_histogram", caption="again")
+    with pytest.raises(ValueError, match="tasks: 'size' is not a task field"):
+        figure("depth_box", caption="x", tasks={"size": "big"})
+    assert "depth_box" not in FIGURES
 
 
-def test_every_record_has_its_code_registered_and_every_figure_and_table_its_caption():
+def test_the_scope_leaves_the_catalogues_as_they_were():
+    from leaner.extend import load_builtins, scoped
+    from leaner.shown import FIGURE_CODE, FIGURES, figure
+    from leaner.tasks import CATALOG, TaskInfo, add_task
+
+    load_builtins()  # (scoped does too: what it loads stays)
+    before = (list(FIGURES), list(FIGURE_CODE.code), list(CATALOG))
+    with scoped():
+        figure("nothing", caption="Nothing.")(_depth_histogram)
+        add_task(TaskInfo("nothing", "P1", "arch", ("digits",), (), _parity_model, ("eval_acc", "max"),
+                          ("eval_acc", "max")))
+        with pytest.raises(ValueError, match="task 'nothing': in the catalogue already"):
+            add_task(CATALOG["nothing"])
+        assert "nothing" in FIGURES and "nothing" in FIGURE_CODE and "nothing" in CATALOG
+    assert (list(FIGURES), list(FIGURE_CODE.code), list(CATALOG)) == before
+
+
+def test_the_index_and_captions_are_those_the_definitions_give():
+    """src/leaner/catalogue.json (read by the Snakefile's side) and report/'s captions are written
+    by `leaner catalogue`: a definition changed without it fails here, naming the stale files."""
+    import leaner.shown as shown
+    from leaner.analysis.catalogue import stale_files
+    from leaner.extend import load_builtins
+
+    load_builtins()
+    assert stale_files() == []
+    for kind, records in shown.CATALOGUES.items():
+        for name, record in records.items():  # the index reads back as the definitions' records
+            assert shown.Shown.of_entry(kind, record.entry()) == dataclasses.replace(record, caption="")
+            assert name in shown.CODE[kind]
+
+
+def test_leaner_catalogue_writes_what_is_stale_and_its_check_only_names_it(tmp_path):
+    from leaner.analysis.catalogue import write_catalogue
+    from leaner.cli import main
+
+    with pytest.raises(ValueError, match="not a source tree of this project"):
+        write_catalogue(tmp_path)
+    for folder in ("report/figures", "report/tables", "src/leaner"):
+        (tmp_path / folder).mkdir(parents=True)
+    stale = write_catalogue(tmp_path, check=True)
+    assert {"src/leaner/catalogue.json", "report/figures/kappa_vs_heads.rst", "report/tables/claims.rst"} <= set(stale)
+    assert not (tmp_path / "src/leaner/catalogue.json").exists()  # a check writes nothing
+    assert write_catalogue(tmp_path) == stale and write_catalogue(tmp_path, check=True) == []
+    for rel in stale:
+        assert (tmp_path / rel).read_text() == (REPO / rel).read_text(), rel
+    assert main(["catalogue", "--check"]) == 0  # this checkout's are current
+
+
+def test_every_record_has_its_code_registered():
     from leaner.analysis.papers import PAPER_ROWS
-    from leaner.analysis.study_figures import FIGURE_CODE
-    from leaner.analysis.study_tables import TABLE_CODE
-    from leaner.data import builtin_kinds
     from leaner.data.kinds import KINDS, OPEN, PREPARE, ROWS, SAMPLE
-    from leaner.outputs import CLAIMS_OUTPUTS, FIGURES, TABLES
+    from leaner.extend import load_builtins
     from leaner.tasks import CATALOG, trainer_names
     from leaner.tasks.trainers import TRAINERS
 
-    rules = REPO / "rules"
-    for (kind, registry, code), claims in zip((("figures", FIGURES, FIGURE_CODE), ("tables", TABLES, TABLE_CODE)),
-                                              CLAIMS_OUTPUTS):
-        named = {n for info in CATALOG.values() for n in getattr(info, kind)} | {claims}
-        assert named <= set(registry), (kind, named - set(registry))
-        assert set(code.code) == set(registry), kind
-        for name, record in registry.items():
-            assert record.name == name and (rules / record.caption).resolve().is_file(), record.caption
+    load_builtins()
     assert set(TRAINERS.code) == set(trainer_names())
     assert set(PAPER_ROWS.code) <= set(CATALOG)
-    builtin_kinds()
     for registry in (PREPARE, OPEN, SAMPLE):
         assert set(registry.code) == set(KINDS), registry.what
     assert set(ROWS.code) <= set(KINDS)

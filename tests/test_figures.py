@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import curves, figure_parts, figures, figures_p2, plots, stats
+from leaner.analysis import curves, figure_parts, figures, figures_p2, pareto, plots, stats
 from leaner.cli import main
 from leaner.workflow.plan import build_plan
 
@@ -208,7 +208,7 @@ def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
 def drawn(monkeypatch, make, *args):
     """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
     shown = []
-    for module in (figures, figures_p2, curves):
+    for module in (figures, figures_p2, curves, pareto):
         monkeypatch.setattr(module, "save", lambda fig, prefix: shown.append(fig) or [])
     make(*args)
     fig = shown[0]
@@ -247,7 +247,7 @@ def test_the_pareto_view_stars_the_baseline_rings_the_lean_models_and_states_eac
     from matplotlib.patches import Rectangle
 
     summary = p1_summary()
-    fig = drawn(monkeypatch, figures.pareto, summary, "x", "s", [PARETO_CLAIM])
+    fig = drawn(monkeypatch, pareto.pareto, summary, "x", "s", [PARETO_CLAIM])
     full, zoom = [ax for ax in fig.axes if ax.get_visible()]
     base = summary.query("depth == 2 and heads == 1")["eval_acc"].mean()  # 0.515 at 4000 parameters
     lean = summary.query("depth == 1 and heads == 4")["eval_acc"].mean()  # 0.685 at 2000
@@ -276,7 +276,7 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
     made = {"kappa_vs_heads": (figures.kappa_vs_heads, summary, "x", "s"),
             "accuracy_vs_heads": (figures.metric_vs_heads, summary, "x", "s"),
             "accuracy_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s"),
-            "kappa_through_training": (figures.kappa_through_training, kappa, "x", "s"),
+            "kappa_through_training": (curves.kappa_through_training, kappa, "x", "s"),
             "loss_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "eval_loss"),
             "glue_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "glue_avg"),
             "glue_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s", "glue_avg"),
@@ -285,7 +285,7 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
             "theory": (figures.theory_curves, theory, "x"),
             "training_curves": (curves.training_curves, history(), "x", "s", "image_classification"),
-            "pareto": (figures.pareto, summary, "x", "s", [PARETO_CLAIM])}
+            "pareto": (pareto.pareto, summary, "x", "s", [PARETO_CLAIM])}
     for name, (make, *args) in made.items():
         fig = drawn(monkeypatch, make, *args)
         panels = [ax for ax in fig.axes if ax.get_visible()]
@@ -406,7 +406,7 @@ def test_p2_kappa_through_training_names_each_line_by_its_heads_and_their_rank(m
              "head_dim": 16 // h, "depth": 1, "seed": s, "protocols": np.nan, "status": "ok", "fraction": f,
              "kappa_gmean": 10.0 + f}
             for w, hs in ((1, (1, 2)), (2, (1,))) for h in hs for s in (0, 1) for f in (0.0, 0.5, 1.0)]
-    fig = drawn(monkeypatch, figures.kappa_through_training, pd.DataFrame(rows), "unused", "p")
+    fig = drawn(monkeypatch, curves.kappa_through_training, pd.DataFrame(rows), "unused", "p")
     labels = {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes}
     assert labels == {"W = 1": ["1 head of rank 16, depth 1", "2 heads of rank 8, depth 1"],
                       "W = 2": ["2 heads of rank 16, depth 1"]}

@@ -11,8 +11,39 @@ are, when it is asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+_HELD: list[dict] = []  # every Registry's code and every catalogue marked by `scoped_catalogue`
+
+
+def scoped_catalogue(records: dict) -> dict:
+    """Mark a catalogue's dict of records as one `scoped` puts back; returns it."""
+    _HELD.append(records)
+    return records
+
+
+def add_record(records: dict, what: str, record: Any) -> Any:
+    """Add `record` to a catalogue under its `name` (refused where the name is taken); returns it."""
+    if record.name in records:
+        raise ValueError(f"{what} {record.name!r}: in the catalogue already")
+    records[record.name] = record
+    return record
+
+
+@contextmanager
+def scoped() -> Iterator[None]:
+    """Every registration and record added inside is undone on leaving (what was there before is
+    put back). Load the code that registers itself before entering (leaner.catalogues.scoped
+    does): code first registered inside is undone too."""
+    saved = [(held, dict(held)) for held in _HELD]
+    try:
+        yield
+    finally:
+        for held, before in saved:
+            held.clear()
+            held.update(before)
 
 
 class Registry:
@@ -21,7 +52,7 @@ class Registry:
     def __init__(self, what: str, known: Callable[[], Iterable[str]]):
         self.what = what
         self.known = known
-        self.code: dict[str, Any] = {}
+        self.code: dict[str, Any] = scoped_catalogue({})
 
     def register(self, *names: str) -> Callable[[Any], Any]:
         """Decorator: register the function or class under each of `names`."""

@@ -1,7 +1,8 @@
-"""Training curves: every variant's history.csv of a study, one line per configuration (its seeds
-pooled: the mean with a 95% band where there are several), loss and the study's tracked metric
-against the step. Bands stay inside what the quantity can take: a loss's is taken on a log scale,
-an accuracy's on the logit scale. Colour says the heads, line style the depth."""
+"""A study's figures through training. Training curves: every variant's history.csv, one line per
+configuration (its seeds pooled: the mean with a 95% band where there are several), loss and the
+study's tracked metric against the step. Bands stay inside what the quantity can take: a loss's is
+taken on a log scale, an accuracy's on the logit scale. Colour says the heads, line style the
+depth. And kappa through training, from the checkpoints the conditioning stage measured."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..shown import figure
 from ..tasks import task_info
-from .plots import log_y, pyplot, save
+from .figure_parts import panel_axes, seed_agg
+from .plots import log_y, offscale, pyplot, save
 from .stats import SCALES, onto_scale, scale_of
+from .summary import explode_protocols
 
 
 def config_id(variant: str) -> str:
@@ -86,6 +90,17 @@ def panels_for(history: pd.DataFrame, task: str) -> list[str]:
 LABELS = {"train_loss": "training loss (epoch mean)", "eval_loss": "evaluation loss", "eval_acc": "evaluation accuracy"}
 
 
+@figure("training_curves", reads="history", passes=("task",), caption=(
+        "**{{ snakemake.wildcards.study }}**: how every configuration trained. The training loss (the\n"
+        "epoch's mean) and the metric the runs track (evaluation accuracy or loss) against the training\n"
+        "step, one line per configuration (the variant id without its seed), the mean over seeds with a "
+        "95%\n"
+        "band (losses averaged in log space). A diverged run's curve stops at its last finite epoch. The\n"
+        "numbers: each variant's ``results/{{ snakemake.wildcards.study }}/<variant>/history.csv``, "
+        "written\n"
+        "at every epoch while it trains; the same curves, live, in TensorBoard (``tensorboard --logdir "
+        "results/``).\n"
+    ))
 def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task: str) -> list[Path]:
     plt, _ = pyplot()
     columns = panels_for(history, task) if len(history) else []
@@ -123,4 +138,65 @@ def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task:
     handles, labels = axes[0].get_legend_handles_labels()  # one legend for the panels, which share their lines
     fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(axes[-1].get_position().x1 + 0.01, 0.9),
                ncol=1 if len(configs) <= 16 else 2, frameon=False)
+    return save(fig, prefix)
+
+
+@figure("kappa_through_training", reads="kappa", caption=(
+        "**{{ snakemake.wildcards.study }}**: does the conditioning seen at initialisation survive "
+        "training?\n"
+        "(P1's reviewers asked.) kappa of the concatenated head outputs at initialisation, at each step\n"
+        "whose weights training kept (the study's ``conditioning.steps``: steps, or fractions of the "
+        "run),\n"
+        "and after training, against the fraction of training done. One line per (heads, depth), one "
+        "panel\n"
+        "per protocol (P1's tasks) or per number of attention modules W (P2's); mean over seeds with a "
+        "95%\n"
+        "band in log space. Singular points (sigma_min within float64 rounding of zero: kappa above "
+        "1/(eps*max(N, C))) are open triangles on the edge of the axes, off the scale: ranks above every "
+        "drawn value, not magnitudes. The numbers: ``results/{{ snakemake.wildcards.study "
+        "}}/kappa_through_training.csv``.\n"
+    ))
+def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
+    """Does the conditioning seen at initialisation survive training? kappa of the concatenated
+    head outputs at every kept checkpoint (init, conditioning.steps, final) against the fraction
+    of training done: a line per (heads, depth), mean over seeds with its 95% band (log space);
+    a panel per head-scaling protocol (P1's tasks) or per number of attention modules W (P2)."""
+    plt, sns = pyplot()
+    frame = kappa[kappa["matrix"] == "heads_concat"] if len(kappa) else kappa
+    if len(frame) and "protocols" in frame and frame["protocols"].notna().any():
+        frame = explode_protocols(frame).assign(panel=lambda f: f["protocol"])
+    elif len(frame):
+        frame = frame.assign(panel=[f"W = {w}" for w in frame["modules"]] if "modules" in frame else study)
+    panels = sorted(frame["panel"].unique()) if len(frame) else []
+    fig, axes = panel_axes(plt, max(1, len(panels)))
+    if not panels:
+        axes[0].text(0.5, 0.5, "no conditioning rows", ha="center", va="center", transform=axes[0].transAxes)
+        axes[0].set_axis_off()
+        return save(fig, prefix)
+    heads = sorted(frame["total_heads"].unique())
+    depths = sorted(frame["depth"].unique())
+    palette = dict(zip(heads, sns.color_palette("plasma", len(heads) + 1)))
+    styles = dict(zip(depths, ["-", "--", ":", "-."] * len(depths)))
+    dim_word = "rank" if "modules" in frame else "dim"  # P2 counts every head of the layer, each of rank d/h
+    for ax, panel in zip(axes, panels):
+        sub = frame[frame["panel"] == panel]
+        for (h, r, depth), g in sub.groupby(["total_heads", "head_dim", "depth"], sort=True):
+            agg = seed_agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean")
+            ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
+                    marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''} of {dim_word} {r}, depth {depth}")
+            offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
+            if (agg["n"] > 1).any():
+                ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
+                                color=palette[h], alpha=0.15, linewidth=0)
+        log_y(ax)
+        ax.set_xlabel("fraction of training (0 = initialisation)")
+        ax.set_ylabel("kappa (geometric mean over layers)")
+        ax.set_title(str(panel))
+        ax.legend(fontsize=7, ncol=2 if len(heads) * len(depths) > 6 else 1)
+    per_line = frame.groupby(["panel", "total_heads", "depth"])["seed"].nunique()
+    lo, hi = int(per_line.min()), int(per_line.max())
+    seeds = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    fig.suptitle(f"{study}: kappa of the concatenated head outputs through training "
+                 f"({'mean and 95% band over ' + seeds + ' seeds' if hi > 1 else 'one seed'})")
+    fig.tight_layout()
     return save(fig, prefix)

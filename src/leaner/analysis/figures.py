@@ -1,15 +1,15 @@
-"""Summaries -> P1's figures of a study (kappa and a metric against heads or the MLP ratio, kappa
-through training, the Pareto view) and the theory check's figure, as PNG and PDF. Every point is
-what the tables report (figure_parts.seed_agg)."""
+"""Summaries -> P1's figures of a study (kappa and a metric against heads or the MLP ratio; kappa
+through training is in curves.py, the Pareto view in pareto.py) and the theory check's figure, as
+PNG and PDF. Every point is what the tables report (figure_parts.seed_agg)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..shown import Varies, figure
 from .figure_parts import METRIC_LABELS, METRIC_NAMES, errorbars, panel_axes, panel_grid, seed_agg, spread_note
 from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
 from .summary import explode_protocols
@@ -17,6 +17,28 @@ from .summary import explode_protocols
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
               "matrix is nearly rank one and kappa is orders of magnitude above the Gaussian prediction; "
               "only the trend with heads is comparable to Theorem 3.2.")
+
+
+# What a figure needs from the grid: heads varying within one depth, protocol and MLP ratio (a line
+# in one panel), or the MLP width within one architecture.
+HEADS_VARY = (Varies("heads", ("protocol", "mlp_ratio", "depth")),)
+MLP_VARIES = (Varies("mlp_hidden", ("protocol", "depth", "heads")),)
+P1 = {"family": "P1"}
+
+
+def _vs_heads_caption(what: str) -> str:
+    return (f"**{{{{ snakemake.wildcards.study }}}}**: P1's Fig. 3. The {what} against the number of heads, "
+            "one line per\n"
+            "depth and one panel per head-scaling protocol (and MLP ratio); each point is labelled with its\n"
+            "parameter count, computed from the built model. Mean over seeds with a Student-t 95% interval; a\n"
+            "red cross marks a configuration with a diverged run. The question: does a shallower model with\n"
+            "more heads match a deeper one at fewer parameters?\n")
+
+
+def _vs_mlp_caption(what: str) -> str:
+    return (f"**{{{{ snakemake.wildcards.study }}}}**: P1's Fig. 4, the confound. Half of P1's lean rows also shrink\n"
+            f"the MLP; here the {what} against the MLP hidden width at fixed depth and heads separates the two\n"
+            "effects. Labels: parameter counts. Mean over seeds with a 95% interval.\n")
 
 
 def _mlp_label(ratio: float) -> str:
@@ -52,6 +74,25 @@ KAPPA_SERIES = (("", "head outputs [A_1 ... A_h] before W_O"), ("out_", "attenti
                 ("jac_", "Jacobian of the attention block"))
 
 
+@figure("kappa_vs_heads", requires=HEADS_VARY, tasks=P1, caption=(
+        "**{{ snakemake.wildcards.study }}**: P1's Fig. 2, for three measurements (rows): the "
+        "concatenated head\n"
+        "outputs A = [A_1 ... A_h] before W_O (Theorem 3.2's matrix), the attention block's output after\n"
+        "W_O, and the Jacobian of the attention block with respect to its input (P1's revised abstract;\n"
+        "exact on these sizes, a Lanczos lower bound where the README says so). Each is kappa per layer "
+        "and\n"
+        "input from a float64 forward pass and SVD, the geometric mean over layers of the per-layer "
+        "median\n"
+        "over the fixed probe batch, against the number of heads; one column per head-scaling protocol\n"
+        "(``fixed_width``: D fixed, head dim D/h; ``fixed_head_dim``: D = h*d). Which row falls with the\n"
+        "heads is which measurement follows the theorem.\n"
+        "Dashed: at initialisation; solid: after training. Points: mean over seeds with a 95% interval\n"
+        "(in log space). At timm's initialisation attention is near-uniform, so kappa starts far above "
+        "the\n"
+        "Gaussian prediction; only the trend with heads is comparable to Theorem 3.2. Singular points "
+        "(sigma_min within float64 rounding of zero: kappa above 1/(eps*max(N, C))) are open triangles "
+        "on the edge of the axes, off the scale: ranks above every drawn value, not magnitudes.\n"
+    ))
 def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P1 Fig. 2, for each of the three measurements (a row each: the head-output concat, the
     block output after W_O, the block's Jacobian): kappa vs heads, a column per protocol; init
@@ -98,6 +139,12 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
     return save(fig, prefix)
 
 
+@figure("accuracy_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "eval_acc"},
+        caption=_vs_heads_caption("evaluation accuracy"))
+@figure("loss_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "eval_loss"}, metric="eval_loss",
+        caption=_vs_heads_caption("validation loss (nats per byte)"))
+@figure("glue_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "glue_avg"}, metric="glue_avg",
+        caption=_vs_heads_caption("GLUE average after fine-tuning"))
 def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
     fig, panels, depths, palette = _heads_figure(summary)
@@ -121,6 +168,12 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     return save(fig, prefix)
 
 
+@figure("accuracy_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "eval_acc"},
+        caption=_vs_mlp_caption("evaluation accuracy"))
+@figure("loss_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "eval_loss"}, metric="eval_loss",
+        caption=_vs_mlp_caption("validation loss"))
+@figure("glue_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "glue_avg"}, metric="glue_avg",
+        caption=_vs_mlp_caption("GLUE average"))
 def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 4: accuracy vs MLP width, one line per (depth, heads) that sweeps the MLP width."""
     plt, sns = pyplot()
@@ -185,155 +238,3 @@ def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
                  "only D > N, the theorem's regime)")
     fig.tight_layout()
     return save(fig, prefix)
-
-
-def kappa_through_training(kappa: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
-    """Does the conditioning seen at initialisation survive training? kappa of the concatenated
-    head outputs at every kept checkpoint (init, conditioning.steps, final) against the fraction
-    of training done: a line per (heads, depth), mean over seeds with its 95% band (log space);
-    a panel per head-scaling protocol (P1's tasks) or per number of attention modules W (P2)."""
-    plt, sns = pyplot()
-    frame = kappa[kappa["matrix"] == "heads_concat"] if len(kappa) else kappa
-    if len(frame) and "protocols" in frame and frame["protocols"].notna().any():
-        frame = explode_protocols(frame).assign(panel=lambda f: f["protocol"])
-    elif len(frame):
-        frame = frame.assign(panel=[f"W = {w}" for w in frame["modules"]] if "modules" in frame else study)
-    panels = sorted(frame["panel"].unique()) if len(frame) else []
-    fig, axes = panel_axes(plt, max(1, len(panels)))
-    if not panels:
-        axes[0].text(0.5, 0.5, "no conditioning rows", ha="center", va="center", transform=axes[0].transAxes)
-        axes[0].set_axis_off()
-        return save(fig, prefix)
-    heads = sorted(frame["total_heads"].unique())
-    depths = sorted(frame["depth"].unique())
-    palette = dict(zip(heads, sns.color_palette("plasma", len(heads) + 1)))
-    styles = dict(zip(depths, ["-", "--", ":", "-."] * len(depths)))
-    dim_word = "rank" if "modules" in frame else "dim"  # P2 counts every head of the layer, each of rank d/h
-    for ax, panel in zip(axes, panels):
-        sub = frame[frame["panel"] == panel]
-        for (h, r, depth), g in sub.groupby(["total_heads", "head_dim", "depth"], sort=True):
-            agg = seed_agg(g.assign(x=g["fraction"].round(4)), ["x"], "kappa_gmean")
-            ax.plot(agg["x"], agg["mean"].where(np.isfinite(agg["mean"])), color=palette[h], linestyle=styles[depth],
-                    marker="o", markersize=4, label=f"{h} head{'s' if h > 1 else ''} of {dim_word} {r}, depth {depth}")
-            offscale(ax, agg.loc[np.isinf(agg["mean"]), "x"], palette[h])
-            if (agg["n"] > 1).any():
-                ax.fill_between(agg["x"], agg["lo"].fillna(agg["mean"]), agg["hi"].fillna(agg["mean"]),
-                                color=palette[h], alpha=0.15, linewidth=0)
-        log_y(ax)
-        ax.set_xlabel("fraction of training (0 = initialisation)")
-        ax.set_ylabel("kappa (geometric mean over layers)")
-        ax.set_title(str(panel))
-        ax.legend(fontsize=7, ncol=2 if len(heads) * len(depths) > 6 else 1)
-    per_line = frame.groupby(["panel", "total_heads", "depth"])["seed"].nunique()
-    lo, hi = int(per_line.min()), int(per_line.max())
-    seeds = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    fig.suptitle(f"{study}: kappa of the concatenated head outputs through training "
-                 f"({'mean and 95% band over ' + seeds + ' seeds' if hi > 1 else 'one seed'})")
-    fig.tight_layout()
-    return save(fig, prefix)
-
-
-def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[dict]) -> list[Path]:
-    """P1's Fig. 1 view of each declared claim (a row each; left every configuration, right the
-    same zoomed on the baseline): the metric against parameters for every configuration of the
-    study (mean over its seeds with a 95% interval; colour: heads, marker: depth), the
-    configurations no other beats with fewer parameters joined as the Pareto front, the baseline's
-    mean with its band of +-margin, and the claim's lean models ringed and labelled with their
-    verdict (tables.claims_table: the declared seeds only)."""
-    from .curves import MARKERS, config_id, line_styles
-    from .tables import claims_table
-
-    plt, _ = pyplot()
-    verdicts = claims_table(summary, claims)
-    fig, grid = panel_grid(plt, max(1, len(claims)), 2, width=5.4, height=4.6)
-    configs = summary.assign(config=summary["variant"].map(config_id))
-    colours = {c: style["color"] for c, style in line_styles(sorted(configs["config"].unique())).items()}
-    depths = sorted(configs["depth"].unique())
-    markers = dict(zip(depths, MARKERS * len(depths)))
-    for (full, zoom), claim in zip(grid, claims):
-        metric, margin, better = claim["metric"], claim["margin"], claim.get("mode", "max")
-        points = _dodged(seed_agg(configs, ["config", "depth"], metric))
-        rows = verdicts[verdicts["claim"] == claim["name"]]
-        base, leans = rows[rows["role"] == "baseline"].iloc[0], rows[rows["role"] == "lean"]
-        at = points.set_index("config")[["x", "mean"]]  # star and rings sit on their own points
-        ring = at.loc[[_config_of(configs, point) for point in claim["lean"]]]
-        star = at.loc[_config_of(configs, claim["baseline"])]
-        control = at.loc[[_config_of(configs, claim["control"])]] if claim.get("control") else at.iloc[:0]
-        for ax in (full, zoom):
-            for _, p in points.iterrows():
-                lo = max(p["mean"] - p["lo"], 0) if not math.isnan(p["lo"]) else 0
-                hi = max(p["hi"] - p["mean"], 0) if not math.isnan(p["hi"]) else 0
-                ax.errorbar(p["x"], p["mean"], yerr=[[lo], [hi]], color=colours[p["config"]],
-                            marker=markers[p["depth"]], markersize=6, capsize=2, linewidth=1, linestyle="none",
-                            label=f"{p['config']} (n = {p['n']})")
-            front = _pareto_front(points, better)
-            ax.step(front["params"], front["mean"], where="post", color="grey", linewidth=1, alpha=0.6,
-                    label="Pareto front: no model beats it with fewer parameters")
-            ax.axhspan(base["mean"] - margin, base["mean"] + margin, color="0.5", alpha=0.15, linewidth=0,
-                       label=f"baseline's mean +- margin {margin:g}")
-            ax.axhline(base["mean"], color="0.3", linestyle="--", linewidth=1)
-            ax.scatter([star["x"]], [star["mean"]], marker="*", s=240, facecolors="none", edgecolors="black",
-                       linewidths=1.2, zorder=6, label=f"baseline {base['configuration']}")
-            ax.scatter(ring["x"], ring["mean"], marker="o", s=280, facecolors="none", edgecolors="black",
-                       linewidths=1.2, zorder=6, label="lean models of the claim")
-            if len(control):
-                ax.scatter(control["x"], control["mean"], marker="s", s=200, facecolors="none", edgecolors="black",
-                           linewidths=1.2, zorder=6, label="control: the lean depth at the baseline's heads")
-            ax.set_xscale("log")
-            ax.set_xlabel("parameters")
-            ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-        near = points[points["params"].between(0.5 * min(leans["params"].min(), base["params"]), 2 * base["params"])]
-        span = 3 * margin + float(np.nanmax(np.abs(near["hi"].fillna(near["mean"]) - base["mean"]), initial=0))
-        zoom.set_ylim(base["mean"] - span, base["mean"] + span)
-        zoom.set_xlim(0.6 * min(leans["params"].min(), base["params"]), 1.6 * base["params"])
-        lines = [f"{lean['configuration']}: {lean['verdict']}, {_signed(lean['lean_advantage'])}"
-                 + ("" if math.isnan(lean["bound_lo"]) else f" [{lean['bound_lo']:+.3f}, {lean['bound_hi']:+.3f}]")
-                 + f", {lean['param_reduction_pct']:.0f}% fewer parameters"
-                 for _, lean in rows[rows["role"] != "baseline"].iterrows()]
-        zoom.text(0.02, 0.02, "\n".join(lines), transform=zoom.transAxes, fontsize=7, va="bottom",
-                  bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
-        seeds = len(claim["seeds"])
-        full.set_title(f"claim {claim['name']}: every configuration", fontsize=9)
-        zoom.set_title(f"near the baseline: {seeds} declared seed{'s' * (seeds > 1)}, margin {margin:g}, "
-                       f"{'higher' if better == 'max' else 'lower'} is better", fontsize=9)
-    fig.suptitle(f"{study}: {METRIC_NAMES.get(claims[0]['metric'], claims[0]['metric']) if claims else ''} against "
-                 f"parameters ({spread_note(summary)}); star: baseline, rings: lean models, square: control, "
-                 "band: +- margin")
-    fig.tight_layout()
-    handles, labels = grid[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="upper left", frameon=False,
-               bbox_to_anchor=(grid[0][-1].get_position().x1 + 0.01, grid[0][-1].get_position().y1))
-    return save(fig, prefix)
-
-
-def _dodged(points: pd.DataFrame, step: float = 1.035) -> pd.DataFrame:
-    """x: the parameter count, configurations of equal count spread by factors of `step` around
-    it (on the log axis) so that none hides another."""
-    x = points["params"].astype(float).copy()
-    for _, same in points.groupby("params"):
-        for k, i in enumerate(same.index):
-            x[i] *= step ** (k - (len(same) - 1) / 2)
-    return points.assign(x=x)
-
-
-def _config_of(configs: pd.DataFrame, point: dict) -> str:
-    """The configuration id (curves.config_id) of a claim's grid point."""
-    mask = np.ones(len(configs), bool)
-    for key, value in point.items():
-        mask &= (configs[key] == value).to_numpy()
-    return configs.loc[mask, "config"].iloc[0]
-
-
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
-
-
-def _pareto_front(points: pd.DataFrame, better: str) -> pd.DataFrame:
-    """The points that no point with as few parameters or fewer beats, by parameters."""
-    ordered = points[np.isfinite(points["mean"])].sort_values(["params", "mean"], ascending=[True, better == "min"])
-    best, keep = None, []
-    for i, p in ordered.iterrows():
-        if best is None or (p["mean"] > best if better == "max" else p["mean"] < best):
-            best = p["mean"]
-            keep.append(i)
-    return ordered.loc[keep]

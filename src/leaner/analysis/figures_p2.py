@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..shown import Has, Varies, figure
 from .figure_parts import errorbars, panel_axes, seed_agg
 from .plots import log2_axis, log_y, offscale, pyplot, save
 
@@ -16,6 +17,16 @@ HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn"
 
 P2_AXES = ("modules", "dim", "tokens", "posn")
 
+
+# What a figure needs from the grid: the head rank varying along one line (equal on every other
+# axis), and for a figure of lines told apart by `axis`, two of them.
+P2_LINE = ("depth", *P2_AXES)
+RANK_VARIES = Varies("head_dim", P2_LINE)
+P2 = {"family": "P2"}
+
+
+def _lines_by(axis: str) -> tuple:
+    return RANK_VARIES, Varies(axis, tuple(a for a in P2_LINE if a != axis))
 
 def _line_label(key: tuple, names: list[str]) -> str:
     return ", ".join(HUE_LABELS[n].format(v) for n, v in zip(names, key))
@@ -39,6 +50,42 @@ def _rank_axis(ax, ranks):
     ax.set_xlabel("rank (head dim = d_model / heads)")
 
 
+@figure("mse_vs_rank", requires=(RANK_VARIES,), tasks=P2, hue="modules", caption=(
+        "**{{ snakemake.wildcards.study }}**: P2's fig1. Farthest-point MSE (per-token squared error "
+        "summed\n"
+        "over coordinates; the zero predictor scores 1) against head rank r = d/heads, one line per\n"
+        "attention-parameter budget W (W averaged attention modules per layer), one panel per depth. As "
+        "P2\n"
+        "plots it: the minimum over data seeds of each run's best epoch, the band the seeds' range. P2's\n"
+        "headline: one full-rank head solves the task; every halving of the rank costs orders of "
+        "magnitude.\n"
+    ))
+@figure("mse_vs_rank_by_tokens", requires=_lines_by("tokens"), tasks=P2, hue="tokens", log=False, caption=(
+        "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per "
+        "sequence length N (P2's figN: depth rescues low rank only for short sequences).\n"
+        "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
+        "axis.\n"
+        "P2's own figN ran each job under a 4-hour Slurm limit on one V100-class GPU, without requeue, "
+        "and reports the best epoch reached (`paper_experiments/figN/figN.slurm`).\n"
+        "By the plan's step times (`leaner cost configs/paper.yaml --wall-budget 4 --study "
+        "nearest_figN`), 8 of its 20 configurations cannot finish their 2,000 epochs in 4 hours on a "
+        "V100: every rank at N = 256 (the largest, rank 1, about 10 epochs), ranks 8 and 1 at N = 64, "
+        "rank 1 at N = 16.\n"
+        "The paper's points there rest on truncated training; this pipeline trains the full schedule "
+        "unless a study's `recipe.wall_budget_minutes` sets the authors' regime.\n"
+    ))
+@figure("mse_vs_rank_by_dim", requires=_lines_by("dim"), tasks=P2, hue="dim", caption=(
+        "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per input "
+        "dimension d (P2's fig_d grid).\n"
+        "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
+        "axis.\n"
+    ))
+@figure("mse_vs_rank_by_posn", requires=_lines_by("posn"), tasks=P2, hue="posn", caption=(
+        "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per "
+        "positional encoding (P2's fig3: concatenated positions let depth compensate for low rank).\n"
+        "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
+        "axis.\n"
+    ))
 def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str = "modules",
                 log: bool = True) -> list[Path]:
     """P2 fig1 / figN / fig_d / fig3: MSE (min over seeds, band: the seeds' range) vs rank."""
@@ -69,6 +116,13 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
     return save(fig, prefix)
 
 
+@figure("perfect_angle", requires=(Has((("depth", 1), ("heads", 1))),), tasks=P2, caption=(
+        "**{{ snakemake.wildcards.study }}**: P2's fig_perfect. For trained 1-layer models with one "
+        "full-rank\n"
+        "head per module, the angle between W_Q^T W_K and the identity, acos(tr(M) / (||M||_F sqrt(d))):\n"
+        "180 degrees is the construction Q K^T = -c I that attends to the farthest point. Acceptance\n"
+        "(papers.md 2.7): above 165 degrees for every head. One dot per data seed.\n"
+    ))
 def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """P2 fig_perfect: angle between Q K^T and the identity for 1-layer, 1-head models (180 deg is
     the construction Q K^T = -c I: hard attention to the farthest point)."""
@@ -96,6 +150,14 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     return save(fig, prefix)
 
 
+@figure("kappa_vs_rank", requires=(RANK_VARIES,), tasks=P2, caption=(
+        "**{{ snakemake.wildcards.study }}**: P1's conditioning measure on P2's models: kappa of the\n"
+        "concatenated head outputs against head rank, at initialisation (dashed) and after training\n"
+        "(solid), one line per budget W, one panel per depth. Mean over seeds with a 95% interval (log\n"
+        "space). Singular points (sigma_min within float64 rounding of zero: kappa above 1/(eps*max(N, "
+        "C))) are open triangles on the edge of the axes, off the scale: ranks above every drawn value, "
+        "not magnitudes.\n"
+    ))
 def kappa_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str) -> list[Path]:
     """The conditioning rule on P2's models: kappa of the concatenated head outputs vs rank."""
     from matplotlib.lines import Line2D

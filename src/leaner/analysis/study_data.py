@@ -1,5 +1,5 @@
 """What a study's figures and tables are made from: its summary and what the plan says of it
-(outputs.Shown's functions each take one StudyData)."""
+(the functions of shown.py's records each take one StudyData)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ class StudyData:
     @property
     def task(self) -> str:
         return self.summary["task"].iloc[0]
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """Every variant's history.csv, read into one frame (the training curves')."""
+        from .curves import read_histories
+
+        return read_histories(self.histories)
 
     @property
     def metric(self) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """What the tables rules write: a study's tables (the names its plan gives, outputs.study_outputs)
-and the theory tables. Each table of the catalogue (outputs.TABLES) names its function here:
-(StudyData) -> (data frame, caption line)."""
+and the theory tables. Each table a study may show is defined here, its record with its function
+(`@table`, shown.py): (StudyData) -> (data frame, caption line)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..compute.numerics import UNRECORDED, describe_mix
-from ..outputs import ACCEPTANCE_CHECKS, CLAIMS_OUTPUTS, TABLES
-from ..registry import Registry
+from ..outputs import ACCEPTANCE_CHECKS
+from ..shown import TABLE_CODE, BelowBaseline, outputs_for, table
 from ..tasks import task_info
 from . import papers, tables
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
@@ -26,7 +26,7 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     every one, as a study that names none)."""
     checks = ACCEPTANCE_CHECKS if checks is None else tuple(checks)
     data = StudyData(study, pd.read_csv(summary_csv), baseline or {}, checks, claims or [])
-    known = task_info(data.task).tables + (CLAIMS_OUTPUTS[1:] if claims else ())
+    known = outputs_for("tables", task_info(data.task), bool(claims))
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"no table {', '.join(unknown)} for task {data.task} (allowed: {', '.join(known)})")
@@ -58,18 +58,33 @@ def write_theory_table(theory_csv: str, table_dir: str) -> list[Path]:
                     "Theorem 3.2: our Monte Carlo against papers.md 1.1 (N = 197, d = 64); pass within 10%")
 
 
-# The catalogue's tables (outputs.TABLES), each registered under its name.
-TABLE_CODE = Registry("table", lambda: TABLES)
-makes = TABLE_CODE.register
+# The catalogue's tables, each defined with its record (shown.table).
+P1 = {"family": "P1"}
 
 
-@makes("by_config")
+@table("by_config", caption=(
+        "**{{ snakemake.wildcards.study }}**: one row per configuration, with its parameter count (from "
+        "the\n"
+        "built model), the metric's mean over seeds with its Student-t 95% interval, minimum, maximum "
+        "and\n"
+        "n, the number of diverged runs, and kappa at initialisation and after training (geometric "
+        "means).\n"
+    ))
 def by_config(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.by_config(d.summary), (f"{d.study}: {d.metric[0]} per configuration over seeds "
                                          f"(mean, 95% interval, min, max, n)")
 
 
-@makes("lean_vs_baseline")
+@table("lean_vs_baseline", requires=(BelowBaseline("depth"),), tasks=P1, caption=(
+        "**{{ snakemake.wildcards.study }}**: every shallower configuration against the deepest baseline\n"
+        "(the config's ``baseline``, else the deepest model with the fewest heads): parameter reduction,\n"
+        "the metric's difference with a Welch 95% interval, and a verdict (better / worse) only where "
+        "the\n"
+        "interval clears zero by a quarter of its half-width; inconclusive where it spans zero (which is "
+        "not\n"
+        '"no difference": that needs a declared margin, see the claims table), unresolved where it comes\n'
+        "closer; n/a with one seed.\n"
+    ))
 def lean_vs_baseline(d: StudyData) -> tuple[pd.DataFrame, str]:
     frame = tables.with_claim_verdicts(tables.lean_vs_baseline(d.summary, d.baseline, *d.metric), d.summary,
                                        d.claims)
@@ -80,24 +95,56 @@ def lean_vs_baseline(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"(one-sided bounds): for a pair a claim declares, `claim_verdict` is that claim's verdict")
 
 
-@makes("glue_tasks")
+@table("glue_tasks", tasks={"metric": "glue_avg"}, caption=(
+        "**{{ snakemake.wildcards.study }}**: P1's GLUE table: each pretrained configuration fine-tuned "
+        "on every\n"
+        "GLUE task (MCC for CoLA, F1 for MRPC and QQP, Spearman for STS-B, accuracy otherwise), and the\n"
+        "unweighted GLUE average; means over seeds.\n"
+    ))
 def glue_tasks(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.glue_tasks_table(d.summary), (f"{d.study}: GLUE score per task after fine-tuning, and the average "
                                                 f"(mean over seeds, with the average's 95% interval)")
 
 
-@makes("acceptance")
+@table("acceptance", tasks={"family": "P2"}, caption=(
+        "**{{ snakemake.wildcards.study }}**: P2's acceptance checks (papers.md 2.7) wherever the "
+        "study's grid\n"
+        "holds the points a check needs: the rank-d/2 over rank-d MSE ratio at one layer (>= 10), rank-1 "
+        "MSE\n"
+        "at N = 4 (about 0) against N >= 64 (above 0.5), and the fig_perfect angle (above 165 degrees). "
+        "Per\n"
+        "configuration the minimum over data seeds, as P2 reports.\n"
+    ))
 def acceptance(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.acceptance_checks(d.summary, d.checks), f"{d.study}: P2's acceptance checks (min over seeds)"
 
 
-@makes("paper_comparison")
+@table("paper_comparison", caption=(
+        "{% if snakemake.wildcards.study is defined %}**{{ snakemake.wildcards.study }}**: {% endif "
+        "%}the paper's\n"
+        "reported numbers (shared/papers.md; figure read-offs tagged [V-fig], about 20% on log axes) "
+        "next\n"
+        "to ours, each with the setting it came from (our dataset, parameter range, training steps and\n"
+        "seeds: the default CPU study or paper scale), the difference, and the acceptance checks as pass "
+        "or\n"
+        "fail.\n"
+    ))
 def paper_comparison(d: StudyData) -> tuple[pd.DataFrame, str]:
     return papers.paper_comparison(d.summary, d.baseline, d.checks), (
         f"{d.study}: the paper's reported numbers beside ours, with the setting of each")
 
 
-@makes("claims")
+@table("claims", claims=True, caption=(
+        "**{{ snakemake.wildcards.study }}**: the claims the config declared before the run "
+        "(``claims:``),\n"
+        "each a baseline configuration against lean ones on one metric, at a stated margin, over the\n"
+        "declared seeds only. The difference is positive where the lean model is better; its one-sided "
+        "95%\n"
+        "Welch bounds decide: superior (lower bound above 0), equivalent (both within the margin),\n"
+        "non-inferior (lower bound above minus the margin), inferior (upper bound below minus the "
+        "margin),\n"
+        'else inconclusive. An interval that straddles zero is inconclusive, never "no difference".\n'
+    ))
 def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
     return tables.claims_table(d.summary, d.claims), (
         f"{d.study}: the claims declared in the config, baseline first; difference positive where the lean model "

@@ -52,6 +52,16 @@ def cmd_figures(a):
     write_study_figures(a.summary, a.study, a.outdir, a.names, a.kappa, a.histories, a.claims)
 
 
+def cmd_catalogue(a):
+    from ..analysis.catalogue import write_catalogue
+
+    stale = write_catalogue(check=a.check)
+    if a.check and stale:
+        raise SystemExit(f"leaner catalogue: stale, run `leaner catalogue` to write them: {', '.join(stale)}")
+    print(f"leaner catalogue: {'stale' if stale else 'up to date'}{': ' if stale else ''}{', '.join(stale)}"
+          f"{' (written)' if stale else ''}")
+
+
 def cmd_theory_report(a):
     from ..analysis.study_figures import write_theory_figure
     from ..analysis.study_tables import write_theory_table
@@ -140,3 +150,10 @@ def theory_report_parser(sub) -> None:
     s.add_argument("--figdir", required=True)
     s.add_argument("--tabledir", required=True)
     s.set_defaults(func=cmd_theory_report)
+
+
+def catalogue_parser(sub) -> None:
+    s = sub.add_parser("catalogue", help="write the index and captions of every figure and table from their "
+                       "definitions (for a maintainer, in a source tree)")
+    s.add_argument("--check", action="store_true", help="only say which are stale (exit 1 where some are)")
+    s.set_defaults(func=cmd_catalogue)

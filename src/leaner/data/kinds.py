@@ -8,13 +8,14 @@ The code that prepares a kind, opens what was prepared for a run, makes its smal
 sample and counts its training rows registers under the kind's name where it is defined
 (`@PREPARE.register("kind")` and the others below); data/__init__.py is the door to them.
 
-To add a kind: add one `DatasetKind` below; in a module of this package, write its preparation
-(writes the manifest) and its opening (what its tasks read), and where `leaner rehearse` and
-`leaner cost` should know it, its rehearsal sample and its training rows, each registered under
-the kind's name; import the module in data/__init__.py's `builtin_kinds`; and name the kind in
-the `dataset_kinds` of the tasks that read it (tasks/__init__.py). The config's schema, its
-checks, the data rule, every training run, the rehearsal and the cost read the rest from the
-record.
+To add a kind: add one `DatasetKind` below (a kind outside this package: `add_kind`); in a module
+of this package, write its preparation (writes the manifest), its opening (what its tasks read)
+and its rehearsal sample (`leaner rehearse` rehearses every variant of a config, so every kind has
+one), and where a manifest does not say, its training rows (`leaner cost`), each registered under
+the kind's name; import the module in data/__init__.py's `builtin_kinds`; and name the kind in the
+`dataset_kinds` of the tasks that read it (tasks/__init__.py). The config's schema, its checks,
+the data rule, every training run, the rehearsal and the cost read the rest from the record; a
+test fails where a kind lacks its preparation, opening or rehearsal sample.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..registry import Registry
+from ..registry import Registry, add_record, scoped_catalogue
 from .checks import check_glue, check_imagefolder, check_listops, check_text, check_webdataset
 
 IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
@@ -83,7 +84,15 @@ def _settings(runtime: int, mem_mb: int, threads: int, local: bool | None) -> di
 
 IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
 
-KINDS: dict[str, DatasetKind] = {k.name: k for k in (
+KINDS: dict[str, DatasetKind] = scoped_catalogue({})
+
+
+def add_kind(kind: DatasetKind) -> DatasetKind:
+    """Add a dataset kind's record to the catalogue (refused where the name is taken); returns it."""
+    return add_record(KINDS, "dataset kind", kind)
+
+
+for _kind in (
     DatasetKind(
         "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
         _settings(10, 2000, 1, False), implicit=True,
@@ -117,7 +126,8 @@ KINDS: dict[str, DatasetKind] = {k.name: k for k in (
                  "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
         _settings(120, 8000, 4, None), check=check_glue, from_hub=_source_hub, hub_subsets=_each_task,
         tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked"),
-)}
+):
+    add_kind(_kind)
 
 
 def dataset_kind(name: str) -> DatasetKind:

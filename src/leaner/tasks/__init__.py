@@ -2,13 +2,14 @@
 
 A task is what a study trains on and how it is read: which datasets it takes, its grid (the
 architecture axes of a configuration), the model settings its variants share, its recipe
-defaults, the metric that heads its study (and which way is better), its figures and tables,
-which paper's rows it reproduces, and the class that trains it (imported only when training:
+defaults, the metric that heads its study (and which way is better; the figures and tables a
+study shows are those whose records select its task by family, grid or metric: shown.py), which
+paper's rows it reproduces, and the class that trains it (imported only when training:
 this module needs neither torch nor pandas, so the Snakefile can read it).
 
-To add a task: add one `TaskInfo` below, and write its training class (a `Task`, see base.py) in
-a module of this package, registered under the task's name where it is defined
-(`@trains("name")`); trainers.py imports the module. Config expansion, summary.csv, tables,
+To add a task: add one `TaskInfo` below (a task outside this package: `add_task`), and write its
+training class (a `Task`, see base.py) in a module of this package, registered under the task's
+name where it is defined (`@trains("name")`); trainers.py imports the module. Config expansion, summary.csv, tables,
 figures and the overview read everything else from the record.
 """
 
@@ -22,13 +23,13 @@ from ..data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
 from ..data.listops import VOCAB as LISTOPS_VOCAB
 from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
+from ..registry import add_record, scoped_catalogue
 
 # A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP
 # ("arch": ViTs and the sequence models), or P2's depth x heads x modules x d x N x positions.
 GRID_AXES = {"arch": ("depth", "heads", "width", "head_dim", "mlp_hidden"),
              "nearest": ("depth", "heads", "modules", "head_dim", "dim", "tokens", "posn")}
 GRID_KEYS = {"arch": IMAGE_GRID_KEYS, "nearest": NEAREST_GRID_KEYS}
-FIGURES_P1 = ("kappa_vs_heads", "{metric}_vs_heads", "{metric}_vs_mlp", "kappa_through_training", "training_curves")
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,6 @@ class TaskInfo:
     model_base: Callable[[dict, dict, Callable[[str], None]], dict]
     metric: tuple[str, str]  # the study's headline: a summary.csv column and "max" or "min"
     train_metric: tuple[str, str]  # what a run tracks for its best epoch (a history column)
-    figures: tuple[str, ...]
-    tables: tuple[str, ...]
     recipe: dict = field(default_factory=dict)  # defaults over config.RECIPE_DEFAULTS
     model: dict = field(default_factory=dict)  # defaults over config.MODEL_DEFAULTS
     recipe_keys: tuple[str, ...] = ()  # recipe keys only this task reads (a study of another task may not set them)
@@ -95,18 +94,21 @@ def _masked_lm(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
     return {"arch": "masked_lm", **given, "vocab_size": BERT_VOCAB_SIZE, "pad_id": BERT_PAD, "max_len": context}
 
 
-def _p1(metric_word: str) -> tuple[str, ...]:
-    return tuple(f.format(metric=metric_word) for f in FIGURES_P1)
-
-
-P1_TABLES = ("by_config", "lean_vs_baseline", "paper_comparison")
 SEQUENCE_MODEL_KEYS = ("qkv_bias", "drop_path_rate")
 
-CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
+CATALOG: dict[str, TaskInfo] = scoped_catalogue({})
+
+
+def add_task(info: TaskInfo) -> TaskInfo:
+    """Add a task's record to the catalogue (refused where the name is taken); returns it."""
+    return add_record(CATALOG, "task", info)
+
+
+for _info in (
     TaskInfo(
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
-        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES,
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
         recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
     # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed
@@ -117,21 +119,19 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
         "nearest_point", family="P2", grid="nearest", dataset_kinds=("nearest_point",),
         model_keys=("ff", "posn_dim"), model_base=_nearest,
         metric=("best_train_loss", "min"), train_metric=("train_loss", "min"),
-        figures=("mse_vs_rank", "mse_vs_rank_by_tokens", "mse_vs_rank_by_dim", "mse_vs_rank_by_posn",
-                 "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
-        tables=("by_config", "acceptance", "paper_comparison"), recipe_keys=("replicates",), launch_bound=True,
+        recipe_keys=("replicates",), launch_bound=True,
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                 "eval_batch_size": 1024, "precision": "fp32", "tf32": False}),
     TaskInfo(
         "listops", family="P1", grid="arch", dataset_kinds=("listops",),
         model_keys=SEQUENCE_MODEL_KEYS, model_base=_listops,
-        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), figures=_p1("accuracy"), tables=P1_TABLES),
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max")),
     # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
     TaskInfo(
         "language_model", family="P1", grid="arch", dataset_kinds=("text",),
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_causal_lm,
-        metric=("eval_loss", "min"), train_metric=("eval_loss", "min"), figures=_p1("loss"), tables=P1_TABLES,
+        metric=("eval_loss", "min"), train_metric=("eval_loss", "min"),
         recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0}),
     # cramming BERT: masked-LM pretraining on a text corpus (its training metric), then fine-tuning
     # of each variant on every GLUE task: the study's metric is the GLUE average of the fine-tuned
@@ -139,14 +139,14 @@ CATALOG: dict[str, TaskInfo] = {t.name: t for t in (
     TaskInfo(
         "glue", family="P1", grid="arch", dataset_kinds=("text",),  # the pretraining corpus
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_masked_lm,
-        metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), figures=_p1("glue"),
-        tables=(*P1_TABLES[:2], "glue_tasks", P1_TABLES[2]), model={"context": 128},
+        metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), model={"context": 128},
         recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
         finetune_kind="glue",
         # fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF])
         finetune_recipe={"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                          "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}),
-)}
+):
+    add_task(_info)
 FINETUNE_SUFFIX = "_finetune"  # a fine-tuning run's spec names its task <study task>_finetune
 FINETUNE_METRIC = ("eval_score", "max")  # a fine-tuning run's: the GLUE task's own metric
 

@@ -1,0 +1,131 @@
+"""The Pareto view of a study that declares claims: each claim's baseline and lean configurations,
+the metric against parameters, with the claim's margin and verdict beside them."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..shown import Architectures, figure
+from .figure_parts import METRIC_LABELS, METRIC_NAMES, panel_grid, seed_agg, spread_note
+from .plots import pyplot, save
+
+
+@figure("pareto", requires=(Architectures(),), claims=True, passes=("claims",), caption=(
+        "**{{ snakemake.wildcards.study }}**: P1's Fig. 1 view of each claim the config declared before "
+        "the\n"
+        "run. Left: every configuration of the study, its metric against its parameter count (mean over\n"
+        "its seeds with a 95% interval; colour: heads, marker: depth), the configurations that no model\n"
+        "with fewer parameters beats joined as the Pareto front. Right: the same near the baseline. The\n"
+        "star is the claim's baseline, with its mean dashed and a grey band of plus or minus the "
+        "declared\n"
+        "margin; the rings are the lean models, each listed with its verdict, the difference (positive:\n"
+        "lean better) with its one-sided 95% bounds over the declared seeds, and its parameter saving.\n"
+    ))
+def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[dict]) -> list[Path]:
+    """P1's Fig. 1 view of each declared claim (a row each; left every configuration, right the
+    same zoomed on the baseline): the metric against parameters for every configuration of the
+    study (mean over its seeds with a 95% interval; colour: heads, marker: depth), the
+    configurations no other beats with fewer parameters joined as the Pareto front, the baseline's
+    mean with its band of +-margin, and the claim's lean models ringed and labelled with their
+    verdict (tables.claims_table: the declared seeds only)."""
+    from .curves import MARKERS, config_id, line_styles
+    from .tables import claims_table
+
+    plt, _ = pyplot()
+    verdicts = claims_table(summary, claims)
+    fig, grid = panel_grid(plt, max(1, len(claims)), 2, width=5.4, height=4.6)
+    configs = summary.assign(config=summary["variant"].map(config_id))
+    colours = {c: style["color"] for c, style in line_styles(sorted(configs["config"].unique())).items()}
+    depths = sorted(configs["depth"].unique())
+    markers = dict(zip(depths, MARKERS * len(depths)))
+    for (full, zoom), claim in zip(grid, claims):
+        metric, margin, better = claim["metric"], claim["margin"], claim.get("mode", "max")
+        points = _dodged(seed_agg(configs, ["config", "depth"], metric))
+        rows = verdicts[verdicts["claim"] == claim["name"]]
+        base, leans = rows[rows["role"] == "baseline"].iloc[0], rows[rows["role"] == "lean"]
+        at = points.set_index("config")[["x", "mean"]]  # star and rings sit on their own points
+        ring = at.loc[[_config_of(configs, point) for point in claim["lean"]]]
+        star = at.loc[_config_of(configs, claim["baseline"])]
+        control = at.loc[[_config_of(configs, claim["control"])]] if claim.get("control") else at.iloc[:0]
+        for ax in (full, zoom):
+            for _, p in points.iterrows():
+                lo = max(p["mean"] - p["lo"], 0) if not math.isnan(p["lo"]) else 0
+                hi = max(p["hi"] - p["mean"], 0) if not math.isnan(p["hi"]) else 0
+                ax.errorbar(p["x"], p["mean"], yerr=[[lo], [hi]], color=colours[p["config"]],
+                            marker=markers[p["depth"]], markersize=6, capsize=2, linewidth=1, linestyle="none",
+                            label=f"{p['config']} (n = {p['n']})")
+            front = _pareto_front(points, better)
+            ax.step(front["params"], front["mean"], where="post", color="grey", linewidth=1, alpha=0.6,
+                    label="Pareto front: no model beats it with fewer parameters")
+            ax.axhspan(base["mean"] - margin, base["mean"] + margin, color="0.5", alpha=0.15, linewidth=0,
+                       label=f"baseline's mean +- margin {margin:g}")
+            ax.axhline(base["mean"], color="0.3", linestyle="--", linewidth=1)
+            ax.scatter([star["x"]], [star["mean"]], marker="*", s=240, facecolors="none", edgecolors="black",
+                       linewidths=1.2, zorder=6, label=f"baseline {base['configuration']}")
+            ax.scatter(ring["x"], ring["mean"], marker="o", s=280, facecolors="none", edgecolors="black",
+                       linewidths=1.2, zorder=6, label="lean models of the claim")
+            if len(control):
+                ax.scatter(control["x"], control["mean"], marker="s", s=200, facecolors="none", edgecolors="black",
+                           linewidths=1.2, zorder=6, label="control: the lean depth at the baseline's heads")
+            ax.set_xscale("log")
+            ax.set_xlabel("parameters")
+            ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        near = points[points["params"].between(0.5 * min(leans["params"].min(), base["params"]), 2 * base["params"])]
+        span = 3 * margin + float(np.nanmax(np.abs(near["hi"].fillna(near["mean"]) - base["mean"]), initial=0))
+        zoom.set_ylim(base["mean"] - span, base["mean"] + span)
+        zoom.set_xlim(0.6 * min(leans["params"].min(), base["params"]), 1.6 * base["params"])
+        lines = [f"{lean['configuration']}: {lean['verdict']}, {_signed(lean['lean_advantage'])}"
+                 + ("" if math.isnan(lean["bound_lo"]) else f" [{lean['bound_lo']:+.3f}, {lean['bound_hi']:+.3f}]")
+                 + f", {lean['param_reduction_pct']:.0f}% fewer parameters"
+                 for _, lean in rows[rows["role"] != "baseline"].iterrows()]
+        zoom.text(0.02, 0.02, "\n".join(lines), transform=zoom.transAxes, fontsize=7, va="bottom",
+                  bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
+        seeds = len(claim["seeds"])
+        full.set_title(f"claim {claim['name']}: every configuration", fontsize=9)
+        zoom.set_title(f"near the baseline: {seeds} declared seed{'s' * (seeds > 1)}, margin {margin:g}, "
+                       f"{'higher' if better == 'max' else 'lower'} is better", fontsize=9)
+    fig.suptitle(f"{study}: {METRIC_NAMES.get(claims[0]['metric'], claims[0]['metric']) if claims else ''} against "
+                 f"parameters ({spread_note(summary)}); star: baseline, rings: lean models, square: control, "
+                 "band: +- margin")
+    fig.tight_layout()
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper left", frameon=False,
+               bbox_to_anchor=(grid[0][-1].get_position().x1 + 0.01, grid[0][-1].get_position().y1))
+    return save(fig, prefix)
+
+
+def _dodged(points: pd.DataFrame, step: float = 1.035) -> pd.DataFrame:
+    """x: the parameter count, configurations of equal count spread by factors of `step` around
+    it (on the log axis) so that none hides another."""
+    x = points["params"].astype(float).copy()
+    for _, same in points.groupby("params"):
+        for k, i in enumerate(same.index):
+            x[i] *= step ** (k - (len(same) - 1) / 2)
+    return points.assign(x=x)
+
+
+def _config_of(configs: pd.DataFrame, point: dict) -> str:
+    """The configuration id (curves.config_id) of a claim's grid point."""
+    mask = np.ones(len(configs), bool)
+    for key, value in point.items():
+        mask &= (configs[key] == value).to_numpy()
+    return configs.loc[mask, "config"].iloc[0]
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.3f}"
+
+
+def _pareto_front(points: pd.DataFrame, better: str) -> pd.DataFrame:
+    """The points that no point with as few parameters or fewer beats, by parameters."""
+    ordered = points[np.isfinite(points["mean"])].sort_values(["params", "mean"], ascending=[True, better == "min"])
+    best, keep = None, []
+    for i, p in ordered.iterrows():
+        if best is None or (p["mean"] > best if better == "max" else p["mean"] < best):
+            best = p["mean"]
+            keep.append(i)
+    return ordered.loc[keep]
