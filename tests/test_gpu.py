@@ -175,7 +175,7 @@ def test_k_jobs_train_on_one_gpu_at_once(tmp_path, monkeypatch):
 
 
 def test_the_point_stream_on_the_gpu_is_a_pure_function_of_seed_and_step():
-    from leaner.data.nearest_point import PointStream, farthest_targets
+    from leaner.data.point_stream import PointStream, farthest_targets
 
     s = PointStream(16, 8, 64, data_seed=2, device="cuda")
     x, y = s.batch(9)
@@ -193,7 +193,7 @@ def test_the_point_stream_on_the_gpu_is_a_pure_function_of_seed_and_step():
 def test_the_replayed_points_on_the_gpu_are_the_authors_cpu_points():
     """`stream: replay` draws the authors' points on the CPU wherever the model trains, so a GPU run
     trains on a CPU run's points (kept on the GPU once drawn); the targets agree with the CPU's."""
-    from leaner.data.nearest_point import PointStream
+    from leaner.data.point_stream import PointStream
 
     gpu, cpu = (PointStream(16, 8, 64, data_seed=2, device=d, replay=10) for d in ("cuda", "cpu"))
     for k in (0, 9, 13):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from leaner.data.nearest_point import PointStream, _generator, farthest_targets, sample_sphere
+from leaner.data.point_stream import PointStream, _generator, farthest_targets, sample_sphere
 from leaner.models import build_model, param_counts
 from leaner.models.nearest import AveragedMultiheadAttention, NearestPointEncoder, qk_identity_angle
 from leaner.runspec import RunSpec
@@ -104,11 +104,11 @@ def test_replayed_batches_are_kept_where_an_epoch_fits(monkeypatch):
     """An epoch that fits REPLAY_KEEP_BYTES is drawn once and kept (the same tensors every epoch);
     a larger one is drawn again every epoch from the workers' kept states: the authors' points
     again, in the second epoch too, and the same targets."""
-    import leaner.data.nearest_point as nearest_point
+    import leaner.data.point_stream as point_stream
 
     kept = PointStream(8, 4, 16, data_seed=2, replay=10)
     assert kept.batch(13)[0] is kept.batch(3)[0]
-    monkeypatch.setattr(nearest_point, "REPLAY_KEEP_BYTES", 2 * 4 * 10 * 16 * 4 * 8 - 1)  # one byte short
+    monkeypatch.setattr(point_stream, "REPLAY_KEEP_BYTES", 2 * 4 * 10 * 16 * 4 * 8 - 1)  # one byte short
     drawn = PointStream(8, 4, 16, data_seed=2, replay=10)
     authors = _authors_epoch(2, 8, 4, 16, 10)
     for k in (13, 3, 19, 0, 27, 10):

@@ -153,7 +153,7 @@ def bench_gpu(steps: int, loader_rates: dict, work: Path, quick: bool = False) -
 def _p2_bare(spec_file: str, steps: int) -> None:
     """Run inside a subprocess (`--p2-bare`): the P2 variant's step with nothing else (points drawn
     on the GPU, no per-step sync); prints steps/s."""
-    from leaner.data.nearest_point import PointStream
+    from leaner.data.point_stream import PointStream
     from leaner.models import build_model
     from leaner.schema import Recipe
     from leaner.tasks.nearest import nearest_point_mse

@@ -23,7 +23,7 @@ def section_p2(work: Path) -> dict:
     import torch
     from torch.nn.attention import SDPBackend
 
-    from leaner.data.nearest_point import PointStream
+    from leaner.data.point_stream import PointStream
     from leaner.models.nearest import NearestPointEncoder, attention_kernel
 
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -1,7 +1,7 @@
 """Adding to the catalogues, each through its one door, where the thing is defined:
 - a task: `tasks.add_task(TaskInfo(...))` and its training class `@trains("name")` (tasks/base.py);
-- a dataset kind: `data.kinds.add_kind(DatasetKind(...))` and its code `@PREPARE.register("name")`,
-  `@OPEN...`, `@SAMPLE...`, `@ROWS...` (data/kinds.py);
+- a dataset kind: `add_kind(DatasetKind(...))` in the module of its code (data/kinds.py), which
+  registers as `@PREPARE.register("name")`, `@OPEN...`, `@SAMPLE...`, `@ROWS...`;
 - a figure: `@figure("name", caption=..., requires=..., tasks=...)` on its drawing function, a table:
   `@table(...)` on its function (shown.py); `leaner catalogue` then writes the index the Snakefile
   reads and the report's caption.
@@ -19,11 +19,9 @@ from . import registry
 
 def load_builtins() -> None:
     """Import every module that defines a built-in record's code (each registers it)."""
+    from . import data  # noqa: F401  (its families define the built-in kinds)
     from .analysis import papers, study_figures, study_tables  # noqa: F401
-    from .data import builtin_kinds
     from .tasks import trainers  # noqa: F401
-
-    builtin_kinds()
 
 
 @contextmanager

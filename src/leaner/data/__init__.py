@@ -1,7 +1,7 @@
 """Data for every task: preparation (once, by the data rule) and what a run reads (splits.py).
-One module per data family; the kinds of dataset and what each does are in kinds.py, and this
-package's doors (`prepare`, `open_data`, `rehearsal_sample`, `train_rows`) go through the code
-each kind registered where it is defined, for every kind."""
+One module per data family, each defining its kinds (record and code, kinds.py says how), all
+imported with this package; this package's doors (`prepare`, `open_data`, `rehearsal_sample`,
+`train_rows`) go through the code each kind registered where it is defined, for every kind."""
 
 from __future__ import annotations
 
@@ -12,18 +12,16 @@ from ..schema import Recipe
 from .kinds import OPEN, PREPARE, ROWS, SAMPLE, dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
+# The built-in kinds: each family's module defines its kinds, their records and code (none imports
+# torch when imported: the Snakefile's side reads the records).
+from . import digits, images, nearest_point, listops, text, glue  # noqa: E402,F401,I001  isort: skip
+
 __all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
            "prepare", "rehearsal_sample", "train_rows"]
 
 
-def builtin_kinds() -> None:
-    """Import the built-in kinds' modules: each registers its kinds' code where it is defined."""
-    from . import digits, glue, images, listops, nearest_point, shards, text  # noqa: F401
-
-
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
-    builtin_kinds()
     return PREPARE[dataset_kind(spec["kind"]).name](dataset_name, spec, out_manifest)
 
 
@@ -31,7 +29,6 @@ def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
     """What a run of `spec` reads from a prepared dataset (its kind's `open`: kinds.py says what)."""
     from ..io import read_json
 
-    builtin_kinds()
     kind = read_json(manifest_path)["kind"]
     try:
         opener = OPEN[dataset_kind(kind).name]
@@ -43,7 +40,6 @@ def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
 def rehearsal_sample(dataset_name: str, spec: dict, folder) -> dict:
     """The entry to prepare as a small sample of dataset `dataset_name` (its config `spec`), of its
     kind and shape, for `leaner rehearse`; files it needs are made under `folder`."""
-    builtin_kinds()
     return SAMPLE[dataset_kind(spec["kind"]).name](dataset_name, spec, folder)
 
 
@@ -52,7 +48,6 @@ def train_rows(spec: dict, manifest: dict | None, job_spec: RunSpec) -> int | No
     where it says, else what its kind knows (`ROWS`); None where neither does."""
     if manifest and "n_train" in manifest:
         return int(manifest["n_train"])
-    builtin_kinds()
     kind = dataset_kind(spec["kind"]).name
     return ROWS[kind](spec, manifest, job_spec) if kind in ROWS else None
 

@@ -12,7 +12,12 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, write_json
 from ..runspec import RunSpec
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, settings
+
+add_kind(DatasetKind(
+    "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
+    settings(10, 2000, 1, False), implicit=True,
+    tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)"))
 
 
 @PREPARE.register("digits")

@@ -17,8 +17,15 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
+from .checks import check_glue
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, each_task, settings, source_hub
+
+add_kind(DatasetKind(
+    "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
+             "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
+    settings(120, 8000, 4, None), check=check_glue, from_hub=source_hub, hub_subsets=each_task,
+    tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked"))
 
 PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260

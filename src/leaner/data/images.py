@@ -18,8 +18,24 @@ from pathlib import Path
 from ..io import read_json, write_json
 from ..runspec import RunSpec
 from ..schema import Recipe
+from .checks import check_imagefolder, check_webdataset
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, always, settings
+
+IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+IMAGE_LOADING = {"train_split": "train", "eval_split": "validation", "image_key": "image", "label_key": "label",
+                 "img_size": 224, "in_chans": 3, "decode": "pil", **IMAGE_NORM}
+IMAGE_KEYS = ("decode", "image_key", "label_key", "mean", "std")  # read only by the image loaders
+IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
+add_kind(DatasetKind(
+    "hub", {"subset": None, **IMAGE_LOADING}, settings(240, 16000, 4, True), required=("name", "num_classes"),
+    from_hub=always, tasks_read=IMAGE_SPLITS))
+add_kind(DatasetKind(
+    "imagefolder", dict(IMAGE_LOADING), settings(240, 16000, 4, False), required=("path", "num_classes"),
+    check=check_imagefolder, tasks_read=IMAGE_SPLITS))
+add_kind(DatasetKind(
+    "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, settings(240, 4000, 1, False),
+    required=("path", "num_classes"), check=check_webdataset, tasks_read=IMAGE_SPLITS))
 
 
 def _load_split(meta: dict, split: str):
@@ -42,6 +58,13 @@ def _load_split(meta: dict, split: str):
 def _label_count(ds, label_key: str) -> int | None:
     feature = ds.features.get(label_key)
     return getattr(feature, "num_classes", None)
+
+
+@PREPARE.register("webdataset")
+def prepare_webdataset(name: str, spec: dict, out_manifest: str) -> dict:
+    from .shards import prepare_shards
+
+    return prepare_shards(name, spec, out_manifest)
 
 
 @PREPARE.register("hub", "imagefolder")

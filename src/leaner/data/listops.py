@@ -19,7 +19,14 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE
+from .checks import check_listops
+from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, settings
+
+add_kind(DatasetKind(
+    "listops", {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10, "max_args": 10,
+                "min_length": 500, "max_length": 2000},
+    settings(60, 4000, 1, False), check=check_listops,
+    tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"))
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 CLOSE = "]"

@@ -31,7 +31,6 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from ..io import write_json
-from .kinds import PREPARE
 from .splits import SKIPPED
 
 SHUFFLE_BUFFER = 2000  # samples a worker shuffles through: about 1.6 of ImageNet's shards
@@ -96,7 +95,6 @@ def _shard_index(files: list[Path], image_key: str, label_key: str, with_labels:
     return shards, labels
 
 
-@PREPARE.register("webdataset")
 def prepare_shards(name: str, spec: dict, out_manifest: str) -> dict:
     """Count each split's samples shard by shard (and keep the evaluation labels, for the chance
     level), check the labels against num_classes, and write the manifest the training jobs read."""

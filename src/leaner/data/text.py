@@ -23,8 +23,16 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
+from .checks import check_text
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, SAMPLE
+from .kinds import OPEN, PREPARE, SAMPLE, DatasetKind, add_kind, settings, source_hub
+
+add_kind(DatasetKind(
+    "text", {"subset": None, "train_split": "train", "eval_split": "validation", "seed": 0, "source": "hub",
+             "text_key": "text", "train_file": "train.txt", "eval_file": "validation.txt", "stories": 4000,
+             "max_train_tokens": None, "eval_tokens": 262144},
+    settings(240, 16000, 4, None), check=check_text, from_hub=source_hub, streamed=True,
+    tasks_read="(train, eval) text.TokenStreams of byte tokens"))
 
 EOT = 256
 VOCAB_SIZE = 257

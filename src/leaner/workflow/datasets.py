@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.kinds import IMAGE_KEYS, dataset_kind, from_hub, kind_defaults, taking
+from ..data.images import IMAGE_KEYS
+from ..data.kinds import dataset_kind, from_hub, kind_defaults, taking
 
 REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",
                   "num_classes": "the number of classes, an integer >= 1"}
