@@ -124,9 +124,8 @@ def test_an_unknown_task_is_refused_with_the_catalogue_names(toy_task):
         make_task({**small_spec(), "task": "nope"}, "", None)
 
 
-# A dataset kind is added in one place too: one record in the kind catalogue, and its preparation,
-# opening, rehearsal sample and training rows registered under its name (here the test's own
-# functions: bright or dark 4x4 noise images).
+# A dataset kind is added in one place too: one record carrying its preparation, opening, rehearsal
+# sample and training rows (here the test's own functions: bright or dark 4x4 noise images).
 
 def _prepare_bright(name: str, spec: dict, out_manifest: str) -> dict:
     import numpy as np
@@ -172,18 +171,15 @@ def _bright_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
 
 @pytest.fixture
 def toy_kind(scope):
-    from leaner.data.kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind
+    from leaner.data.kinds import DatasetKind, add_kind
     from leaner.tasks import CATALOG, TaskInfo, add_task
     from leaner.tasks.image import ImageClassification
     from leaner.tasks.trainers import TRAINERS
 
     kind = add_kind(DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
                                 {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, required=("n_train",),
-                                check=_even))
-    PREPARE.register("bright")(_prepare_bright)
-    OPEN.register("bright")(_open_bright)
-    SAMPLE.register("bright")(_bright_sample)
-    ROWS.register("bright")(_bright_rows)
+                                check=_even, prepare=_prepare_bright, open=_open_bright, sample=_bright_sample,
+                                rows=_bright_rows))
     # a task that reads it: the image task's record and class, for this kind (the catalogue's own is left alone)
     image = CATALOG["image_classification"]
     add_task(TaskInfo("bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base,
@@ -362,7 +358,6 @@ def test_leaner_catalogue_writes_what_is_stale_and_its_check_only_names_it(tmp_p
 
 def test_every_record_has_its_code_registered():
     from leaner.analysis.papers import PAPER_ROWS
-    from leaner.data.kinds import KINDS, OPEN, PREPARE, ROWS, SAMPLE
     from leaner.extend import load_builtins
     from leaner.tasks import CATALOG, trainer_names
     from leaner.tasks.trainers import TRAINERS
@@ -370,9 +365,11 @@ def test_every_record_has_its_code_registered():
     load_builtins()
     assert set(TRAINERS.code) == set(trainer_names())
     assert set(PAPER_ROWS.code) <= set(CATALOG)
-    for registry in (PREPARE, OPEN, SAMPLE):
-        assert set(registry.code) == set(KINDS), registry.what
-    assert set(ROWS.code) <= set(KINDS)
+    # a dataset kind carries its code: one without its preparation is refused where it is defined
+    from leaner.data.kinds import DatasetKind
+
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'prepare'"):
+        DatasetKind("half", {}, {}, open=_open_bright, sample=_bright_sample)
 
 
 def test_the_registry_refuses_a_name_without_a_record_a_second_registration_and_names_what_there_is():

@@ -1,7 +1,7 @@
 """Adding to the catalogues, each through its one door, where the thing is defined:
 - a task: `tasks.add_task(TaskInfo(...))` and its training class `@trains("name")` (tasks/base.py);
-- a dataset kind: `add_kind(DatasetKind(...))` in the module of its code (data/kinds.py), which
-  registers as `@PREPARE.register("name")`, `@OPEN...`, `@SAMPLE...`, `@ROWS...`;
+- a dataset kind: `add_kind(DatasetKind(..., prepare=, open=, sample=, rows=))` beside its code
+  (data/kinds.py);
 - a figure: `@figure("name", caption=..., requires=..., tasks=...)` on its drawing function, a table:
   `@table(...)` on its function (shown.py); `leaner catalogue` then writes the index the Snakefile
   reads and the report's caption.

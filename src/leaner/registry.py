@@ -1,6 +1,7 @@
 """Code registered where it is defined, under a name its catalogue holds (as timm's
-`@register_model`): a task's training class, a dataset kind's preparation and opening, a figure's
-drawing, a table's making, a task's rows of the paper comparison.
+`@register_model`): a task's training class, a figure's drawing, a table's making, a task's rows
+of the paper comparison (a dataset kind's record carries its code itself: data/kinds.py). And
+`scoped`, which puts every catalogue and registry back as it was.
 
 The catalogues' records stay light (the Snakefile reads them without torch or pandas); the code
 registers itself under a record's name when its module is imported, and whoever runs the code

@@ -1,7 +1,7 @@
 """Data for every task: preparation (once, by the data rule) and what a run reads (splits.py).
 One module per data family, each defining its kinds (record and code, kinds.py says how), all
 imported with this package; this package's doors (`prepare`, `open_data`, `rehearsal_sample`,
-`train_rows`) go through the code each kind registered where it is defined, for every kind."""
+`train_rows`) go through the code each kind's record carries, for every kind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ..runspec import RunSpec
 from ..schema import Recipe
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE, dataset_kind
+from .kinds import dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
 
 # The built-in kinds: each family's module defines its kinds, their records and code (none imports
@@ -22,7 +22,7 @@ __all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_ord
 
 def prepare(dataset_name: str, spec: dict, out_manifest: str) -> dict:
     """Prepare dataset `dataset_name` (its config `spec`) and write its manifest; returns it."""
-    return PREPARE[dataset_kind(spec["kind"]).name](dataset_name, spec, out_manifest)
+    return dataset_kind(spec["kind"]).prepare(dataset_name, spec, out_manifest)
 
 
 def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
@@ -31,7 +31,7 @@ def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
 
     kind = read_json(manifest_path)["kind"]
     try:
-        opener = OPEN[dataset_kind(kind).name]
+        opener = dataset_kind(kind).open
     except ValueError as err:
         raise ValueError(f"{manifest_path}: {err}") from None
     return opener(manifest_path, spec, device)
@@ -40,16 +40,16 @@ def open_data(manifest_path: str, spec: RunSpec, device: Any = "cpu") -> Any:
 def rehearsal_sample(dataset_name: str, spec: dict, folder) -> dict:
     """The entry to prepare as a small sample of dataset `dataset_name` (its config `spec`), of its
     kind and shape, for `leaner rehearse`; files it needs are made under `folder`."""
-    return SAMPLE[dataset_kind(spec["kind"]).name](dataset_name, spec, folder)
+    return dataset_kind(spec["kind"]).sample(dataset_name, spec, folder)
 
 
 def train_rows(spec: dict, manifest: dict | None, job_spec: RunSpec) -> int | None:
     """The training rows of a job (`job_spec`) on dataset `spec`: its prepared manifest's `n_train`
-    where it says, else what its kind knows (`ROWS`); None where neither does."""
+    where it says, else what its kind knows (its `rows`); None where neither does."""
     if manifest and "n_train" in manifest:
         return int(manifest["n_train"])
-    kind = dataset_kind(spec["kind"]).name
-    return ROWS[kind](spec, manifest, job_spec) if kind in ROWS else None
+    rows = dataset_kind(spec["kind"]).rows
+    return rows(spec, manifest, job_spec) if rows else None
 
 
 def load_splits(manifest_path: str, recipe: Recipe, device_type: str = "cpu") -> Splits:

@@ -12,15 +12,9 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, write_json
 from ..runspec import RunSpec
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, settings
-
-add_kind(DatasetKind(
-    "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
-    settings(10, 2000, 1, False), implicit=True,
-    tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)"))
+from .kinds import DatasetKind, add_kind, settings
 
 
-@PREPARE.register("digits")
 def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
     from sklearn.datasets import load_digits
 
@@ -67,7 +61,6 @@ def load_digits_splits(manifest_path: str, manifest: dict | None = None):
     return Splits(train=train, eval=test, meta=manifest)
 
 
-@OPEN.register("digits")
 def open_digits(manifest_path: str, spec: RunSpec, device):
     """What a run reads (the kind's `open`): both splits in memory."""
     return load_digits_splits(manifest_path)
@@ -76,13 +69,19 @@ def open_digits(manifest_path: str, spec: RunSpec, device):
 DIGITS_ROWS = 1797  # scikit-learn's bundled digits
 
 
-@ROWS.register("digits")
 def digits_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int:
     """What the test fraction leaves of the bundled digits."""
     return DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
 
 
-@SAMPLE.register("digits")
 def digits_sample(name: str, entry: dict, folder: Path) -> dict:
     """The bundled data itself (it is small)."""
     return entry
+
+
+# The kind this module defines: its record, with the code above.
+add_kind(DatasetKind(
+    "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
+    settings(10, 2000, 1, False), implicit=True,
+    tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)",
+    prepare=prepare_digits, open=open_digits, sample=digits_sample, rows=digits_rows))

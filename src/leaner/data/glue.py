@@ -19,13 +19,7 @@ from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_glue
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, each_task, settings, source_hub
-
-add_kind(DatasetKind(
-    "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
-             "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
-    settings(120, 8000, 4, None), check=check_glue, from_hub=source_hub, hub_subsets=each_task,
-    tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked"))
+from .kinds import DatasetKind, add_kind, each_task, settings, source_hub
 
 PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260
@@ -68,7 +62,6 @@ def _load(spec: dict, task: str, split: str):
     return load_hub_split(spec, task, split)
 
 
-@PREPARE.register("glue")
 def prepare_glue(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +137,6 @@ def score(task: str, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     return {k: (0.0 if v != v else v) for k, v in out.items()}  # constant predictions: correlation 0
 
 
-@OPEN.register("glue")
 def open_glue_task(manifest_path: str, spec: RunSpec, device) -> dict:
     """What a run reads (the kind's `open`): the GLUE task of its spec (`glue_task`)."""
     return load_glue_task(manifest_path, spec.glue_task)
@@ -155,7 +147,6 @@ GLUE_TRAIN_ROWS = {"cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, 
                    "qnli": 104_743, "rte": 2_490, "wnli": 635}
 
 
-@ROWS.register("glue")
 def glue_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int | None:
     """The fine-tuning job's GLUE task's: its manifest's, else the task's known size; at most the
     entry's `max_train_examples`."""
@@ -165,6 +156,14 @@ def glue_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int | None:
     return min(rows, entry.get("max_train_examples") or rows) if rows else None
 
 
-@SAMPLE.register("glue")
 def glue_sample(name: str, entry: dict, folder: Path) -> dict:
     raise ValueError(f"dataset {name}: GLUE is only fine-tuned on, which the rehearsal leaves out")
+
+
+# The kind this module defines: its record, with the code above.
+add_kind(DatasetKind(
+    "glue", {"name": "nyu-mll/glue", "max_length": 128, "source": "hub",
+             "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
+    settings(120, 8000, 4, None), check=check_glue, from_hub=source_hub, hub_subsets=each_task,
+    tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked",
+    prepare=prepare_glue, open=open_glue_task, sample=glue_sample, rows=glue_rows))

@@ -20,22 +20,13 @@ from ..runspec import RunSpec
 from ..schema import Recipe
 from .checks import check_imagefolder, check_webdataset
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, always, settings
+from .kinds import DatasetKind, add_kind, always, settings
 
 IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 IMAGE_LOADING = {"train_split": "train", "eval_split": "validation", "image_key": "image", "label_key": "label",
                  "img_size": 224, "in_chans": 3, "decode": "pil", **IMAGE_NORM}
 IMAGE_KEYS = ("decode", "image_key", "label_key", "mean", "std")  # read only by the image loaders
 IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
-add_kind(DatasetKind(
-    "hub", {"subset": None, **IMAGE_LOADING}, settings(240, 16000, 4, True), required=("name", "num_classes"),
-    from_hub=always, tasks_read=IMAGE_SPLITS))
-add_kind(DatasetKind(
-    "imagefolder", dict(IMAGE_LOADING), settings(240, 16000, 4, False), required=("path", "num_classes"),
-    check=check_imagefolder, tasks_read=IMAGE_SPLITS))
-add_kind(DatasetKind(
-    "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, settings(240, 4000, 1, False),
-    required=("path", "num_classes"), check=check_webdataset, tasks_read=IMAGE_SPLITS))
 
 
 def _load_split(meta: dict, split: str):
@@ -60,14 +51,12 @@ def _label_count(ds, label_key: str) -> int | None:
     return getattr(feature, "num_classes", None)
 
 
-@PREPARE.register("webdataset")
 def prepare_webdataset(name: str, spec: dict, out_manifest: str) -> dict:
     from .shards import prepare_shards
 
     return prepare_shards(name, spec, out_manifest)
 
 
-@PREPARE.register("hub", "imagefolder")
 def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
     """Resolve both splits once (downloading into the Hugging Face cache if needed), check
     their columns and class count, and write the manifest the training jobs read."""
@@ -295,7 +284,6 @@ def load_image_splits(meta: dict, recipe: Recipe, pin_memory: bool = False):
                   meta=meta)
 
 
-@OPEN.register("hub", "imagefolder", "webdataset")
 def open_images(manifest_path: str, spec: RunSpec, device):
     """What a run reads (the kind's `open`, for hub, imagefolder and webdataset): both splits
     through loaders, decoded as the recipe of `spec` says; pinned memory for a CUDA device."""
@@ -309,13 +297,11 @@ KNOWN_HUB_ROWS = {"ILSVRC/imagenet-1k": 1_281_167, "imagenet-1k": 1_281_167, "uo
 SAMPLE_SIDE = 288  # rehearsal JPEGs are larger than the crop, as ImageNet's are (~400 x 350)
 
 
-@ROWS.register("hub")
 def hub_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int | None:
     """The known size of the hub dataset it names."""
     return KNOWN_HUB_ROWS.get(entry["name"])
 
 
-@SAMPLE.register("hub", "imagefolder", "webdataset")
 def image_sample(name: str, entry: dict, folder: Path) -> dict:
     """An image folder of the entry's classes and channels: one JPEG per class in train (the class
     count is the folders'), two in validation."""
@@ -333,3 +319,18 @@ def image_sample(name: str, entry: dict, folder: Path) -> dict:
             image.save(path, quality=90)
     return {**entry, "kind": "imagefolder", "path": str(folder / "images"), "train_split": "train",
             "eval_split": "validation", "image_key": "image", "label_key": "label"}
+
+
+# The kinds this module defines: their records, with the code above.
+add_kind(DatasetKind(
+    "hub", {"subset": None, **IMAGE_LOADING}, settings(240, 16000, 4, True), required=("name", "num_classes"),
+    from_hub=always, tasks_read=IMAGE_SPLITS,
+    prepare=prepare_images, open=open_images, sample=image_sample, rows=hub_rows))
+add_kind(DatasetKind(
+    "imagefolder", dict(IMAGE_LOADING), settings(240, 16000, 4, False), required=("path", "num_classes"),
+    check=check_imagefolder, tasks_read=IMAGE_SPLITS,
+    prepare=prepare_images, open=open_images, sample=image_sample))
+add_kind(DatasetKind(
+    "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, settings(240, 4000, 1, False),
+    required=("path", "num_classes"), check=check_webdataset, tasks_read=IMAGE_SPLITS,
+    prepare=prepare_webdataset, open=open_images, sample=image_sample))

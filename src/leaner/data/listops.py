@@ -20,13 +20,7 @@ import numpy as np
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_listops
-from .kinds import OPEN, PREPARE, ROWS, SAMPLE, DatasetKind, add_kind, settings
-
-add_kind(DatasetKind(
-    "listops", {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10, "max_args": 10,
-                "min_length": 500, "max_length": 2000},
-    settings(60, 4000, 1, False), check=check_listops,
-    tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked"))
+from .kinds import DatasetKind, add_kind, settings
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 CLOSE = "]"
@@ -97,7 +91,6 @@ def decode(ids) -> list[str]:
     return [VOCAB[int(i)] for i in ids if int(i) != 0]
 
 
-@PREPARE.register("listops")
 def prepare_listops(name: str, spec: dict, out_manifest: str) -> dict:
     """Generate train/val/test once from spec['seed'] and write them beside the manifest."""
     from tqdm import tqdm
@@ -139,19 +132,25 @@ def load_listops(manifest_path: str) -> dict:
                     torch.from_numpy(z[f"{s}_labels"])) for s in SPLITS}
 
 
-@OPEN.register("listops")
 def open_listops(manifest_path: str, spec: RunSpec, device) -> dict:
     """What a run reads (the kind's `open`): load_listops's splits."""
     return load_listops(manifest_path)
 
 
-@ROWS.register("listops")
 def listops_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int:
     """The entry's `n_train`."""
     return int(entry["n_train"])
 
 
-@SAMPLE.register("listops")
 def listops_sample(name: str, entry: dict, folder: Path) -> dict:
     """Four training sequences, two to validate, two to test, at the entry's lengths."""
     return {**entry, "n_train": 4, "n_val": 2, "n_test": 2}
+
+
+# The kind this module defines: its record, with the code above.
+add_kind(DatasetKind(
+    "listops", {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "max_depth": 10, "max_args": 10,
+                "min_length": 500, "max_length": 2000},
+    settings(60, 4000, 1, False), check=check_listops,
+    tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked",
+    prepare=prepare_listops, open=open_listops, sample=listops_sample, rows=listops_rows))

@@ -7,18 +7,12 @@ from typing import TYPE_CHECKING
 
 from ..io import write_json
 from ..runspec import RunSpec
-from .kinds import OPEN, PREPARE, SAMPLE, DatasetKind, add_kind, settings
-
-add_kind(DatasetKind(
-    "nearest_point", {"stream": "fresh", "streams": 7, "eval_samples": 4096, "eval_seed": 12345},
-    settings(10, 2000, 1, False), implicit=True, streamed=True,
-    tasks_read="nearest_point.PointStream: point sets drawn on the run's device, by (seed, step)"))
+from .kinds import DatasetKind, add_kind, settings
 
 if TYPE_CHECKING:
     from .point_stream import PointStream
 
 
-@PREPARE.register("nearest_point")
 def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     """Nothing to download: record the generator's settings, which every run of the study reads."""
     manifest = {"dataset": name, "kind": "nearest_point",
@@ -28,7 +22,6 @@ def prepare_nearest_point(name: str, spec: dict, out_manifest: str) -> dict:
     return manifest
 
 
-@OPEN.register("nearest_point")
 def open_point_stream(manifest_path: str, spec: RunSpec, device) -> PointStream:
     """What a run reads (the kind's `open`): the stream of its spec's point sets, drawn where the
     model trains (no copy, no host work per step)."""
@@ -42,7 +35,14 @@ def open_point_stream(manifest_path: str, spec: RunSpec, device) -> PointStream:
                        independent=recipe.replicates == "independent")
 
 
-@SAMPLE.register("nearest_point")
 def nearest_point_sample(name: str, entry: dict, folder) -> dict:
     """Eight evaluation point sets (training draws its own)."""
     return {**entry, "eval_samples": 8}
+
+
+# The kind this module defines: its record, with the code above.
+add_kind(DatasetKind(
+    "nearest_point", {"stream": "fresh", "streams": 7, "eval_samples": 4096, "eval_seed": 12345},
+    settings(10, 2000, 1, False), implicit=True, streamed=True,
+    tasks_read="nearest_point.PointStream: point sets drawn on the run's device, by (seed, step)",
+    prepare=prepare_nearest_point, open=open_point_stream, sample=nearest_point_sample))

@@ -25,14 +25,7 @@ from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_text
 from .hub import load_hub_split
-from .kinds import OPEN, PREPARE, SAMPLE, DatasetKind, add_kind, settings, source_hub
-
-add_kind(DatasetKind(
-    "text", {"subset": None, "train_split": "train", "eval_split": "validation", "seed": 0, "source": "hub",
-             "text_key": "text", "train_file": "train.txt", "eval_file": "validation.txt", "stories": 4000,
-             "max_train_tokens": None, "eval_tokens": 262144},
-    settings(240, 16000, 4, None), check=check_text, from_hub=source_hub, streamed=True,
-    tasks_read="(train, eval) text.TokenStreams of byte tokens"))
+from .kinds import DatasetKind, add_kind, settings, source_hub
 
 EOT = 256
 VOCAB_SIZE = 257
@@ -116,7 +109,6 @@ def _tokenize_to_file(ds, text_key: str, path: Path, limit: int | None) -> int:
     return total
 
 
-@PREPARE.register("text")
 def prepare_text(name: str, spec: dict, out_manifest: str) -> dict:
     out_dir = Path(out_manifest).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,13 +172,21 @@ class TokenStream:
         return np.arange(n) * context
 
 
-@OPEN.register("text")
 def open_token_streams(manifest_path: str, spec: RunSpec, device) -> tuple[TokenStream, TokenStream]:
     """What a run reads (the kind's `open`): the training and evaluation token streams."""
     return TokenStream(manifest_path, "train"), TokenStream(manifest_path, "eval")
 
 
-@SAMPLE.register("text")
 def text_sample(name: str, entry: dict, folder: Path) -> dict:
     """300 generated stories and 4,096 evaluation tokens, instead of the entry's source."""
     return {**entry, "source": "generated", "stories": 300, "eval_tokens": 4096, "max_train_tokens": None}
+
+
+# The kind this module defines: its record, with the code above.
+add_kind(DatasetKind(
+    "text", {"subset": None, "train_split": "train", "eval_split": "validation", "seed": 0, "source": "hub",
+             "text_key": "text", "train_file": "train.txt", "eval_file": "validation.txt", "stories": 4000,
+             "max_train_tokens": None, "eval_tokens": 262144},
+    settings(240, 16000, 4, None), check=check_text, from_hub=source_hub, streamed=True,
+    tasks_read="(train, eval) text.TokenStreams of byte tokens",
+    prepare=prepare_text, open=open_token_streams, sample=text_sample))
