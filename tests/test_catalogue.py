@@ -171,7 +171,7 @@ def _bright_rows(entry: dict, manifest: dict | None, spec: dict) -> int:
 
 @pytest.fixture
 def toy_kind(scope):
-    from leaner.data.kinds import DatasetKind, add_kind
+    from leaner.data.kinds import DatasetKind, add_kind, shared
     from leaner.tasks import CATALOG, TaskInfo, add_task
     from leaner.tasks.image import ImageClassification
     from leaner.tasks.trainers import TRAINERS
@@ -179,7 +179,8 @@ def toy_kind(scope):
     kind = add_kind(DatasetKind("bright", {"img_size": 4, "in_chans": 1, "num_classes": 2, "seed": 0},
                                 {"runtime": 5, "mem_mb": 1000, "threads": 1, "local": False}, required=("n_train",),
                                 check=_even, prepare=_prepare_bright, open=_open_bright, sample=_bright_sample,
-                                rows=_bright_rows))
+                                rows=_bright_rows, about="bright or dark noise images.",
+                                keys=shared("n_train", "img_size", "in_chans", "num_classes", "seed")))
     # a task that reads it: the image task's record and class, for this kind (the catalogue's own is left alone)
     image = CATALOG["image_classification"]
     add_task(TaskInfo("bright_images", "P1", "arch", ("bright",), image.model_keys, image.model_base,
@@ -213,6 +214,15 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_trained_on_pr
             build_plan(config)
     config["datasets"] = {"noise": {"kind": "bright", "n_train": 512, "img_size": 8}}
     plan = build_plan(config)
+    # its keys are the schema's: a key it reads that another kind defines otherwise is refused
+    from leaner.data.kinds import add_kind, dataset_schema
+    from leaner.extend import scoped
+
+    with scoped():
+        add_kind(dataclasses.replace(toy_kind, name="dim", keys={**toy_kind.keys, "seed": {"type": "string"}}))
+        with pytest.raises(ValueError, match="dataset key 'seed': defined differently by kinds listops, text, "
+                                             "bright, dim"):
+            dataset_schema()
     assert plan.datasets["noise"] == {"kind": "bright", "img_size": 8, "in_chans": 1, "num_classes": 2, "seed": 0,
                                       "n_train": 512, "prepare": {"runtime": 5, "mem_mb": 1000, "threads": 1,
                                                                   "local": False}}
@@ -271,9 +281,9 @@ def _depth_histogram(summary, prefix, study, bins=4):
 
 def test_a_figure_and_a_table_defined_beside_their_code_are_listed_where_the_grid_shows_them_and_made(
         tmp_path, toy_task):
-    from leaner.analysis.catalogue import catalogue_files
     from leaner.analysis.study_figures import write_study_figures
     from leaner.analysis.study_tables import write_study_tables
+    from leaner.catalogue import catalogue_files
     from leaner.outputs import study_outputs
     from leaner.shown import FIGURES, Has, figure, table
 
@@ -328,7 +338,7 @@ def test_the_index_and_captions_are_those_the_definitions_give():
     """src/leaner/catalogue.json (read by the Snakefile's side) and report/'s captions are written
     by `leaner catalogue`: a definition changed without it fails here, naming the stale files."""
     import leaner.shown as shown
-    from leaner.analysis.catalogue import stale_files
+    from leaner.catalogue import stale_files
     from leaner.extend import load_builtins
 
     load_builtins()
@@ -340,15 +350,16 @@ def test_the_index_and_captions_are_those_the_definitions_give():
 
 
 def test_leaner_catalogue_writes_what_is_stale_and_its_check_only_names_it(tmp_path):
-    from leaner.analysis.catalogue import write_catalogue
+    from leaner.catalogue import write_catalogue
     from leaner.cli import main
 
     with pytest.raises(ValueError, match="not a source tree of this project"):
         write_catalogue(tmp_path)
-    for folder in ("report/figures", "report/tables", "src/leaner"):
+    for folder in ("report/figures", "report/tables", "src/leaner", "schemas"):
         (tmp_path / folder).mkdir(parents=True)
     stale = write_catalogue(tmp_path, check=True)
-    assert {"src/leaner/catalogue.json", "report/figures/kappa_vs_heads.rst", "report/tables/claims.rst"} <= set(stale)
+    assert {"src/leaner/catalogue.json", "report/figures/kappa_vs_heads.rst", "report/tables/claims.rst",
+            "schemas/config.schema.json"} <= set(stale)
     assert not (tmp_path / "src/leaner/catalogue.json").exists()  # a check writes nothing
     assert write_catalogue(tmp_path) == stale and write_catalogue(tmp_path, check=True) == []
     for rel in stale:

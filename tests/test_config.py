@@ -333,13 +333,13 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     from leaner.data.kinds import KINDS, kind_defaults
     from leaner.schema import defaults as _defaults
     from leaner.schema import schema_file as _schema_file
-    from leaner.workflow.config import _schema, validate_schema
+    from leaner.workflow.config import config_schema, validate_schema
 
-    dataset_schema = {**_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
+    dataset_schema = {**config_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
     for kind in KINDS:
         jsonschema.Draft202012Validator(dataset_schema).validate({"kind": kind, **kind_defaults(kind)})
     assert kind_defaults("digits")["img_size"] == 8 and kind_defaults("hub")["img_size"] == 224
-    assert _schema()["$defs"]["dataset"]["properties"]["kind"]["enum"] == list(KINDS)
+    assert config_schema()["$defs"]["dataset"]["properties"]["kind"]["enum"] == list(KINDS)
 
     for section in ("recipe", "conditioning", "resources", "theory"):
         props = _schema_file()["$defs"][section]["properties"]
@@ -349,7 +349,8 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     study.update(recipe=_defaults("recipe"), conditioning=_defaults("conditioning"), resources=_defaults("resources"))
     config["theory"] = _defaults("theory")
     validate_schema(config)
-    assert set(_schema()["$defs"]["study"]["properties"]["task"]["enum"]) >= {"image_classification", "nearest_point"}
+    tasks = config_schema()["$defs"]["study"]["properties"]["task"]["enum"]
+    assert set(tasks) >= {"image_classification", "nearest_point"}
 
 
 def test_strings_from_the_command_line_are_read_as_the_type_the_schema_wants():

@@ -53,7 +53,7 @@ def cmd_figures(a):
 
 
 def cmd_catalogue(a):
-    from ..analysis.catalogue import write_catalogue
+    from ..catalogue import write_catalogue
 
     stale = write_catalogue(check=a.check)
     if a.check and stale:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..io import atomic_path, read_json, sha256_file, write_json
 from ..runspec import RunSpec
-from .kinds import DatasetKind, add_kind, settings
+from .kinds import DatasetKind, add_kind, settings, shared
 
 
 def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
@@ -84,4 +84,7 @@ add_kind(DatasetKind(
     "digits", {"test_fraction": 0.2, "split_seed": 0, "num_classes": 10, "img_size": 8, "in_chans": 1},
     settings(10, 2000, 1, False), implicit=True,
     tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)",
-    prepare=prepare_digits, open=open_digits, sample=digits_sample, rows=digits_rows))
+    prepare=prepare_digits, open=open_digits, sample=digits_sample, rows=digits_rows,
+    keys={"test_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+          "split_seed": {"$ref": "#/$defs/nonnegint"}, **shared("num_classes", "img_size", "in_chans")},
+    about="scikit-learn's bundled 8x8 digits (no download)."))

@@ -19,7 +19,7 @@ from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_glue
 from .hub import load_hub_split
-from .kinds import DatasetKind, add_kind, each_task, settings, source_hub
+from .kinds import DatasetKind, add_kind, each_task, settings, shared, source_hub
 
 PAD, CLS, SEP, MASK = 256, 257, 258, 259
 VOCAB_SIZE = 260
@@ -166,4 +166,12 @@ add_kind(DatasetKind(
              "tasks": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"], "max_train_examples": None},
     settings(120, 8000, 4, None), check=check_glue, from_hub=source_hub, hub_subsets=each_task,
     tasks_read="{train|eval: (tokens, labels)} of the run's spec.glue_task, hash-checked",
-    prepare=prepare_glue, open=open_glue_task, sample=glue_sample, rows=glue_rows))
+    prepare=prepare_glue, open=open_glue_task, sample=glue_sample, rows=glue_rows,
+    keys={
+        **shared("name", "path", "revision", "max_length", "source"),
+        "tasks": {"type": "array", "minItems": 1,
+                  "items": {"enum": ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]},
+                  "description": "glue: the tasks to fine-tune on (default the eight of the GLUE average)"},
+        "max_train_examples": {"type": ["integer", "null"], "minimum": 1,
+                               "description": "glue: cap on training rows per task"}},
+    about="GLUE tasks for fine-tuning (hub nyu-mll/glue, or local <path>/<task>/<split>.tsv files)."))

@@ -20,12 +20,20 @@ from ..runspec import RunSpec
 from ..schema import Recipe
 from .checks import check_imagefolder, check_webdataset
 from .hub import load_hub_split
-from .kinds import DatasetKind, add_kind, always, settings
+from .kinds import DatasetKind, add_kind, always, settings, shared
 
 IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 IMAGE_LOADING = {"train_split": "train", "eval_split": "validation", "image_key": "image", "label_key": "label",
                  "img_size": 224, "in_chans": 3, "decode": "pil", **IMAGE_NORM}
-IMAGE_KEYS = ("decode", "image_key", "label_key", "mean", "std")  # read only by the image loaders
+IMAGE_KEY_SCHEMA = {  # what the image kinds read
+    **shared("train_split", "eval_split", "num_classes", "img_size", "in_chans"),
+    "image_key": {"type": "string", "minLength": 1}, "label_key": {"type": "string", "minLength": 1},
+    "decode": {"enum": ["pil", "device"], "description": (
+        "hub, imagefolder, webdataset: where images are decoded and augmented. pil: Pillow + timm in the loader's "
+        "workers. device: the workers read the encoded bytes; the training process decodes each batch (nvJPEG on "
+        "a GPU) and runs the same DeiT recipe on the device")},
+    "mean": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+    "std": {"type": "array", "items": {"$ref": "#/$defs/posnum"}, "minItems": 1}}
 IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
 
 
@@ -325,12 +333,18 @@ def image_sample(name: str, entry: dict, folder: Path) -> dict:
 add_kind(DatasetKind(
     "hub", {"subset": None, **IMAGE_LOADING}, settings(240, 16000, 4, True), required=("name", "num_classes"),
     from_hub=always, tasks_read=IMAGE_SPLITS,
-    prepare=prepare_images, open=open_images, sample=image_sample, rows=hub_rows))
+    prepare=prepare_images, open=open_images, sample=image_sample, rows=hub_rows,
+    keys={**shared("name", "subset", "revision"), **IMAGE_KEY_SCHEMA},
+    about="a Hugging Face hub dataset by name."))
 add_kind(DatasetKind(
     "imagefolder", dict(IMAGE_LOADING), settings(240, 16000, 4, False), required=("path", "num_classes"),
     check=check_imagefolder, tasks_read=IMAGE_SPLITS,
-    prepare=prepare_images, open=open_images, sample=image_sample))
+    prepare=prepare_images, open=open_images, sample=image_sample,
+    keys={**shared("path"), **IMAGE_KEY_SCHEMA},
+    about="a local folder with train/ and val/ class sub-folders."))
 add_kind(DatasetKind(
     "webdataset", {**IMAGE_LOADING, "image_key": "jpg", "label_key": "cls"}, settings(240, 4000, 1, False),
     required=("path", "num_classes"), check=check_webdataset, tasks_read=IMAGE_SPLITS,
-    prepare=prepare_webdataset, open=open_images, sample=image_sample))
+    prepare=prepare_webdataset, open=open_images, sample=image_sample,
+    keys={**shared("path"), **IMAGE_KEY_SCHEMA},
+    about="a folder of tar shards (*{split}-*.tar, as the hub's timm/imagenet-1k-wds), read in sequence."))

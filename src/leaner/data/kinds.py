@@ -1,10 +1,10 @@
-"""The dataset-kind catalogue: what a kind of dataset is, and the registries of its code.
+"""The dataset-kind catalogue: what a kind of dataset is, with its code.
 
-A kind says what a dataset is and how it is read: its keys' defaults (the keys themselves, with
-their types and descriptions, are the schema's `dataset`), the keys it requires, its checks of a
-config entry, where and with what its data job runs, whether its epochs are streamed, and the
-hub subsets it loads; and its code, which prepares it, opens what was prepared for a run, makes
-its small rehearsal sample and counts its training rows (data/__init__.py is the door to them).
+A kind says what a dataset is and how it is read: the schema of every key it reads (the config
+schema's `dataset` is filled in from the kinds'), their defaults, the keys it requires, its checks
+of a config entry, where and with what its data job runs, whether its epochs are streamed, and
+the hub subsets it loads; and its code, which prepares it, opens what was prepared for a run,
+makes its small rehearsal sample and counts its training rows (data/__init__.py is the door).
 
 A kind is defined in one module of this package, its record and its code together: digits.py,
 images.py (hub, imagefolder, webdataset), nearest_point.py, listops.py, text.py, glue.py. Those
@@ -15,10 +15,10 @@ To add a kind: in a module of this package (imported in data/__init__.py), write
 (writes the manifest), its opening (what its tasks read), its rehearsal sample (`leaner rehearse`
 rehearses every variant of a config, so every kind has one) and, where a manifest does not say,
 its training rows (`leaner cost`), and below them its record, `add_kind(DatasetKind(..., prepare=,
-open=, sample=, rows=))`; then name the kind in the `dataset_kinds` of the tasks that read it
-(tasks/__init__.py), and any key of its own in the schema's `dataset`. The config's checks, the
-data rule, every training run, the rehearsal and the cost read the rest from the record. A kind
-outside this package: the same, anywhere (leaner.extend).
+open=, sample=, rows=, keys=))`; then name the kind in the `dataset_kinds` of the tasks that read
+it (tasks/__init__.py). The config's schema and checks, the data rule, every training run, the
+rehearsal and the cost read the rest from the record. A kind outside this package: the same,
+anywhere (leaner.extend).
 """
 
 from __future__ import annotations
@@ -75,6 +75,46 @@ class DatasetKind:
     # (entry, its manifest or None, the job's RunSpec) -> the job's training rows where the manifest has no
     # `n_train`, or None where unknown (`leaner cost`)
     rows: Callable[[dict, dict | None, Any], int | None] | None = field(default=None, kw_only=True)
+    # the JSON Schema of every key it reads (besides `kind` and `prepare`): the config's schema takes each
+    # kind's (a key several kinds read is one definition: SHARED_KEYS)
+    keys: dict[str, dict] = field(default_factory=dict, kw_only=True)
+    about: str = field(default="", kw_only=True)  # what it is, in a sentence (the schema's `kind`)
+
+    def __post_init__(self) -> None:
+        unknown = [key for key in (*self.defaults, *self.required) if key not in self.keys]
+        if unknown:
+            raise ValueError(f"dataset kind {self.name!r}: {', '.join(unknown)} without a schema in its `keys` "
+                             f"(allowed: {', '.join(self.keys) or 'none'})")
+
+
+# Keys several kinds read, each one definition (a key means one thing whatever its kind).
+SHARED_KEYS: dict[str, dict] = {
+    "name": {"type": "string", "minLength": 1, "description": "hub dataset name, e.g. uoft-cs/cifar10"},
+    "subset": {"type": ["string", "null"], "description": "hub dataset configuration name"},
+    "revision": {"type": "string", "minLength": 1, "description": (
+        "data from the hub (kind hub, or source hub): the branch, tag or commit to load, e.g. refs/convert/parquet, "
+        "the hub's parquet conversion of a dataset that still ships a loading script (which datasets 4 and later "
+        "refuse); absent: the dataset's default branch")},
+    "path": {"type": "string", "minLength": 1, "description": (
+        "local ImageFolder root, the folder of webdataset shards, or of a text or GLUE dataset's files")},
+    "train_split": {"type": "string", "minLength": 1},
+    "eval_split": {"type": "string", "minLength": 1},
+    "num_classes": {"$ref": "#/$defs/posint"},
+    "img_size": {"$ref": "#/$defs/posint"},
+    "in_chans": {"$ref": "#/$defs/posint"},
+    "seed": {"$ref": "#/$defs/nonnegint", "description": "listops / generated text: generator seed"},
+    "n_train": {"$ref": "#/$defs/posint", "description": "training examples (listops: LRA's 96000)"},
+    "max_length": {"$ref": "#/$defs/posint", "description": (
+        "listops: maximum tokens, the padded length (LRA: 2000); glue: tokens per example")},
+    "source": {"enum": ["hub", "files", "generated"], "description": (
+        "text: a hub dataset (name), local text files (path), or the project's generated stories; glue: hub or "
+        "files")},
+}
+
+
+def shared(*names: str) -> dict[str, dict]:
+    """The schema of these shared keys (SHARED_KEYS), for a kind's `keys`."""
+    return {name: SHARED_KEYS[name] for name in names}
 
 
 def settings(runtime: int, mem_mb: int, threads: int, local: bool | None) -> dict[str, Any]:
@@ -88,6 +128,24 @@ def add_kind(kind: DatasetKind) -> DatasetKind:
     """Add a dataset kind's record to the catalogue (refused where the name is taken); returns it."""
     return add_record(KINDS, "dataset kind", kind)
 
+
+
+def dataset_schema() -> tuple[dict[str, dict], str]:
+    """(the schema of every key some kind reads, the prose of the kinds) for the config's schema;
+    a key two kinds define differently is refused."""
+    keys: dict[str, dict] = {}
+    for kind in KINDS.values():
+        for key, schema in kind.keys.items():
+            if keys.setdefault(key, schema) != schema:
+                owners = [k.name for k in KINDS.values() if key in k.keys]
+                raise ValueError(f"dataset key {key!r}: defined differently by kinds {', '.join(owners)} "
+                                 f"(allowed: one definition, e.g. in data/kinds.py's SHARED_KEYS)")
+    return keys, " ".join(f"{kind.name}: {kind.about}" for kind in KINDS.values() if kind.about)
+
+
+def reading(key: str) -> list[str]:
+    """The kinds that read `key`."""
+    return [name for name, kind in KINDS.items() if key in kind.keys]
 
 
 def dataset_kind(name: str) -> DatasetKind:
@@ -115,7 +173,4 @@ def implicit_kinds() -> list[str]:
     return [name for name, kind in KINDS.items() if kind.implicit]
 
 
-def taking(key: str) -> list[str]:
-    """The kinds that read `key` (have a default for it)."""
-    return [name for name, kind in KINDS.items() if key in kind.defaults]
 

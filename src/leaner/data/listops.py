@@ -20,7 +20,7 @@ import numpy as np
 from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_listops
-from .kinds import DatasetKind, add_kind, settings
+from .kinds import DatasetKind, add_kind, settings, shared
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 CLOSE = "]"
@@ -153,4 +153,13 @@ add_kind(DatasetKind(
                 "min_length": 500, "max_length": 2000},
     settings(60, 4000, 1, False), check=check_listops,
     tasks_read="{split: (tokens, lengths, labels)} tensors, hash-checked",
-    prepare=prepare_listops, open=open_listops, sample=listops_sample, rows=listops_rows))
+    prepare=prepare_listops, open=open_listops, sample=listops_sample, rows=listops_rows,
+    keys={
+        **shared("seed", "max_length", "n_train"),
+        "n_val": {"$ref": "#/$defs/posint", "description": "listops: validation examples (LRA: 2000)"},
+        "n_test": {"$ref": "#/$defs/posint", "description": "listops: test examples (LRA: 2000)"},
+        "max_depth": {"$ref": "#/$defs/posint", "description": "listops: maximum nesting depth (LRA: 10)"},
+        "max_args": {"type": "integer", "minimum": 2,
+                     "description": "listops: maximum arguments per operator (LRA: 10)"},
+        "min_length": {"$ref": "#/$defs/posint", "description": "listops: minimum tokens per expression (LRA: 500)"}},
+    about="LRA ListOps, generated once by the data rule."))

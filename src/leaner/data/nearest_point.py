@@ -45,4 +45,14 @@ add_kind(DatasetKind(
     "nearest_point", {"stream": "fresh", "streams": 7, "eval_samples": 4096, "eval_seed": 12345},
     settings(10, 2000, 1, False), implicit=True, streamed=True,
     tasks_read="nearest_point.PointStream: point sets drawn on the run's device, by (seed, step)",
-    prepare=prepare_nearest_point, open=open_point_stream, sample=nearest_point_sample))
+    prepare=prepare_nearest_point, open=open_point_stream, sample=nearest_point_sample,
+    keys={
+        "stream": {"enum": ["fresh", "replay"], "description": (
+            "nearest_point: fresh (new points every batch: the training MSE is the population risk) or replay (P2's "
+            "code as it ran: every epoch replays the same steps_per_epoch batches, so the training MSE is a "
+            "training-set MSE; the fresh-point MSE is reported beside it)")},
+        "streams": {"$ref": "#/$defs/posint", "description": (
+            "nearest_point: interleaved data streams (P2: 7 loader workers seeded data_seed + worker)")},
+        "eval_samples": {"$ref": "#/$defs/posint", "description": "nearest_point: size of the fixed evaluation set"},
+        "eval_seed": {"$ref": "#/$defs/nonnegint"}},
+    about="P2's stream of points on the unit sphere (generated, never stored)."))

@@ -25,7 +25,7 @@ from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_text
 from .hub import load_hub_split
-from .kinds import DatasetKind, add_kind, settings, source_hub
+from .kinds import DatasetKind, add_kind, settings, shared, source_hub
 
 EOT = 256
 VOCAB_SIZE = 257
@@ -189,4 +189,13 @@ add_kind(DatasetKind(
              "max_train_tokens": None, "eval_tokens": 262144},
     settings(240, 16000, 4, None), check=check_text, from_hub=source_hub, streamed=True,
     tasks_read="(train, eval) text.TokenStreams of byte tokens",
-    prepare=prepare_text, open=open_token_streams, sample=text_sample))
+    prepare=prepare_text, open=open_token_streams, sample=text_sample,
+    keys={
+        **shared("name", "path", "subset", "revision", "train_split", "eval_split", "seed", "source"),
+        "text_key": {"type": "string", "minLength": 1, "description": "text: the column holding the documents"},
+        "train_file": {"type": "string", "minLength": 1, "description": "text from files: training file under path"},
+        "eval_file": {"type": "string", "minLength": 1, "description": "text from files: validation file under path"},
+        "stories": {"$ref": "#/$defs/posint", "description": "generated text: number of stories"},
+        "max_train_tokens": {"type": ["integer", "null"], "minimum": 1, "description": "text: cap on training tokens"},
+        "eval_tokens": {"$ref": "#/$defs/posint", "description": "text: validation tokens kept and evaluated"}},
+    about="a corpus for language modelling (hub, local files, or generated), byte-tokenized by the data rule."))

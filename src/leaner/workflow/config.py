@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from ..compute.numerics import MODES
-from ..data.kinds import KINDS
+from ..data.kinds import KINDS, dataset_schema
 from ..schema import defaults, schema_file
 from ..tasks import CATALOG
 
@@ -46,11 +46,16 @@ class ConfigError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
-def _schema() -> dict:
-    """The config's JSON Schema, with the task names and dataset kinds filled in from their catalogues."""
+def config_schema() -> dict:
+    """The config's JSON Schema, with the task names, and the dataset kinds and their keys, filled in
+    from their catalogues."""
     schema = copy.deepcopy(schema_file())
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
-    schema["$defs"]["dataset"]["properties"]["kind"]["enum"] = list(KINDS)
+    dataset = schema["$defs"]["dataset"]["properties"]
+    keys, prose = dataset_schema()
+    dataset["kind"]["enum"] = list(KINDS)
+    dataset["kind"]["description"] += f" {prose}"
+    dataset.update(keys)
     schema["properties"]["numerics"]["enum"] = list(MODES)
     return schema
 
@@ -165,7 +170,7 @@ def validate_schema(config: dict) -> None:
     wants); ConfigError with one line per problem."""
     import jsonschema
 
-    schema = _schema()
+    schema = config_schema()
     validator = jsonschema.Draft202012Validator(schema)
     _typed_cli_values(config, validator)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.images import IMAGE_KEYS
-from ..data.kinds import dataset_kind, from_hub, kind_defaults, taking
+from ..data.kinds import dataset_kind, from_hub, kind_defaults, reading
 
 REQUIRED_HINTS = {"name": "a hub dataset name, e.g. uoft-cs/cifar10", "path": "an existing local folder",
                   "num_classes": "the number of classes, an integer >= 1"}
@@ -38,11 +37,11 @@ def check_dataset(name: str, spec: dict, problems: list[str], base_dir: Path) ->
                  f"(allowed: {REQUIRED_HINTS.get(req, 'a value')})" for req in missing]
     if kind.check and not missing:  # a kind's own checks read the keys it requires
         problems += kind.check(name, spec, out, base_dir)
-    for key in IMAGE_KEYS:
-        if key in spec and key not in kind.defaults:
+    for key in spec:
+        if key not in ("kind", "prepare", *kind.keys):
             problems.append(f"config error: datasets.{name}.{key}: not used by kind {kind.name} (allowed: leave it "
-                            f"out; it is for kind {', '.join(taking(key))})")
-    if "revision" in spec and not from_hub(out):
+                            f"out; it is for kind {', '.join(reading(key)) or 'none'})")
+    if "revision" in spec and "revision" in kind.keys and not from_hub(out):
         source = f" from {out['source']}" if "source" in out else ""
         problems.append(f"config error: datasets.{name}.revision: only for data from the hub, this is a {kind.name} "
                         f"dataset{source} (allowed: kind hub, or source hub)")
