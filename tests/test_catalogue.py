@@ -16,11 +16,17 @@ import pytest
 from conftest import REPO, TINY, small_spec
 
 TOY_MODULE = '''
-from leaner.tasks.base import Task, classification_measure, evaluation_sums, trains
+from leaner.tasks import TaskInfo
+from leaner.tasks.base import classification_measure, evaluation_sums, trains
 from leaner.tasks.image import ImageClassification
 
 
-@trains("digit_parity")
+def parity_model(given: dict, ds: dict, problem) -> dict:
+    return {"arch": "vit", **given, "img_size": ds["img_size"], "in_chans": ds["in_chans"], "num_classes": 2}
+
+
+@trains(TaskInfo("digit_parity", "P1", "arch", ("digits",), ("patch_size", "qkv_bias", "drop_path_rate", "global_pool"),
+                 parity_model, metric=("eval_acc", "max"), train_metric=("eval_acc", "max")))
 class DigitParity(ImageClassification):
     """Digits -> odd or even: the digits data with labels y % 2."""
 
@@ -52,19 +58,17 @@ def scope():
 
 @pytest.fixture
 def toy_task(tmp_path, monkeypatch, scope):
+    """The toy task: its record and training class, one definition in a module of the test's own."""
     import importlib
     import sys
 
-    from leaner.tasks import TaskInfo, add_task
+    from leaner.tasks import CATALOG
 
-    model_keys = ("patch_size", "qkv_bias", "drop_path_rate", "global_pool")
-    info = add_task(TaskInfo("digit_parity", "P1", "arch", ("digits",), model_keys, _parity_model,
-                             metric=("eval_acc", "max"), train_metric=("eval_acc", "max")))
     (tmp_path / "toy_task.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "toy_task", raising=False)
-    importlib.import_module("toy_task")  # registers DigitParity under its task's name
-    return info
+    importlib.import_module("toy_task")  # adds its record and registers DigitParity under its name
+    return CATALOG["digit_parity"]
 
 
 def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_task, digits_manifest):

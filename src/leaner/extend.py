@@ -1,5 +1,5 @@
 """Adding to the catalogues, each through its one door, where the thing is defined:
-- a task: `tasks.add_task(TaskInfo(...))` and its training class `@trains("name")` (tasks/base.py);
+- a task: its record on its training class, `@trains(TaskInfo(...))` (tasks/base.py);
 - a dataset kind: `add_kind(DatasetKind(..., prepare=, open=, sample=, rows=))` beside its code
   (data/kinds.py);
 - a figure: `@figure("name", caption=..., requires=..., tasks=...)` on its drawing function, a table:

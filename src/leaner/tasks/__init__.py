@@ -7,10 +7,11 @@ study shows are those whose records select its task by family, grid or metric: s
 paper's rows it reproduces, and the class that trains it (imported only when training:
 this module needs neither torch nor pandas, so the Snakefile can read it).
 
-To add a task: add one `TaskInfo` below (a task outside this package: `add_task`), and write its
-training class (a `Task`, see base.py) in a module of this package, registered under the task's
-name where it is defined (`@trains("name")`); trainers.py imports the module. Config expansion, summary.csv, tables,
-figures and the overview read everything else from the record.
+To add a task: add one `TaskInfo` below, and write its training class (a `Task`, see base.py) in
+a module of this package, registered under the task's name where it is defined (`@trains("name")`);
+trainers.py imports the module. (A task outside this package is one definition: its record on its
+class, `@trains(TaskInfo(...))`.) Config expansion, summary.csv, tables, figures and the overview
+read everything else from the record.
 """
 
 from __future__ import annotations

@@ -9,11 +9,20 @@ from typing import Any
 import torch
 
 from ..registry import Registry
-from . import trainer_metric, trainer_names
+from . import TaskInfo, add_task, trainer_metric, trainer_names
 
 # every task's training class, registered where it is defined: @trains("task name")
 TRAINERS = Registry("training class of task", trainer_names)
-trains = TRAINERS.register
+
+
+def trains(*tasks: str | TaskInfo) -> Callable[[type], type]:
+    """Decorator: the training class of each of `tasks`, by name (a record of the catalogue), or by
+    its record itself, which is added to the catalogue here (a task defined outside this package
+    in one place: its record on its class)."""
+    for task in tasks:
+        if isinstance(task, TaskInfo):
+            add_task(task)
+    return TRAINERS.register(*(t.name if isinstance(t, TaskInfo) else t for t in tasks))
 
 
 class Task:
