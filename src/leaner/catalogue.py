@@ -24,10 +24,11 @@ def catalogue_files() -> dict[str, str]:
     return {**index_files(), SCHEMA_JSON: json.dumps(config_schema(), indent=1) + "\n"}
 
 
-def stale_files(root: Path = SOURCE_ROOT) -> list[str]:
-    """The files under `root` that differ from what the definitions give (missing ones too)."""
-    return [rel for rel, text in catalogue_files().items()
-            if not (root / rel).is_file() or (root / rel).read_text() != text]
+def stale_files(root: Path = SOURCE_ROOT, files: dict[str, str] | None = None) -> list[str]:
+    """The files under `root` that differ from what the definitions give (`files`, else
+    catalogue_files(); missing ones too)."""
+    files = catalogue_files() if files is None else files
+    return [rel for rel, text in files.items() if not (root / rel).is_file() or (root / rel).read_text() != text]
 
 
 def write_catalogue(root: Path = SOURCE_ROOT, check: bool = False) -> list[str]:
@@ -35,9 +36,9 @@ def write_catalogue(root: Path = SOURCE_ROOT, check: bool = False) -> list[str]:
     `check` only name them; returns them."""
     if not all((root / folder).is_dir() for folder in ("report", "schemas", "src/leaner")):
         raise ValueError(f"{root}: not a source tree of this project (no report/, schemas/ or src/leaner/ there)")
-    stale = stale_files(root)
+    files = catalogue_files()
+    stale = stale_files(root, files)
     if not check:
-        files = catalogue_files()
         for rel in stale:
             write_text(root / rel, files[rel])
     return stale

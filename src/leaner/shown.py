@@ -103,10 +103,6 @@ class Shown:
         have = _task_fields(info)
         return all(have[key] in values for key, values in self.tasks)
 
-    @property
-    def caption_file(self) -> str:
-        return caption(self.kind, self.name)
-
     def entry(self) -> dict:
         """The record as the index keeps it (the caption is its file)."""
         return {"name": self.name, "tasks": {k: list(v) for k, v in self.tasks}, "claims": self.claims,
