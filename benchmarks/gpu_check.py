@@ -32,6 +32,11 @@ limits (435 s) fit the default budget, so each of them runs whatever the others 
 
 Then the sections that add coverage, run with what is left of the budget:
 
+  p2kernel   (90 s) P2's many low-rank heads by each attention form, side by side: seconds per score
+             (forward and backward) at figN's and fig1's shapes for today's form, the project's
+             low-rank Triton kernel (models/lowrank.py) and FlexAttention, against the card's
+             exponential limit; each form's output and gradients against the math form. It passes
+             when today's form and the low-rank kernel were timed at every shape and are exact
   ddp        (120 s) where two GPUs or more exist: `leaner train --nproc 2` (DDP, NCCL) with a
              resume checkpoint inside the run, killed after it and resumed
   tests      (480 s) the `gpu`-marked tests but the decode ones (the fast ones first, the end-to-end
@@ -40,7 +45,7 @@ Then the sections that add coverage, run with what is left of the budget:
 
 --budget SECONDS (default 450: one 10-minute GPU job with its start-up) leaves out what would not
 fit; the summary and check.json say what each section left out would add and the --budget that
-runs it (1,200 s runs them all). The exit status is 0 when every proving section (or, with --only,
+runs it (1,300 s runs them all). The exit status is 0 when every proving section (or, with --only,
 every section named) ran and passed and no section that ran failed: an adding section left out
 for the budget, or DDP on one GPU, does not fail the check. --cpu rehearses the whole command on
 the CPU, each section with a stand-in of CPU size (fewer inputs, smaller batches, eager;
@@ -72,6 +77,7 @@ from sections.common import REPO  # noqa: E402
 from sections.conditioning import section_conditioning  # noqa: E402
 from sections.ddp import section_ddp  # noqa: E402
 from sections.p2 import p2_verdict, section_p2  # noqa: E402, F401 (the tests take p2_verdict from here)
+from sections.p2kernel import p2kernel_verdict, section_p2kernel  # noqa: E402, F401 (p2kernel_verdict: the tests)
 from sections.p2train import p2train_verdict, section_p2train  # noqa: E402, F401 (p2train_verdict: the tests)
 from sections.plan import (  # noqa: E402
     BY_NAME,
@@ -86,7 +92,8 @@ from sections.stop import section_stop, stop_verdict  # noqa: E402, F401 (stop_v
 from sections.vit import section_vit  # noqa: E402
 
 IN_PROCESS = {"stop": section_stop, "conditioning": section_conditioning, "p2train": section_p2train,
-              "vit": section_vit, "p2": section_p2, "ddp": section_ddp}  # each in a process of its own
+              "vit": section_vit, "p2": section_p2, "p2kernel": section_p2kernel,
+              "ddp": section_ddp}  # each in a process of its own
 LIMITS = {s.name: s.limit for s in BY_NAME.values()}  # seconds, each at most
 NEEDS = {s.name: s.needs for s in BY_NAME.values()}  # not started with less than this left
 monotonic = time.monotonic  # the budget's clock (the tests run the plan on one of their own)

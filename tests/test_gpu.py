@@ -265,6 +265,26 @@ def test_p2_shapes_of_the_paper_config_take_a_fused_kernel_on_cuda():
     torch.testing.assert_close(attend(q, k, v, "fused", 4), attend(q, k, v, "math", 1), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["lowrank", "flex"])
+def test_p2_low_rank_forms_on_cuda_are_the_math_form(kernel):
+    """The low-rank Triton kernel and FlexAttention (compiled) on the GPU, forward and backward,
+    against the math form in fp32 (TF32 off) at every paper shape of rank <= 8 (a few heads each)."""
+    from leaner.models.nearest import LOWRANK_MAX_RANK, attend
+
+    from test_p2_attention import paper_shapes
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator("cuda").manual_seed(0)
+    for n, r in sorted(s for s in paper_shapes() if s[1] <= LOWRANK_MAX_RANK):
+        q, k, v = (torch.randn(2, 6, n, r, device="cuda", generator=g, requires_grad=True) for _ in range(3))
+        grad = torch.randn(q.shape, device="cuda", generator=g)
+        got, want = attend(q, k, v, kernel, max(16, r)), attend(q, k, v, "math", r)
+        got = [got, *torch.autograd.grad(got, (q, k, v), grad)]
+        want = [want, *torch.autograd.grad(want, (q, k, v), grad)]
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"N{n} r{r}")
+
+
 def test_the_recipe_precision_is_what_a_gpu_run_computes_in(tmp_path, digits_manifest):
     """P2 in fp32 without TF32 (its task's recipe), the ViT in bf16 with TF32 (the default): each
     recorded in metrics.json, and P2's loss is an fp32 tensor (no autocast)."""

@@ -9,6 +9,7 @@
     p2train       a P2 fig1 variant through `leaner train`: its CUDA-graph step against eager and bf16
     vit           ViT-B/16 through `leaner train` against its step alone and its loader alone
     p2            P2's attention at the paper's largest shapes
+    p2kernel      P2's many low-rank heads by each attention form, against the card's exponential limit
     ddp           `leaner train --nproc 2`, killed after a checkpoint and resumed
     commands      the sections that run a command: the decode tests, the gpu tests, the GPU benchmark rows
 """

@@ -49,6 +49,10 @@ PLAN = (
     Section("p2", True, 50, 35,
             "P2's attention at the paper's largest shapes and per-step batches: the kernel it takes, one step's "
             "peak memory and time, memory linear in N"),
+    Section("p2kernel", False, 90, 45,
+            "P2's many low-rank heads by each attention form side by side (today's, the project's low-rank Triton "
+            "kernel, FlexAttention): seconds per score at figN's and fig1's shapes against the card's exponential "
+            "limit, each form's output and gradients against the math form"),
     Section("ddp", False, 120, 60,
             "`leaner train --nproc 2` (DDP, NCCL) killed after its checkpoint and resumed (two GPUs or more)"),
     Section("tests", False, 480, 120,

@@ -54,11 +54,17 @@ class AveragedProjection(nn.Module):
 
 
 FUSED_MIN_TOKENS = 64  # on CUDA: from this many points per sequence on, the fused kernel (see attention_kernel)
+LOWRANK_MAX_RANK = 8  # models/lowrank.py's kernel unrolls the head dim: up to this rank
+# Whether CUDA takes models/lowrank.py's kernel for fp32 heads of rank <= LOWRANK_MAX_RANK: not until a GPU
+# run (`make gpu-check`, section p2kernel) has measured it faster than the fused form; planning/cost.py
+# prices by the same rule (P2_SCORE_S["lowrank"] holds its measured seconds per score from then on).
+LOWRANK_ON_CUDA = False
 
 
 def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type: str) -> tuple[str, int]:
     """How `attention` computes softmax(q k^T / sqrt(r)) v for sequences of `tokens` points and
-    head dim r: ("fused", the head dim handed to the kernel) or ("math", r).
+    head dim r: ("fused", the head dim handed to the kernel), ("math", r) or, once LOWRANK_ON_CUDA,
+    ("lowrank", r) for fp32 heads of rank <= LOWRANK_MAX_RANK.
 
     The fused kernels (flash, memory-efficient, cuDNN) take 4-D inputs only, and on CUDA a head
     dim that is a multiple of 8 for 16-bit inputs (4 for fp32); they never store the N x N
@@ -72,6 +78,8 @@ def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type
     flash kernel takes any head dim at any N: always fused there."""
     if device_type != "cuda":
         return "fused", head_dim
+    if LOWRANK_ON_CUDA and dtype == torch.float32 and head_dim <= LOWRANK_MAX_RANK:
+        return "lowrank", head_dim
     if tokens < FUSED_MIN_TOKENS:
         return "math", head_dim
     align = 8 if dtype in (torch.float16, torch.bfloat16) else 4
@@ -85,16 +93,38 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, width: int) -> torch.Tensor:
-    """softmax(q k^T / sqrt(r)) v in the form `kernel` ("math", or "fused" with the head dim
-    zero-padded to `width`)."""
+    """softmax(q k^T / sqrt(r)) v in the form `kernel`: "math", "fused" with the head dim
+    zero-padded to `width`, "lowrank" (models/lowrank.py: many heads of rank <= 8 per program, a
+    Triton kernel) or "flex" (torch's FlexAttention, head dim zero-padded to `width`; compiled on
+    CUDA; forward only on the CPU, where torch has no backward for it). The last two are measured by
+    `make gpu-check` (section p2kernel) and chosen by no rule until a GPU run says they are faster."""
     r = q.shape[-1]
     if kernel == "math":
         return torch.softmax(q @ k.transpose(-2, -1) * r ** -0.5, dim=-1) @ v
+    if kernel == "lowrank":
+        from .lowrank import lowrank_attention
+
+        return lowrank_attention(q, k, v)
+    if kernel == "flex":
+        pad = (0, width - r)
+        return _flex(q.device.type)(F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale=r ** -0.5)[..., :r]
     if width == r:
         return F.scaled_dot_product_attention(q, k, v)
     pad = (0, width - r)
     out = F.scaled_dot_product_attention(F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale=r ** -0.5)
     return out[..., :r]
+
+
+def _flex(device_type: str):
+    """torch's flex_attention: compiled once per process on CUDA (eager, its reference, elsewhere)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device_type not in _FLEX:
+        _FLEX[device_type] = torch.compile(flex_attention) if device_type == "cuda" else flex_attention
+    return _FLEX[device_type]
+
+
+_FLEX: dict = {}
 
 
 class AveragedMultiheadAttention(nn.Module):

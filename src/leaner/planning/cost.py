@@ -58,7 +58,11 @@ P2_GRAPH_SPEEDUP = 1267 / 214
 # sample), neither by launches nor by FLOPs. Seconds per score, forward and backward, bare loop on one H100
 # (fp32, batch 256; tests/test_cost.py lists these runs): the math form stores them (N < 64), 80.5 ms a step of
 # L5-H64-W64-r1 N16; the fused kernel (head dim padded) does not, 221 ms a step of L2-H64-W64-r1 N64.
-P2_SCORE_S = {"math": 80.51e-3 / (5 * 64 * 64 * 16 ** 2 * 256), "fused": 221.47e-3 / (2 * 64 * 64 * 64 ** 2 * 256)}
+# models/lowrank.py's kernel (many heads of rank <= 8 a program, no padding): exact on the CPU, never yet timed
+# on a GPU, so None, and no job is priced by it; `make gpu-check`'s p2kernel section measures it, and with its
+# figure here and models/nearest.py's LOWRANK_ON_CUDA set, CUDA takes it and the plan prices by it.
+P2_SCORE_S = {"math": 80.51e-3 / (5 * 64 * 64 * 16 ** 2 * 256), "fused": 221.47e-3 / (2 * 64 * 64 * 64 ** 2 * 256),
+              "lowrank": None}
 DDP_BUCKET_BYTES = 4  # per parameter: DDP keeps its gradient buckets beside the gradients
 STATE_BYTES = 16  # per parameter: fp32 weights, gradients, AdamW's two moments
 ALLOCATOR_SLACK = 0.10  # of the activations: the caching allocator's fragmentation

@@ -120,8 +120,10 @@ def _priced_note(c: StudyCost) -> str:
                          "keep the GPUs fed.")
         elif how.startswith("attention scores"):
             kernel = how.split("(")[1][:-1]
+            unmeasured = (" The low-rank kernel (models/lowrank.py: exact on the CPU) has no GPU measurement yet, so "
+                          "today's form prices these." if P2_SCORE_S["lowrank"] is None else "")
             notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
-                         f"(W x heads x N^2 per layer and sample; measured on an H100), {k} jobs in turn.")
+                         f"(W x heads x N^2 per layer and sample; measured on an H100), {k} jobs in turn.{unmeasured}")
         else:
             mfu = sorted({r["mfu"] for r in c.rows if r["priced_by"] == how})
             notes.append(f"{share}FLOPs at {'/'.join(f'{m:.0%}' for m in mfu)} MFU, {how[len('FLOPs ('):-1]}.")
