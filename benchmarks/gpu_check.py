@@ -7,7 +7,9 @@ limits (435 s) fit the default budget, so each of them runs whatever the others 
 
   decode     (45 s) the image path on CUDA, never yet run there: the batched device augmentation
              against the CPU's, nvJPEG's fallback to Pillow on odd files, and the decode-ordering
-             test (nvJPEG's stream against queued training kernels); the gpu tests of that name
+             test (nvJPEG's stream against queued training kernels), and a training batch on the
+             side stream against the plain path, the host not waiting for the training stream;
+             the gpu tests of those names
   stop       (40 s) `leaner train` on CUDA sent SIGTERM after its first checkpoint: exit status 75
              within 30 s, its resume state at the step it reached, and the run resumed from there
              to its end; seconds from the signal to the exit

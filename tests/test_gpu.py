@@ -369,3 +369,45 @@ def test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode(tm
         del a  # freed to the cache while the products may still run
         got = t._decode_jpegs(data, dev)
         assert all(torch.equal(g.cpu(), ref) for g, ref in zip(got, idle))
+
+
+def test_a_training_batch_on_the_side_stream_is_the_plain_paths_and_the_host_does_not_wait(tmp_path):
+    """`decode: device`'s training batch decoded and augmented on a side stream (compute/side_stream.py)
+    while long matrix products are queued on the training stream and their outputs freed: the host
+    returns with those products still running (no host barrier on the training stream), and the
+    batch, read on the training stream, is the same bits as the plain path's for the same draws, 20
+    times."""
+    import random
+
+    from test_data import IMAGE_SPEC, _write_image_folder
+
+    from leaner.compute.side_stream import SideStream
+    from leaner.data import load_splits, prepare
+
+    _write_image_folder(tmp_path / "imgs", per_class=8, size=64, fmt="jpg")
+    manifest = tmp_path / "data" / "manifest.json"
+    spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "img_size": 32, "decode": "device"}
+    prepare("jpegs", spec, str(manifest))
+    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
+    (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
+    dev, side = torch.device("cuda"), SideStream(torch.device("cuda"))
+
+    def seeded(k):
+        torch.manual_seed(k)
+        random.seed(k)
+
+    overlapped = 0
+    for k in range(20):
+        seeded(k)
+        want = [t.clone() for t in splits.finish.train(x, y, dev)]
+        torch.cuda.synchronize()
+        a = torch.randn(4096, 4096, device=dev)
+        for _ in range(16):
+            a = a @ a / 64  # queued on the training stream, long
+        del a  # freed to the cache while the products run
+        seeded(k)
+        got = side.run(splits.finish.train, x, y, dev)
+        overlapped += not torch.cuda.current_stream().query()  # the products still run: the host did not wait
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), k
+    assert overlapped >= 15, overlapped
+

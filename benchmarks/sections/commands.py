@@ -14,7 +14,8 @@ from .common import REPO
 
 DECODE_TESTS = tuple(f"tests/test_gpu.py::{name}" for name in (
     "test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_odd_files",
-    "test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode"))
+    "test_device_decoding_while_long_kernels_are_queued_matches_an_idle_decode",
+    "test_a_training_batch_on_the_side_stream_is_the_plain_paths_and_the_host_does_not_wait"))
 
 
 def run_logged(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> tuple[int | None, str]:

@@ -33,7 +33,8 @@ class Section(NamedTuple):
 PLAN = (
     Section("decode", True, 45, 30,
             "the image path on CUDA: the device augmentation against the CPU's, nvJPEG on odd files, and the "
-            "decode-ordering test (nvJPEG's stream against queued training kernels)"),
+            "decode-ordering test (nvJPEG's stream against queued training kernels), and a training batch on the side "
+            "stream: the plain path's bits, the host not waiting for the training stream"),
     Section("stop", True, 40, 30,
             "the stop signal on the GPU: `leaner train` on CUDA sent SIGTERM after its first checkpoint exits 75 "
             "with its resume state at the step it reached, the resumed run finishes; seconds from signal to exit"),

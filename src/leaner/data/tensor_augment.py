@@ -217,18 +217,21 @@ class DeviceTransforms:
 
     def _decode_jpegs(self, data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         """Decode on `device`. On CUDA, nvJPEG works on a stream of its own and writes into memory
-        the caching allocator handed out for the training stream, which kernels still queued there
+        the caching allocator handed out for the current stream, which kernels still queued there
         may be reading (pytorch/vision #9606: 134 of 200 runs corrupted on an H100): the host waits
-        for the training stream before the decode and for the device after it (the barrier
-        torchcodec #1634 added), so the decode neither overwrites memory in use nor is read unfinished."""
+        for the current stream before the decode and after it (the barrier torchcodec #1634 added),
+        so the decode neither overwrites memory in use nor is read unfinished. A training batch is
+        decoded with a side stream current (compute/side_stream.py): then these barriers wait for
+        that stream's own work only, never for the training step's kernels."""
         from torchvision.io import ImageReadMode
 
         mode = ImageReadMode.GRAY if self.channels == 1 else ImageReadMode.RGB
         if device.type != "cuda":
             return jpeg_decoder()(data, mode=mode, device=device)
-        torch.cuda.current_stream(device).synchronize()
+        stream = torch.cuda.current_stream(device)
+        stream.synchronize()
         images = jpeg_decoder()(data, mode=mode, device=device)
-        torch.cuda.synchronize(device)
+        stream.synchronize()  # torchvision's decoder stream, which it made this one wait for
         return images
 
     def decode(self, batch, device: torch.device) -> tuple[list[torch.Tensor], list[int]]:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..compute.side_stream import SideStream
 from ..runspec import RunSpec
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains
 
@@ -27,6 +28,7 @@ class ImageClassification(Task):
             if device.type == "cuda" and isinstance(split, InMemorySplit):
                 split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
         self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
+        self.side = SideStream(device)  # `decode: device`: a training batch's decode and augmentation
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.label_smoothing
         self.repeats = recipe.repeat_aug
@@ -49,11 +51,12 @@ class ImageClassification(Task):
 
     def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Model input and labels on the device; `decode: device` datasets are decoded and
-        augmented here."""
+        augmented here (a training batch on a side stream of its own on CUDA, which the step waits
+        for on the device: compute/side_stream.py)."""
         x, y = batch
         finish = self.splits.finish
         if finish is not None:
-            x, y = (finish.train if train else finish.eval)(x, y, self.device)
+            x, y = self.side.run(finish.train, x, y, self.device) if train else finish.eval(x, y, self.device)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def take_data_events(self) -> dict[str, list[str]]:
