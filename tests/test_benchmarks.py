@@ -22,8 +22,9 @@ def test_benchmark_script_writes_its_tables(tmp_path):
         assert f"### {title}" in text, title
     ratio = next(line for line in text.splitlines() if line.startswith("| ratio"))
     assert float(ratio.split("|")[2].split()[0]) > 0  # a measured number, not a placeholder
-    for decode in ("pil", "device"):
-        assert f"| ImageNet-like 224 px (256 px JPEG), decode: {decode} (" in text
+    for label in ("224 px from 256 px JPEGs", "ImageNet-sized JPEGs (~400 x 350 px), 224 px"):
+        for decode in ("pil", "device"):
+            assert f"| {label}, decode: {decode} (" in text
     assert "images/s per process" in text
     vit = next(line for line in text.splitlines() if line.startswith("| vit_imagenet | 28 | 28 | "))
     assert 45 < float(vit.split("|")[5]) < 47.5  # row 7: the 28 variants weigh ~46 ViT-B/16 runs in FLOPs

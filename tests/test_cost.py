@@ -335,7 +335,7 @@ def test_a_cuda_graph_step_is_priced_faster_only_where_launches_bound_it():
 
 def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
     """vit_imagenet's smallest variant on an H100 asks more images/s a GPU than 7 Pillow workers
-    (64 cores over 8 processes, less one each) at results.md's 327 a worker give: it is priced at
+    (64 cores over 8 processes, less one each) at LOADER_RATE a worker give: it is priced at
     the loader's pace; with a loader fast enough, at its FLOPs again. A P2 job has no loader."""
     from pathlib import Path
 

@@ -35,12 +35,51 @@ def _write_images(root: Path, n: int, size: int, fmt: str) -> None:
             Image.fromarray(pixels).save(folder / f"{i}.{fmt}", quality=90)
 
 
-def _image_manifest(root: Path, n: int, stored: int, img_size: int, fmt: str, decodes=("pil", "device")) -> dict:
-    """A local ImageFolder of n images per split, stored at `stored` px, prepared for each decode
-    path: {decode: manifest path}."""
+# A stand-in for ImageNet's training JPEGs, made here (no download): (width, height) and share, and
+# the JPEG qualities, drawn so that the means come near ImageNet's (~400 x 350 px, ~110 KiB a file):
+# mostly photos with a 500-px long side (4:3 and 3:2, a quarter of them portrait), a quarter small.
+IMAGENET_SIZES = (((500, 375), 0.35), ((375, 500), 0.10), ((500, 333), 0.20), ((333, 500), 0.10),
+                  ((250, 188), 0.25))
+IMAGENET_QUALITIES = (85, 90, 95)
+PHOTO_DETAIL = 36  # grey levels of fine noise over the smooth field: photo-like entropy (calibrated to ~110 KiB)
+
+
+def _write_photos(root: Path, n: int) -> dict:
+    """A local ImageFolder (train/validation, 4 classes) of n photo-like JPEGs per split at
+    IMAGENET_SIZES and IMAGENET_QUALITIES: a smooth random field (coarse and mid-scale colour
+    blobs) with fine noise, which compresses about as photographs do. Returns the drawn means."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    sizes, shares = zip(*IMAGENET_SIZES)
+    pixels, kib = [], []
+    for split in ("train", "validation"):
+        for i in range(n):
+            w, h = sizes[rng.choice(len(sizes), p=shares)]
+            coarse = Image.fromarray(rng.integers(0, 255, (h // 16 + 2, w // 16 + 2, 3), dtype=np.uint8))
+            mid = Image.fromarray(rng.integers(0, 255, (h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8))
+            field = 0.7 * np.asarray(coarse.resize((w, h), Image.BICUBIC)) + \
+                0.3 * np.asarray(mid.resize((w, h), Image.BILINEAR))
+            noisy = (field + rng.normal(0, PHOTO_DETAIL, (h, w, 3))).clip(0, 255).astype(np.uint8)
+            folder = root / split / f"c{i % 4}"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{i}.jpg"
+            Image.fromarray(noisy).save(path, quality=int(rng.choice(IMAGENET_QUALITIES)))
+            pixels.append(w * h)
+            kib.append(path.stat().st_size / 1024)
+    return {"pixels": statistics.mean(pixels), "kib": statistics.mean(kib)}
+
+
+def _image_manifest(root: Path, n: int, stored: int | str, img_size: int, fmt: str, decodes=("pil", "device")) -> dict:
+    """A local ImageFolder of n images per split, stored at `stored` px (or "imagenet": photo-like
+    JPEGs at ImageNet's sizes, _write_photos), prepared for each decode path: {decode: manifest path}."""
     from leaner.data import prepare
 
-    _write_images(root / "imgs", n, stored, fmt)
+    if stored == "imagenet":
+        _write_photos(root / "imgs", n)
+    else:
+        _write_images(root / "imgs", n, stored, fmt)
     meta = {"kind": "imagefolder", "path": str(root / "imgs"), "train_split": "train", "eval_split": "validation",
             "image_key": "image", "label_key": "label", "num_classes": 4, "img_size": img_size, "in_chans": 3,
             "mean": [0.5] * 3, "std": [0.25] * 3}
@@ -76,11 +115,11 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -
 
 
 def loader_rate_per_worker(repeats: int, workers: int = 2, images: int = 256) -> float:
-    """Images/s one Pillow worker gives at 224 px from 256 px JPEGs with the DeiT augmentation (row
-    1b's ImageNet-like case at `workers` workers, the best of `repeats`, divided by the workers):
-    what `leaner cost --loader-rate` takes."""
+    """Images/s one Pillow worker gives at 224 px from JPEGs of ImageNet's sizes and qualities
+    (_write_photos) with the DeiT augmentation (row 1b's ImageNet-sized case at `workers` workers,
+    the best of `repeats`, divided by the workers): what `leaner cost --loader-rate` takes."""
     with tempfile.TemporaryDirectory() as tmp:
-        manifest = _image_manifest(Path(tmp), images, 256, 224, "jpg", ("pil",))["pil"]
+        manifest = _image_manifest(Path(tmp), images, "imagenet", 224, "jpg", ("pil",))["pil"]
         return max(_loader_rate(manifest, workers, 32) for _ in range(repeats)) / workers
 
 
@@ -105,14 +144,16 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
     n = 32 if quick else 256
     worker_counts = [0] if quick else sorted({0, 1, os.cpu_count() or 1})
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    for label, size, fmt in (("CIFAR-like 32 px PNG", 32, "png"), ("ImageNet-like 224 px (256 px JPEG)", 224, "jpg")):
-        manifests = _image_manifest(work / f"images{size}", n, 256 if size == 224 else size, size, fmt)
+    cases = (("CIFAR-like 32 px PNG", 32, 32, "png"), ("224 px from 256 px JPEGs", 224, 256, "jpg"),
+             ("ImageNet-sized JPEGs (~400 x 350 px), 224 px", 224, "imagenet", "jpg"))
+    for label, size, stored, fmt in cases:
+        manifests = _image_manifest(work / f"images{size}-{stored}", n, stored, size, fmt)
         for decode, manifest_path in manifests.items():
             # decode: device does its work in the training process: its rate is that process's
             for workers in (worker_counts if decode == "pil" else [0]):
                 rates = [_loader_rate(manifest_path, workers, 32, device) for _ in range(repeats)]
                 per_proc = statistics.median(rates) / max(1, workers)
-                if size == 224:
+                if stored == "imagenet":  # what row 5 and `leaner cost` take: ImageNet's sizes
                     rates_224[decode] = max(rates_224.get(decode, 0.0), per_proc)
                 where = "Pillow in workers" if decode == "pil" else f"on {device} in the training process"
                 rows.append([f"{label}, decode: {decode} ({where})", workers, median_spread(rates) + " images/s", "-",
@@ -123,8 +164,10 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
              f"Image datasets go through a torch DataLoader with `recipe.num_workers` processes (pinned memory on "
              f"CUDA); {n} images per split, batch 32, DeiT training transform (RandomResizedCrop, flip, "
              f"RandAugment m9, random erasing). `decode: device`: the workers read the encoded bytes, the "
-             f"training process decodes each batch (nvJPEG on a GPU) and runs the same recipe on tensors. Row 5 "
-             f"divides a GPU's images/s by the per-process rate at 224 px to give the processes it needs.\n")
+             f"training process decodes each batch (nvJPEG on a GPU) and runs the same recipe on tensors. "
+             f"ImageNet-sized: photo-like JPEGs made here at ImageNet's sizes and qualities (mean ~146k pixels, "
+             f"~110 KiB a file; IMAGENET_SIZES). Row 5 divides a GPU's images/s by their per-process rate to give "
+             f"the processes it needs.\n")
     return text, rates_224
 
 

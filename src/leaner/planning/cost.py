@@ -37,10 +37,12 @@ from .cards import Card
 from .time_limit import SIGNAL_LEAD_S, STOP_GRACE_S, attempts_needed
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
-# images/s one Pillow loader worker gives at 224 px from ~256 px JPEGs (decode: pil, timm's DeiT
-# transform): results.md row 1b, 2 workers (327; one worker 381). Measure your own machine's with
-# `benchmarks/run.py --loader-rate` and pass it as `leaner cost --loader-rate`.
-LOADER_RATE = 327.0
+# images/s one Pillow loader worker gives at 224 px from JPEGs of ImageNet's sizes (decode: pil, timm's
+# DeiT transform): 327 from 256-px JPEGs (results.md row 1b, 2 workers) x 0.75, the rate of ImageNet-sized
+# ones (~400 x 350 px, ~110 KiB) to 256-px ones measured side by side (row 20: median of 10 alternating
+# pairs, 95% CI 0.73-0.81). Measure your own machine's with `benchmarks/run.py --loader-rate` (ImageNet's
+# sizes) and pass it as `leaner cost --loader-rate`.
+LOADER_RATE = 245.0
 # ViT-B/16, batch 256, bf16, fused AdamW, measured on one H200: 3387 images/s compiled, 2685 eager
 VIT_MFU = {True: 0.36, False: 0.28}
 # P2 (nearest_fig1, batch 256, d 64, N 16) through `leaner train` on one H200: 169 steps/s at 1 layer
