@@ -22,7 +22,8 @@ limits (435 s) fit the default budget, so each of them runs whatever the others 
              passes when all end finite and record their precision, the graph's eval MSE is within
              5% of the eager step's, bf16's at most 1.5 x fp32's, and the graph at least 2 x as fast
   vit        (165 s) vit_imagenet's ViT-B/16, compiled, bf16, at the recipe's per-GPU batch (128)
-             through `leaner train` on JPEGs read by the real loader (Pillow, `num_workers: auto`):
+             through `leaner train` on JPEGs of ImageNet's sizes (~400 x 350 px, made by the
+             benchmark) read by the real loader (Pillow, `num_workers: auto`):
              images/s of the run, of the step alone (data on the GPU) and of the loader alone; it
              passes when the run ends finite at >= 0.8 x the slower of the two (as `leaner cost`
              prices it)
@@ -39,6 +40,10 @@ Then the sections that add coverage, run with what is left of the budget:
              low-rank Triton kernel (models/lowrank.py) and FlexAttention, against the card's
              exponential limit; each form's output and gradients against the math form. It passes
              when today's form and the low-rank kernel were timed at every shape and are exact
+  vitdevice  (165 s) the same run with `decode: device`: nvJPEG and the batched augmentation on
+             a side stream the step waits for by an event; images/s of the run, of the step alone
+             and of decode and augmentation alone: the device path's rate, which `leaner cost`
+             prices by and which decides whether paper.yaml turns it on
   ddp        (120 s) where two GPUs or more exist: `leaner train --nproc 2` (DDP, NCCL) with a
              resume checkpoint inside the run, killed after it and resumed
   tests      (480 s) the `gpu`-marked tests but the decode ones (the fast ones first, the end-to-end
@@ -47,7 +52,7 @@ Then the sections that add coverage, run with what is left of the budget:
 
 --budget SECONDS (default 450: one 10-minute GPU job with its start-up) leaves out what would not
 fit; the summary and check.json say what each section left out would add and the --budget that
-runs it (1,300 s runs them all). The exit status is 0 when every proving section (or, with --only,
+runs it (1,500 s runs them all). The exit status is 0 when every proving section (or, with --only,
 every section named) ran and passed and no section that ran failed: an adding section left out
 for the budget, or DDP on one GPU, does not fail the check. --cpu rehearses the whole command on
 the CPU, each section with a stand-in of CPU size (fewer inputs, smaller batches, eager;
@@ -91,11 +96,11 @@ from sections.plan import (  # noqa: E402
     summary_lines,
 )
 from sections.stop import section_stop, stop_verdict  # noqa: E402, F401 (stop_verdict: the tests)
-from sections.vit import section_vit  # noqa: E402
+from sections.vit import section_vit, section_vitdevice  # noqa: E402
 
 IN_PROCESS = {"stop": section_stop, "conditioning": section_conditioning, "p2train": section_p2train,
               "vit": section_vit, "p2": section_p2, "p2kernel": section_p2kernel,
-              "ddp": section_ddp}  # each in a process of its own
+              "vitdevice": section_vitdevice, "ddp": section_ddp}  # each in a process of its own
 LIMITS = {s.name: s.limit for s in BY_NAME.values()}  # seconds, each at most
 NEEDS = {s.name: s.needs for s in BY_NAME.values()}  # not started with less than this left
 monotonic = time.monotonic  # the budget's clock (the tests run the plan on one of their own)

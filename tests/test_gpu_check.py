@@ -25,7 +25,7 @@ def test_an_unknown_section_is_one_line(tmp_path):
     proc = _check("--only", "p2,speed", tmp_path=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: decode, stop, conditioning, "
-                                   "p2train, vit, p2, p2kernel, ddp, tests, bench)")
+                                   "p2train, vit, p2, p2kernel, vitdevice, ddp, tests, bench)")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA runs the check itself")
@@ -106,13 +106,13 @@ def test_the_proving_sections_come_first_and_their_limits_fit_the_default_budget
     plan = sys.modules["sections.plan"]
     assert set(gc.PROVING) == {"decode", "stop", "conditioning", "p2train", "vit", "p2"}
     assert gc.SECTIONS[:len(gc.PROVING)] == gc.PROVING and set(gc.SECTIONS[len(gc.PROVING):]) == {
-        "p2kernel", "ddp", "tests", "bench"}
+        "p2kernel", "vitdevice", "ddp", "tests", "bench"}
     assert sum(gc.LIMITS[n] for n in gc.PROVING) + plan.SLACK <= plan.DEFAULT_BUDGET == 450
     assert all(0 < gc.NEEDS[n] <= gc.LIMITS[n] for n in gc.SECTIONS)
     assert plan.budget_to_run("p2", gc.SECTIONS) == 450
     assert 450 < plan.budget_to_run("ddp", gc.SECTIONS) < plan.budget_to_run("tests", gc.SECTIONS)
-    assert plan.budget_to_run("bench", gc.SECTIONS) == 1300  # all of them, DDP included
-    assert plan.budget_to_run("bench", [n for n in gc.SECTIONS if n != "ddp"]) == 1200  # one GPU
+    assert plan.budget_to_run("bench", gc.SECTIONS) == 1500  # all of them, DDP included
+    assert plan.budget_to_run("bench", [n for n in gc.SECTIONS if n != "ddp"]) == 1350  # one GPU
     # the command's help says the same limits, in the same order
     import re
 
@@ -148,35 +148,35 @@ def test_in_the_default_budget_every_proving_section_runs_and_what_is_left_out_i
     results, given, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450)
     assert given == {n: gc.LIMITS[n] for n in gc.PROVING}
     assert {n: r["status"] for n, r in results.items()} == {
-        **{n: "pass" for n in gc.PROVING}, "p2kernel": "not run", "ddp": "skipped", "tests": "not run",
-        "bench": "not run"}
+        **{n: "pass" for n in gc.PROVING}, "p2kernel": "not run", "vitdevice": "not run", "ddp": "skipped",
+        "tests": "not run", "bench": "not run"}
     assert code == 0 and lines[0].startswith("gpu-check: passed")
     check = json.loads((tmp_path / "check.json").read_text())
-    assert [(e["section"], e["budget"]) for e in check["longer_budget"]] == [("p2kernel", 550), ("tests", 1050),
-                                                                             ("bench", 1200)]
-    assert check["longer_budget"][1]["adds"].startswith("the `gpu`-marked tests")
-    assert "not in this budget (450 s); --budget 1200 runs them all:" in lines
-    assert any(line.startswith("  bench (--budget 1200): the GPU benchmark rows") for line in lines)
+    assert [(e["section"], e["budget"]) for e in check["longer_budget"]] == [
+        ("p2kernel", 550), ("vitdevice", 750), ("tests", 1200), ("bench", 1350)]
+    assert check["longer_budget"][2]["adds"].startswith("the `gpu`-marked tests")
+    assert "not in this budget (450 s); --budget 1350 runs them all:" in lines
+    assert any(line.startswith("  bench (--budget 1350): the GPU benchmark rows") for line in lines)
     assert any(line.startswith("skipped here: ddp (1 GPU here; needs two)") for line in lines)
     # two GPUs: DDP is one more section left out, and 1200 s run them all
     results, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450, gpus=2)
     assert results["ddp"]["status"] == "not run" and code == 0
-    assert "not in this budget (450 s); --budget 1300 runs them all:" in lines
-    # at --budget 1300 every section runs, even where each takes its whole limit
-    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 1300, gpus=2)
+    assert "not in this budget (450 s); --budget 1500 runs them all:" in lines
+    # at --budget 1500 every section runs, even where each takes its whole limit
+    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 1500, gpus=2)
     assert given == gc.LIMITS and all(r["status"] == "pass" for r in results.values()) and code == 0
 
 
 def test_the_exit_status_fails_on_a_failed_section_or_a_required_one_not_run(tmp_path, monkeypatch):
     gc = _module()
-    # the proving sections take half their limits: p2kernel, then the gpu tests run with what is left
-    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 450, share=0.5)
-    assert given["p2kernel"] == gc.LIMITS["p2kernel"]
-    assert given["tests"] == pytest.approx(450 - sum(gc.LIMITS[n] for n in (*gc.PROVING, "p2kernel")) / 2)
-    assert code == 0
+    # every section takes 40% of its limit: p2kernel, vitdevice, then the gpu tests run with what is left
+    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 450, share=0.4)
+    assert given["p2kernel"] == gc.LIMITS["p2kernel"] and given["vitdevice"] == gc.LIMITS["vitdevice"]
+    before = (*gc.PROVING, "p2kernel", "vitdevice")
+    assert given["tests"] == pytest.approx(450 - 0.4 * sum(gc.LIMITS[n] for n in before)) and code == 0
     assert results["bench"]["status"] == "not run"
     # an adding section that ran and failed fails the check; so does a proving one
-    assert _plan_run(gc, monkeypatch, tmp_path, 450, share=0.5, fail=("tests",))[2] == 1
+    assert _plan_run(gc, monkeypatch, tmp_path, 450, share=0.4, fail=("tests",))[2] == 1
     _, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450, fail=("stop",))
     assert code == 1 and lines[0] == "gpu-check: FAILED: failed: stop"
     # a budget too small for the proving sections: one it leaves out fails the check (vit needs

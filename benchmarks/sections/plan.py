@@ -45,8 +45,8 @@ PLAN = (
             "P2 (nearest_fig1 L1-H4-W8) through `leaner train` as paper.yaml runs it (recipe.cuda_graph, fp32, "
             "TF32 off) against the eager step and against bf16: the same losses, the graph's speed-up"),
     Section("vit", True, 165, 100,
-            "ViT-B/16 compiled, bf16, batch 128 through `leaner train` on JPEGs read by the real loader: images/s "
-            "of the run, of the step alone and of the loader alone"),
+            "ViT-B/16 compiled, bf16, batch 128 through `leaner train` on JPEGs of ImageNet's sizes read by the real "
+            "loader: images/s of the run, of the step alone and of the loader alone"),
     Section("p2", True, 50, 35,
             "P2's attention at the paper's largest shapes and per-step batches: the kernel it takes, one step's "
             "peak memory and time, memory linear in N"),
@@ -54,6 +54,10 @@ PLAN = (
             "P2's many low-rank heads by each attention form side by side (today's, the project's low-rank Triton "
             "kernel, FlexAttention): seconds per score at figN's and fig1's shapes against the card's exponential "
             "limit, each form's output and gradients against the math form"),
+    Section("vitdevice", False, 165, 100,
+            "the same ViT-B/16 run with `decode: device` (nvJPEG and the batched augmentation on a side stream): "
+            "images/s of the run, of the step alone and of decode and augmentation alone, what prices the device "
+            "path and decides whether paper.yaml turns it on"),
     Section("ddp", False, 120, 60,
             "`leaner train --nproc 2` (DDP, NCCL) killed after its checkpoint and resumed (two GPUs or more)"),
     Section("tests", False, 480, 120,

@@ -1,5 +1,8 @@
-"""gpu-check's vit section: vit_imagenet's ViT-B/16 through `leaner train` on JPEGs read by the real
-loader, against its step alone and its loader alone (the functions of benchmarks/run.py rows 1b and 5)."""
+"""gpu-check's vit and vitdevice sections: vit_imagenet's ViT-B/16 through `leaner train` on JPEGs of
+ImageNet's sizes, against its step alone and its input pipeline alone (the functions of
+benchmarks/run.py rows 1b and 5): vit with Pillow in the loader's workers (`decode: pil`, what
+configs/paper.yaml runs), vitdevice with nvJPEG and the batched augmentation on the GPU (`decode:
+device`, on a side stream the step waits for by an event)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,24 @@ LOADER_OVERLAP = 0.8  # declared before any GPU run: `leaner train` keeps this s
 
 def section_vit(work: Path) -> dict:
     """vit_imagenet's ViT-B/16 at its recipe's per-GPU batch (1024 over 8 GPUs: 128), compiled,
-    bf16, through `leaner train` on JPEGs read by the real loader (Pillow workers, `num_workers:
-    auto`, the DeiT augmentation), against the same step on data held on the GPU and against the
-    loader alone: images/s each. `leaner cost` prices such a job at the slower of its step and its
-    loader (cost.loader_feed); it passes when the run ends finite and keeps at least LOADER_OVERLAP
-    of that rate (the loader overlaps the step). `--cpu`: eager, batch 4, the loader at 2 workers."""
+    bf16, through `leaner train` on JPEGs of ImageNet's sizes read by the real loader (Pillow
+    workers, `num_workers: auto`, the DeiT augmentation), against the same step on data held on the
+    GPU and against the loader alone: images/s each. `leaner cost` prices such a job at the slower
+    of its step and its loader (cost.loader_feed); it passes when the run ends finite and keeps at
+    least LOADER_OVERLAP of that rate (the loader overlaps the step). `--cpu`: eager, batch 4, the
+    loader at 2 workers."""
+    return vit_through_leaner(work, "pil")
+
+
+def section_vitdevice(work: Path) -> dict:
+    """The same with `decode: device`: the workers read the bytes, the training process decodes
+    (nvJPEG) and augments each batch on the GPU, on a side stream the step waits for by an event
+    (compute/side_stream.py). Its input pipeline alone is decode and augmentation without training;
+    `leaner cost` takes the images/s of the run as the device path's rate. The same rule passes it."""
+    return vit_through_leaner(work, "device")
+
+
+def vit_through_leaner(work: Path, decode: str) -> dict:
     import math
 
     import pandas as pd
@@ -32,8 +48,8 @@ def section_vit(work: Path) -> dict:
     batch = 4 if ON_CPU else spec["recipe"]["batch_size"] // max(1, study.resources["gpu"])
     workers = 2 if ON_CPU else worker_count("auto")
     steps_per_epoch, epochs = (2, 4) if ON_CPU else (8, 5)  # steady: epochs 2 to the last but one
-    manifest = _image_manifest(work / "jpeg", batch * steps_per_epoch, 256, 224, "jpg", ("pil",))["pil"]
-    loader = _loader_rate(manifest, workers, batch, DEVICE)
+    manifest = _image_manifest(work / "jpeg", batch * steps_per_epoch, "imagenet", 224, "jpg", (decode,))[decode]
+    feed = _loader_rate(manifest, workers, batch, DEVICE)
     step = _bare_vit(batch, 3, False, "cpu")[0] if ON_CPU else _bare_vit(batch, 20, True)[0]
     recipe = {**spec["recipe"], "batch_size": batch, "epochs": epochs, "eval_every": 10_000, "repeat_aug": 1,
               "checkpoint_every": 10_000_000, "checkpoint_minutes": None, "num_workers": workers,
@@ -44,12 +60,14 @@ def section_vit(work: Path) -> dict:
     h = pd.read_csv(work / "run" / "history.csv")
     a, b = h.iloc[1], h.iloc[-2]
     ours = (b["step"] - a["step"]) * batch / (b["elapsed_s"] - a["elapsed_s"])
-    bound = min(loader, step)
+    bound = min(feed, step)
     ok = math.isfinite(metrics["final"]["train_loss"]) and ours >= LOADER_OVERLAP * bound
-    fed = "loader-bound" if loader < step else "step-bound"
+    fed = "input-bound" if feed < step else "step-bound"
+    what = (f"loader alone {feed:.0f} ({workers} workers, {feed / workers:.0f} a worker)" if decode == "pil" else
+            f"decode and augmentation on the {DEVICE} alone {feed:.0f} ({workers} workers reading)")
     return {"status": "pass" if ok else "fail",
-            "summary": f"ViT-B/16 batch {batch}{', compiled' if not ON_CPU else ''}: `leaner train` {ours:.0f} "
-                       f"images/s; step alone {step:.0f}, loader alone {loader:.0f} ({workers} "
-                       f"workers, {loader / workers:.0f} a worker): {fed}, {ours / bound:.2f} x the slower",
-            "images_per_s": round(ours, 1), "step_images_per_s": round(step, 1),
-            "loader_images_per_s": round(loader, 1), "workers": workers, "batch": batch}
+            "summary": f"ViT-B/16 batch {batch}{', compiled' if not ON_CPU else ''}, decode: {decode}, ImageNet-sized "
+                       f"JPEGs: `leaner train` {ours:.0f} images/s; step alone {step:.0f}, {what}: {fed}, "
+                       f"{ours / bound:.2f} x the slower",
+            "images_per_s": round(ours, 1), "step_images_per_s": round(step, 1), "decode": decode,
+            "input_images_per_s": round(feed, 1), "workers": workers, "batch": batch}

@@ -189,7 +189,8 @@ def loader_feed(plan: Plan, spec: RunSpec, gpus: int, rate: float) -> tuple[floa
     """(images/s the Pillow loader gives one GPU's process, its workers) for an image job whose
     dataset decodes with Pillow (decode: pil): recipe.num_workers (auto: the study's threads
     shared by its processes, less one each) x `rate` a worker (0 workers: the process itself);
-    None for other jobs (decode: device is not priced: its rate on a GPU is not measured)."""
+    None for other jobs (decode: device is not priced: its rate on a GPU is not yet measured, which
+    gpu-check's vitdevice section does)."""
     from ..data.splits import worker_count
 
     dataset = plan.datasets.get(spec.dataset) or {}

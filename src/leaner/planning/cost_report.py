@@ -116,8 +116,9 @@ def _priced_note(c: StudyCost) -> str:
             workers = rows[0]["loader_workers"]
             notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil gives "
                          f"{fed:,.0f} ({workers} workers x {fed / max(workers, 1):.0f} images/s, --loader-rate); "
-                         "decode: device (nvJPEG on the GPU, its rate there not yet measured) is the path that could "
-                         "keep the GPUs fed.")
+                         "decode: device (nvJPEG and the augmentation on the GPU, on a side stream that overlaps "
+                         "the step; its rate there not yet measured: gpu-check's vitdevice section) is the path "
+                         "that could keep the GPUs fed.")
         elif how.startswith("attention scores"):
             kernel = how.split("(")[1][:-1]
             unmeasured = (" The low-rank kernel (models/lowrank.py: exact on the CPU) has no GPU measurement yet, so "
