@@ -38,6 +38,15 @@ for r, n, heads in cases:
     for a, b, what in zip(got, want, ("out", "dq", "dk", "dv")):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-6, msg=lambda m: f"r{r} N{n} H{heads} {what}: {m}")
     done.append(f"r{r}-N{n}-H{heads}")
+# the other tile sizes gpu-check times (fewer and more heads a program)
+from leaner.models.lowrank import lowrank_attention
+for tile in (1024, 8192):
+    q, k, v = (torch.randn(2, 70, 17, 2, requires_grad=True) for _ in range(3))
+    got, want = lowrank_attention(q, k, v, tile), attend(q, k, v, "math", 2)
+    g = torch.randn_like(got)
+    for a, b in zip([got, *torch.autograd.grad(got, (q, k, v), g)], [want, *torch.autograd.grad(want, (q, k, v), g)]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-6)
+    done.append(f"tile-{tile}")
 # the widened layer (W modules of H heads of rank 8 / H), its output and every parameter's gradient
 for heads, modules in ((8, 1), (8, 64), (4, 64), (1, 64), (1, 1)):
     torch.manual_seed(1)
@@ -62,7 +71,7 @@ def test_the_lowrank_kernel_is_the_math_form_forward_and_backward():
     proc = subprocess.run([sys.executable, "-c", EXACT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(done) == 14 + 5 and "r8-N256-H3" in done and "layer-H8-W64" in done
+    assert len(done) == 14 + 2 + 5 and "r8-N256-H3" in done and "tile-8192" in done and "layer-H8-W64" in done
 
 
 def test_the_lowrank_kernel_refuses_what_it_does_not_compute():

@@ -3,6 +3,7 @@ run: seconds per score (forward and backward) at figN's and fig1's shapes for to
 `attention_kernel` takes: the fused kernel, head dim padded, or the math form), the project's low-rank
 Triton kernel (models/lowrank.py) and torch's FlexAttention (compiled), against the card's
 exponential limit; and each form's output and gradients against the math form's at a small batch.
+At the first shape the kernel is also timed at other tile sizes (TILES), for its default.
 
 `leaner cost` prices P2 by today's form until this section has measured the low-rank kernel faster
 (planning/cost.py: P2_SCORE_S)."""
@@ -25,6 +26,7 @@ SHAPES = [("figN L2-H64-W64 N256 r1", 4096, 256, 1, 64),
           ("r2 H32-W64 N64", 2048, 64, 2, 256)]
 EXP_PER_SM_CLOCK = 16  # fp32 exponentials (MUFU.EX2) an SM issues a clock (Hopper, Ampere)
 FORMS = ("today", "lowrank", "flex")
+TILES = (1024, 2048, 8192)  # the low-rank kernel's other tile sizes (scores a program), timed at the first shape
 FLEX_UNTIL_S = 55  # FlexAttention compiles at every shape: not started past this many seconds of the section
 EXACT_RTOL = 1e-4  # fp32, against the math form's output and gradients (relative to their largest entry)
 
@@ -113,12 +115,30 @@ def section_p2kernel(work: Path) -> dict:
                 row[name] = {"kernel": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             if not ON_CPU:
                 torch.cuda.empty_cache()
+        if not rows and "ps_per_score" in row["lowrank"]:  # the first shape: the kernel's tile, for its default
+            row["lowrank_tiles"] = _tiles(heads, n, r, batch, scores, torch)
         print(json.dumps(row), flush=True)
         rows.append(row)
     summary = "; ".join(f"{r['shape']}: " + ", ".join(
         f"{f} {r[f]['ps_per_score']} ps" if "ps_per_score" in r[f] else f"{f} failed" for f in FORMS)
         + f" (exp limit {r['exp_limit_ps']} ps)" for r in rows)
     return {"status": p2kernel_verdict(rows), "summary": summary, "rows": rows, "exp_rate": how}
+
+
+def _tiles(heads: int, n: int, r: int, batch: int, scores: int, torch) -> dict:
+    """Seconds per score (ps) of the low-rank kernel at each of TILES, forward and backward."""
+    from leaner.models.lowrank import lowrank_attention
+
+    out = {}
+    for tile in TILES:
+        q, k, v = (torch.randn(batch, heads, n, r, device=DEVICE, requires_grad=True) for _ in range(3))
+        try:
+            seconds = _timed(lambda a, b, c, t=tile: lowrank_attention(a, b, c, t), q, k, v, torch.randn_like(q), True,
+                             torch)
+            out[tile] = round(seconds / scores * 1e12, 3)
+        except Exception as exc:  # a tile too large for the card's registers or shared memory
+            out[tile] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    return out
 
 
 def p2kernel_verdict(rows: list[dict]) -> str:

@@ -24,11 +24,12 @@ import triton.language as tl
 TILE = 4096  # scores a program holds at once (G x BLOCK_M x BLOCK_N)
 
 
-def blocks(tokens: int) -> tuple[int, int, int]:
-    """(G heads, BLOCK_M queries, BLOCK_N keys) of one program for sequences of `tokens` points."""
+def blocks(tokens: int, tile: int = TILE) -> tuple[int, int, int]:
+    """(G heads, BLOCK_M queries, BLOCK_N keys) of one program for sequences of `tokens` points,
+    about `tile` scores in all."""
     n = triton.next_power_of_2(tokens)
     block_m, block_n = min(n, 32), min(n, 64)
-    return max(1, TILE // (block_m * block_n)), block_m, block_n
+    return max(1, tile // (block_m * block_n)), block_m, block_n
 
 
 @triton.jit
@@ -148,8 +149,8 @@ def _backward_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_p
     tl.store(dv_ptr + k_rows[:, :, None] + cols[None, None, :], dv, mask=tile)
 
 
-def _launch(kernel, grid_rows: int, heads: int, n: int, r: int, *tensors) -> None:
-    g, block_m, block_n = blocks(n)
+def _launch(kernel, grid_rows, heads: int, n: int, r: int, tile: int, *tensors) -> None:
+    g, block_m, block_n = blocks(n, tile)
     grid = (triton.cdiv(heads, g), triton.cdiv(n, grid_rows(block_m, block_n)))
     kernel[grid](*tensors, heads, n, r ** -0.5, R=r, RP=triton.next_power_of_2(r), G=g,
                  BLOCK_M=block_m, BLOCK_N=block_n)
@@ -159,12 +160,13 @@ class LowRankAttention(torch.autograd.Function):
     """softmax(q k^T / sqrt(r)) v over (heads, N, r) fp32 tensors."""
 
     @staticmethod
-    def forward(ctx, q, k, v):
+    def forward(ctx, q, k, v, tile):
         heads, n, r = q.shape
         o = torch.empty_like(q)
         lse = torch.empty(heads, n, device=q.device, dtype=torch.float32)
-        _launch(_forward, lambda bm, bn: bm, heads, n, r, q, k, v, o, lse)
+        _launch(_forward, lambda bm, bn: bm, heads, n, r, tile, q, k, v, o, lse)
         ctx.save_for_backward(q, k, v, o, lse)
+        ctx.tile = tile
         return o
 
     @staticmethod
@@ -174,16 +176,16 @@ class LowRankAttention(torch.autograd.Function):
         do = do.contiguous()
         delta = (do * o).sum(-1)  # rowsum(dP * P) = rowsum(dO * O)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _launch(_backward_dq, lambda bm, bn: bm, heads, n, r, q, k, v, do, lse, delta, dq)
-        _launch(_backward_dkdv, lambda bm, bn: bn, heads, n, r, q, k, v, do, lse, delta, dk, dv)
-        return dq, dk, dv
+        _launch(_backward_dq, lambda bm, bn: bm, heads, n, r, ctx.tile, q, k, v, do, lse, delta, dq)
+        _launch(_backward_dkdv, lambda bm, bn: bn, heads, n, r, ctx.tile, q, k, v, do, lse, delta, dk, dv)
+        return dq, dk, dv, None
 
 
-def lowrank_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def lowrank_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tile: int = TILE) -> torch.Tensor:
     """softmax(q k^T / sqrt(r)) v for (B, heads, N, r) fp32 inputs. Any rank is computed; the head dim
     is unrolled, so past a few columns (nearest.LOWRANK_MAX_RANK) the fused kernels' matrix units win."""
     b, heads, n, r = q.shape
     if not q.dtype == k.dtype == v.dtype == torch.float32:
         raise ValueError(f"low-rank attention takes fp32 heads (got {q.dtype}; allowed: torch.float32)")
     flat = [t.reshape(b * heads, n, r).contiguous() for t in (q, k, v)]
-    return LowRankAttention.apply(*flat).view(b, heads, n, r)
+    return LowRankAttention.apply(*flat, tile).view(b, heads, n, r)
