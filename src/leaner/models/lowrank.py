@@ -153,7 +153,7 @@ def _launch(kernel, grid_rows, heads: int, n: int, r: int, tile: int, *tensors) 
     g, block_m, block_n = blocks(n, tile)
     grid = (triton.cdiv(heads, g), triton.cdiv(n, grid_rows(block_m, block_n)))
     kernel[grid](*tensors, heads, n, r ** -0.5, R=r, RP=triton.next_power_of_2(r), G=g,
-                 BLOCK_M=block_m, BLOCK_N=block_n)
+                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if tile >= 4096 else 4)  # ~16-32 scores a thread
 
 
 class LowRankAttention(torch.autograd.Function):

@@ -95,8 +95,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, width: int) -> torch.Tensor:
     """softmax(q k^T / sqrt(r)) v in the form `kernel`: "math", "fused" with the head dim
     zero-padded to `width`, "lowrank" (models/lowrank.py: many heads of rank <= 8 per program, a
-    Triton kernel) or "flex" (torch's FlexAttention, head dim zero-padded to `width`; compiled on
-    CUDA; forward only on the CPU, where torch has no backward for it). The last two are measured by
+    Triton kernel) or "flex" (torch's FlexAttention, head dim zero-padded to `width`: its CUDA
+    kernels take 16 at least, their tl.dot's minimum; compiled on CUDA; forward only on the CPU,
+    where torch has no backward for it). The last two are measured by
     `make gpu-check` (section p2kernel) and chosen by no rule until a GPU run says they are faster."""
     r = q.shape[-1]
     if kernel == "math":
