@@ -51,6 +51,7 @@ from rows.gpu import (  # noqa: E402
     bench_gpu_p2,
     vit_b_train_flops_per_image,  # noqa: F401 (the tests take it from here)
 )
+from rows.kernel_sass import bench_kernel_sass  # noqa: E402
 from rows.loading import (  # noqa: E402
     PER_IMAGE_REV,
     _augment_rate,
@@ -78,7 +79,10 @@ def main(argv=None) -> int:
     p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
     p.add_argument("--loader-rate", action="store_true",
                    help="only this machine's Pillow loader rate per worker at 224 px (decode: pil, row 1b's "
-                        "ImageNet-like images), for `leaner cost --loader-rate`")
+                        "ImageNet-sized JPEGs), for `leaner cost --loader-rate`")
+    p.add_argument("--kernel-sass", action="store_true",
+                   help="only row 20b: P2's low-rank attention kernels compiled for sm_90 here (no GPU needed): "
+                        "registers, spills, SASS, a static estimate a score")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results.md"))
     a = p.parse_args(argv)
     if a.augment_rate:
@@ -90,6 +94,9 @@ def main(argv=None) -> int:
         _p2_bare(a.p2_bare[0], int(a.p2_bare[1]))
         return 0
     repeats = a.repeats or (1 if a.quick else 7)
+    if a.kernel_sass:
+        print(bench_kernel_sass())
+        return 0
     if a.loader_rate:
         torch.set_num_threads(1)
         print(f"{loader_rate_per_worker(repeats if a.repeats else 3):.0f}")

@@ -123,3 +123,22 @@ def test_the_p2kernel_verdict_can_fail():
     assert p2kernel_verdict([row, {**row, "lowrank": {**ok, "rel_error": 1e-3}}]) == "fail"
     assert p2kernel_verdict([row, {**row, "lowrank": {"error": "OutOfResources"}}]) == "fail"
     assert p2kernel_verdict([{**row, "today": {"error": "OutOfMemoryError"}}]) == "fail"
+
+
+@pytest.mark.parametrize("rank,tokens", [(1, 256), (1, 16), (8, 256)])
+def test_the_kernels_compile_for_hopper_without_spilling(rank, tokens):
+    """Each kernel at its default blocks compiles for sm_90 here, with no GPU (triton's PTX, its
+    bundled ptxas): nothing only the interpreter accepts, no register spills, and at rank 1 the
+    forward and dq kernels reduce within a thread (no warp shuffles) at one exponential a score.
+    benchmarks/run.py --kernel-sass prints the whole table (results.md row 20b)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from rows.kernel_sass import KERNELS, nvidia_bin, sass_stats
+
+    if not nvidia_bin("ptxas").is_file():
+        pytest.skip("this triton ships no ptxas")
+    for kernel in KERNELS:
+        st = sass_stats(kernel, rank, tokens)
+        assert st["spill_bytes"] == 0, st
+        if rank == 1 and kernel != "_backward_dkdv":
+            assert st["ops"].get("SHFL", 0) == 0 and st["ops"]["MUFU"] <= 20, st
+
