@@ -296,6 +296,22 @@ def test_the_recipe_precision_is_what_a_gpu_run_computes_in(tmp_path, digits_man
     assert (vit["precision"], vit["tf32"]) == ("bf16", True)
 
 
+def _device_decoded_jpegs(tmp_path, size: int):
+    """A JPEG image folder of `size` px prepared for `decode: device` at 32 px: (splits, the training
+    set as one batch, its labels, the dataset's entry)."""
+    from test_data import IMAGE_SPEC, _write_image_folder
+
+    from leaner.data import load_splits, prepare
+
+    _write_image_folder(tmp_path / "imgs", per_class=8, size=size, fmt="jpg")
+    manifest = tmp_path / "data" / "manifest.json"
+    spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "img_size": 32, "decode": "device"}
+    prepare("jpegs", spec, str(manifest))
+    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
+    (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
+    return splits, x, y, spec
+
+
 def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_odd_files(tmp_path):
     """`decode: device` on CUDA: nvJPEG and the batched DeiT recipe (kornia's warps, torchvision's
     ops) give the CPU's images to within 2 grey levels on average for the same draws (all drawn on
@@ -304,18 +320,12 @@ def test_the_device_recipe_on_the_gpu_matches_the_cpu_and_real_nvjpeg_survives_o
     label."""
     import random
 
-    from test_data import IMAGE_SPEC, _write_image_folder, _write_odd_images
+    from test_data import _write_odd_images
 
     from leaner.data import load_splits, prepare
-    from leaner.schema import Recipe
 
-    _write_image_folder(tmp_path / "imgs", per_class=8, size=40, fmt="jpg")
-    manifest = tmp_path / "data" / "manifest.json"
-    spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "img_size": 32, "decode": "device"}
-    prepare("jpegs", spec, str(manifest))
-    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
+    splits, x, y, spec = _device_decoded_jpegs(tmp_path, 40)
     splits.finish.erasing = None
-    (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     out = {}
     for device in ("cpu", "cuda"):
         torch.manual_seed(0)
@@ -379,17 +389,9 @@ def test_a_training_batch_on_the_side_stream_is_the_plain_paths_and_the_host_doe
     times."""
     import random
 
-    from test_data import IMAGE_SPEC, _write_image_folder
-
     from leaner.compute.side_stream import SideStream
-    from leaner.data import load_splits, prepare
 
-    _write_image_folder(tmp_path / "imgs", per_class=8, size=64, fmt="jpg")
-    manifest = tmp_path / "data" / "manifest.json"
-    spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "img_size": 32, "decode": "device"}
-    prepare("jpegs", spec, str(manifest))
-    splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
-    (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
+    splits, x, y, _ = _device_decoded_jpegs(tmp_path, 64)
     dev, side = torch.device("cuda"), SideStream(torch.device("cuda"))
 
     def seeded(k):

@@ -38,15 +38,22 @@ def blocks(tokens: int, walk_queries: bool = False, tile: int = TILE) -> tuple[i
 
 
 @triton.jit
+def _held(heads, n, R: tl.constexpr, G: tl.constexpr, BLOCK: tl.constexpr):
+    """The rows a program holds: its G heads (and which exist), its BLOCK positions of axis 1 of the
+    grid (and which exist), each head's offset and the positions' offsets into the (heads, N, r) inputs."""
+    h = tl.program_id(0) * G + tl.arange(0, G)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    h_ok = h < heads
+    ok = h_ok[:, None] & (i < n)[None, :]
+    base = h.to(tl.int64) * n * R
+    return h, i, h_ok, ok, base, base[:, None] + i[None, :] * R
+
+
+@triton.jit
 def _forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, heads, n, scale,
              R: tl.constexpr, RP: tl.constexpr, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    h = tl.program_id(0) * G + tl.arange(0, G)
-    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    h, m, h_ok, row_ok, base, q_rows = _held(heads, n, R, G, BLOCK_M)
     cols = tl.arange(0, RP)
-    h_ok = h < heads
-    row_ok = h_ok[:, None] & (m < n)[None, :]
-    base = h.to(tl.int64) * n * R
-    q_rows = base[:, None] + m[None, :] * R
     q = tl.load(q_ptr + q_rows[:, :, None] + cols[None, None, :],  # in log2 units: scaled by log2(e)
                 mask=row_ok[:, :, None] & (cols < R)[None, None, :], other=0.0) * (scale * 1.4426950408889634)
     m_i = tl.full((G, BLOCK_M), float("-inf"), tl.float32)
@@ -97,13 +104,8 @@ def _recompute(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, q_rows, k_rows, 
 @triton.jit
 def _backward_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, heads, n, scale,
                  R: tl.constexpr, RP: tl.constexpr, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    h = tl.program_id(0) * G + tl.arange(0, G)
-    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    h, m, h_ok, row_ok, base, q_rows = _held(heads, n, R, G, BLOCK_M)
     cols = tl.arange(0, RP)
-    h_ok = h < heads
-    row_ok = h_ok[:, None] & (m < n)[None, :]
-    base = h.to(tl.int64) * n * R
-    q_rows = base[:, None] + m[None, :] * R
     stat = h.to(tl.int64)[:, None] * n + m[None, :]
     dq = tl.zeros((G, BLOCK_M, RP), tl.float32)
     for start in range(0, n, BLOCK_N):
@@ -123,13 +125,8 @@ def _backward_dq(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, heads,
 def _backward_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, heads, n, scale,
                    R: tl.constexpr, RP: tl.constexpr, G: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr):
-    h = tl.program_id(0) * G + tl.arange(0, G)
-    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    h, j, h_ok, key_ok, base, k_rows = _held(heads, n, R, G, BLOCK_N)
     cols = tl.arange(0, RP)
-    h_ok = h < heads
-    key_ok = h_ok[:, None] & (j < n)[None, :]
-    base = h.to(tl.int64) * n * R
-    k_rows = base[:, None] + j[None, :] * R
     dk = tl.zeros((G, BLOCK_N, RP), tl.float32)
     dv = tl.zeros((G, BLOCK_N, RP), tl.float32)
     for start in range(0, n, BLOCK_M):
