@@ -5,6 +5,7 @@ own). On a GPU: tests/test_gpu.py; their speed: `make gpu-check`, section p2kern
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -100,6 +101,7 @@ def test_cuda_takes_the_lowrank_kernel_only_once_measured(monkeypatch):
     from leaner.planning.cost import P2_SCORE_S
 
     assert not nearest.LOWRANK_ON_CUDA and P2_SCORE_S["lowrank"] is None
+    assert nearest.LOWRANK_ON_CUDA == (P2_SCORE_S["lowrank"] is not None)  # switched on with its measured rate
     assert {nearest.attention_kernel(n, r, torch.float32, "cuda")[0] for n in (16, 256) for r in (1, 8)} == \
         {"math", "fused"}
     monkeypatch.setattr(nearest, "LOWRANK_ON_CUDA", True)
@@ -108,6 +110,17 @@ def test_cuda_takes_the_lowrank_kernel_only_once_measured(monkeypatch):
     assert nearest.attention_kernel(256, 16, torch.float32, "cuda") == ("fused", 16)
     assert nearest.attention_kernel(256, 2, torch.bfloat16, "cuda") == ("fused", 8)
     assert nearest.attention_kernel(256, 1, torch.float32, "cpu") == ("fused", 1)
+    # what the plan's memory model (footprint.py, fake CUDA tensors) sees of it: a fused call's memory
+    from leaner.models.footprint import footprint
+    from leaner.workflow.plan import load_plan
+
+    model = load_plan(REPO / "configs" / "paper.yaml").variant("nearest_figN", "L2-H64-W64-r1-d64-N256-none-s0").model
+    def memory():
+        return {k: v for k, v in dataclasses.asdict(footprint(model, "fp32", flops=False)).items() if k != "flops"}
+
+    on = memory()
+    monkeypatch.setattr(nearest, "LOWRANK_ON_CUDA", False)
+    assert memory() == on and on["saved"] > 0
 
 
 def test_the_p2kernel_verdict_can_fail():
