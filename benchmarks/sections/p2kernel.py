@@ -27,7 +27,7 @@ SHAPES = [("figN L2-H64-W64 N256 r1", 4096, 256, 1, 64),
 EXP_PER_SM_CLOCK = 16  # fp32 exponentials (MUFU.EX2) an SM issues a clock (Hopper, Ampere)
 FORMS = ("today", "lowrank", "flex")
 TILES = (1024, 2048, 8192)  # the low-rank kernel's other tile sizes (scores a program), timed at the first shape
-FLEX_UNTIL_S = 55  # FlexAttention compiles at every shape: not started past this many seconds of the section
+FLEX_UNTIL_S = 40  # FlexAttention compiles at every shape: none started past this many seconds of the section
 EXACT_RTOL = 1e-4  # fp32, against the math form's output and gradients (relative to their largest entry)
 
 
@@ -92,37 +92,47 @@ def section_p2kernel(work: Path) -> dict:
         os.environ["TRITON_INTERPRET"] = "1"
     limit, how = (None, "no card (--cpu)") if ON_CPU else exp_rate(torch)
     rows, start = [], time.monotonic()
-    for label, heads, n, r, batch in SHAPES:
+    for label, heads, n, r, batch in SHAPES:  # first today's form and the kernel at every shape, printed as measured
         if ON_CPU:
             heads, n, batch = min(heads, 8), min(n, 16), 1
-        scores = batch * heads * n * n
         # the floor: three exponentials a score (the forward's, and one in each backward kernel's recompute)
         floor = None if ON_CPU else round(3 / limit * 1e12, 3)
-        row = {"shape": label, "batch": batch, "scores": scores, "exp_limit_ps": floor}
-        for name in FORMS:
-            if name == "flex" and time.monotonic() - start > FLEX_UNTIL_S:
-                row[name] = {"kernel": name, "error": f"not run: {FLEX_UNTIL_S} s of the section gone (its compiles)"}
-                continue
-            backward = not (name == "flex" and ON_CPU)  # torch has no FlexAttention backward on the CPU
-            try:
-                kernel, fn = _form(name, n, r, torch)
-                q, k, v = (torch.randn(batch, heads, n, r, device=DEVICE, requires_grad=backward) for _ in range(3))
-                seconds = _timed(fn, q, k, v, torch.randn_like(q), backward, torch)
-                row[name] = {"kernel": kernel, "ps_per_score": round(seconds / scores * 1e12, 3),
-                             "backward": backward, "rel_error": _error(fn, heads, n, r, backward, torch)}
-                del q, k, v
-            except Exception as exc:  # a form that fails at a shape is a row, not the section's end
-                row[name] = {"kernel": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-            if not ON_CPU:
-                torch.cuda.empty_cache()
+        row = {"shape": label, "heads": heads, "tokens": n, "rank": r, "batch": batch, "scores": batch * heads * n * n,
+               "exp_limit_ps": floor}
+        for name in ("today", "lowrank"):
+            row[name] = _measure(name, row, torch)
         if not rows and "ps_per_score" in row["lowrank"]:  # the first shape: the kernel's tile, for its default
-            row["lowrank_tiles"] = _tiles(heads, n, r, batch, scores, torch)
+            row["lowrank_tiles"] = _tiles(heads, n, r, batch, row["scores"], torch)
         print(json.dumps(row), flush=True)
         rows.append(row)
+    for row in rows:  # then FlexAttention, which compiles at every shape, while the section has time
+        late = time.monotonic() - start > FLEX_UNTIL_S
+        row["flex"] = ({"kernel": "flex", "error": f"not run: {FLEX_UNTIL_S} s of the section gone (its compiles)"}
+                       if late else _measure("flex", row, torch))
+        print(json.dumps({"shape": row["shape"], "flex": row["flex"]}), flush=True)
     summary = "; ".join(f"{r['shape']}: " + ", ".join(
         f"{f} {r[f]['ps_per_score']} ps" if "ps_per_score" in r[f] else f"{f} failed" for f in FORMS)
         + f" (exp limit {r['exp_limit_ps']} ps)" for r in rows)
     return {"status": p2kernel_verdict(rows), "summary": summary, "rows": rows, "exp_rate": how}
+
+
+def _measure(name: str, row: dict, torch) -> dict:
+    """One form at one shape: seconds a score (ps), forward and backward (FlexAttention on the CPU:
+    forward only), and its largest difference from the math form; a failure is its row, not the end."""
+    heads, n, r, batch = row["heads"], row["tokens"], row["rank"], row["batch"]
+    backward = not (name == "flex" and ON_CPU)  # torch has no FlexAttention backward on the CPU
+    try:
+        kernel, fn = _form(name, n, r, torch)
+        q, k, v = (torch.randn(batch, heads, n, r, device=DEVICE, requires_grad=backward) for _ in range(3))
+        seconds = _timed(fn, q, k, v, torch.randn_like(q), backward, torch)
+        del q, k, v
+        out = {"kernel": kernel, "ps_per_score": round(seconds / row["scores"] * 1e12, 3), "backward": backward,
+               "rel_error": _error(fn, heads, n, r, backward, torch)}
+    except Exception as exc:
+        out = {"kernel": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    if not ON_CPU:
+        torch.cuda.empty_cache()
+    return out
 
 
 def _tiles(heads: int, n: int, r: int, batch: int, scores: int, torch) -> dict:
