@@ -242,8 +242,7 @@ def test_sigterm_mid_epoch_saves_the_step_and_leaner_run_ends_identical(tmp_path
     trainer = read_progress(tmp_path / VARIANT)["pid"]
     signalled = time.monotonic()
     os.kill(trainer, signal.SIGTERM)
-    _wait_for(lambda: not os.path.exists(f"/proc/{trainer}") or open(f"/proc/{trainer}/stat").read().split()[2] == "Z",
-              timeout_s=30)
+    _wait_for(lambda: _gone(trainer), timeout_s=30)
     stopped_in = time.monotonic() - signalled
     assert proc.wait(timeout=60) != 0  # the job stopped unfinished: Snakemake reports it
     log = (tmp_path / "logs" / "train" / "tiny" / "L2-H1-D16-hd16-mlp32-s0.log").read_text()
@@ -265,9 +264,11 @@ def _trainer_pid(work: Path) -> int:
 
 
 def _gone(pid: int) -> bool:
+    """The process has exited: a zombie, or reaped (its /proc entry gone, or going while it is read:
+    ProcessLookupError)."""
     try:
         return open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return True
 
 

@@ -42,7 +42,7 @@ def sass_stats(kernel: str, rank: int, tokens: int, tile: int | None = None, arc
 
     tile = tile or lowrank.default_tile(rank)
     g, block_m, block_n = lowrank.blocks(tokens, kernel == "_backward_dkdv", tile)
-    warps = 8 if tile >= 4096 else 4
+    warps = lowrank.warps(tile)
     const = {"R": rank, "RP": triton.next_power_of_2(rank), "G": g, "BLOCK_M": block_m, "BLOCK_N": block_n}
     signature = {**{p: "*fp32" for p in KERNELS[kernel]}, "heads": "i32", "n": "i32", "scale": "fp32",
                  **{k: "constexpr" for k in const}}

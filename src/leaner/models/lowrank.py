@@ -151,7 +151,7 @@ def _launch(kernel, walk_queries: bool, heads: int, n: int, r: int, tile: int, *
     held = block_n if walk_queries else block_m  # the axis the grid splits
     grid = (triton.cdiv(heads, g), triton.cdiv(n, held))
     kernel[grid](*tensors, heads, n, r ** -0.5, R=r, RP=triton.next_power_of_2(r), G=g,
-                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if tile >= 4096 else 4)  # ~16-32 scores a thread
+                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps(tile))
 
 
 class LowRankAttention(torch.autograd.Function):
@@ -177,6 +177,11 @@ class LowRankAttention(torch.autograd.Function):
         _launch(_backward_dq, False, heads, n, r, ctx.tile, q, k, v, do, lse, delta, dq)
         _launch(_backward_dkdv, True, heads, n, r, ctx.tile, q, k, v, do, lse, delta, dk, dv)
         return dq, dk, dv, None
+
+
+def warps(tile: int) -> int:
+    """Warps a program runs for a tile of `tile` scores: ~16-32 scores a thread."""
+    return 8 if tile >= 4096 else 4
 
 
 def default_tile(rank: int) -> int:
