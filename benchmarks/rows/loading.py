@@ -44,11 +44,11 @@ IMAGENET_QUALITIES = (85, 90, 95)
 PHOTO_DETAIL = 36  # grey levels of fine noise over the smooth field: photo-like entropy (calibrated to ~110 KiB)
 
 
-def _write_photos(root: Path, n: int, unique: int = 256) -> dict:
+def _write_photos(root: Path, n: int, unique: int = 256) -> None:
     """A local ImageFolder (train/validation, 4 classes) of n photo-like JPEGs per split at
     IMAGENET_SIZES and IMAGENET_QUALITIES: a smooth random field (coarse and mid-scale colour
     blobs) with fine noise, which compresses about as photographs do. Past `unique` images a split
-    repeats the first ones' bytes (drawing one takes ~15 ms). Returns the drawn means."""
+    repeats the first ones' bytes (drawing one takes ~15 ms)."""
     import shutil
 
     import numpy as np
@@ -56,7 +56,6 @@ def _write_photos(root: Path, n: int, unique: int = 256) -> dict:
 
     rng = np.random.default_rng(0)
     sizes, shares = zip(*IMAGENET_SIZES)
-    pixels, kib = [], []
     for split in ("train", "validation"):
         drawn = []
         for i in range(n):
@@ -74,9 +73,15 @@ def _write_photos(root: Path, n: int, unique: int = 256) -> dict:
             path = folder / f"{i}.jpg"
             Image.fromarray(noisy).save(path, quality=int(rng.choice(IMAGENET_QUALITIES)))
             drawn.append(path)
-            pixels.append(w * h)
-            kib.append(path.stat().st_size / 1024)
-    return {"pixels": statistics.mean(pixels), "kib": statistics.mean(kib)}
+
+
+def _jpeg_means(folder: Path) -> tuple[float, float]:
+    """(mean pixels, mean KiB) of the JPEGs under `folder` (sizes from their headers)."""
+    from PIL import Image
+
+    files = sorted(folder.rglob("*.jpg"))
+    pixels = [Image.open(f).size for f in files]
+    return statistics.mean(w * h for w, h in pixels), statistics.mean(f.stat().st_size / 1024 for f in files)
 
 
 def _image_manifest(root: Path, n: int, stored: int | str, img_size: int, fmt: str, decodes=("pil", "device")) -> dict:
@@ -156,6 +161,8 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
              ("ImageNet-sized JPEGs (~400 x 350 px), 224 px", 224, "imagenet", "jpg"))
     for label, size, stored, fmt in cases:
         manifests = _image_manifest(work / f"images{size}-{stored}", n, stored, size, fmt)
+        if stored == "imagenet":
+            photo_pixels, photo_kib = _jpeg_means(work / f"images{size}-{stored}" / "imgs")
         for decode, manifest_path in manifests.items():
             # decode: device does its work in the training process: its rate is that process's
             for workers in (worker_counts if decode == "pil" else [0]):
@@ -173,8 +180,9 @@ def bench_loading(manifest: str, repeats: int, trained: dict, work: Path, quick:
              f"CUDA); {n} images per split, batch 32, DeiT training transform (RandomResizedCrop, flip, "
              f"RandAugment m9, random erasing). `decode: device`: the workers read the encoded bytes, the "
              f"training process decodes each batch (nvJPEG on a GPU) and runs the same recipe on tensors. "
-             f"ImageNet-sized: photo-like JPEGs made here at ImageNet's sizes and qualities (mean ~146k pixels, "
-             f"~110 KiB a file; IMAGENET_SIZES). Row 5 divides a GPU's images/s by their per-process rate to give "
+             f"ImageNet-sized: photo-like JPEGs made here at ImageNet's sizes and qualities (mean "
+             f"{photo_pixels:,.0f} pixels, {photo_kib:.0f} KiB a file; IMAGENET_SIZES; ImageNet's ~140,000 and "
+             f"~110). Row 5 divides a GPU's images/s by their per-process rate to give "
              f"the processes it needs.\n")
     return text, rates_224
 
