@@ -24,12 +24,26 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: int = 600) -> su
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path | None = TINY, check: bool = True,
-              timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the project's Snakefile in `workdir` (results land there, not in the repository)."""
+              timeout: int = 600, sourced: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the project's Snakefile in `workdir` (results land there, not in the repository);
+    `sourced`: from a bash that has sourced that script first (a venv's `activate`, say)."""
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
     if configfile is not None:  # last: --configfile takes every value that follows it
         cmd += ["--configfile", str(configfile)]
+    if sourced is not None:
+        cmd = ["bash", "-c", '. "$0" && exec "$@"', str(sourced), *cmd]
     return run(cmd, cwd=workdir, check=check, timeout=timeout)
+
+
+def venv_activate(folder: Path) -> Path:
+    """A venv's `activate` as users source it: this venv's own, else (the tests run by a Python
+    that is no venv's) a new venv's from the standard library, made in `folder`."""
+    own = BIN / "activate"
+    if own.exists():
+        return own
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(folder / "venv")],
+                   check=True)
+    return folder / "venv" / "bin" / "activate"
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from leaner.running.handoff import (
     numerics_of,
 )
 
-from conftest import BIN, small_spec
+from conftest import BIN, small_spec, snakemake
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -242,13 +242,22 @@ def test_no_preloaded_module_starts_a_thread_a_forked_child_would_lack():
 
 
 def test_the_environment_a_library_reads_at_import_is_compared_and_the_per_job_one_is_not():
-    """Every variable counts (a library may read any when it loads: huggingface_hub's HF_HOME), but
-    those Snakemake sets per job and the child reads again, and the shell's own bookkeeping."""
-    warm = {"HF_HOME": "/a", "OMP_NUM_THREADS": "4", "TMPDIR": "/tmp", "PATH": "/bin", "SHLVL": "1"}
-    job = {"HF_HOME": "/b", "OMP_NUM_THREADS": "1", "TMPDIR": "/tmp/job7", "PATH": "/bin", "SHLVL": "2",
-           "HF_ENDPOINT": "https://mirror", "_": "/usr/bin/leaner", ENV: "/tmp/w.sock"}
-    assert environment_differences(job, warm) == ["HF_ENDPOINT", "HF_HOME"]
-    assert environment_differences({**warm, "OMP_NUM_THREADS": "2", "TMPDIR": "/x"}, warm) == []
+    """What the preloaded libraries read when they load counts (huggingface_hub's HF_HOME, MKL's,
+    the locale's), but for what Snakemake sets per job and the child reads again; what a shell, a
+    venv's `activate` or conda's sets (PS1, PATH, VIRTUAL_ENV, CONDA_*) is the job's own."""
+    warm = {"HF_HOME": "/a", "OMP_NUM_THREADS": "4", "TMPDIR": "/tmp", "PATH": "/bin", "SHLVL": "1",
+            "PS1": "(.venv) $ ", "VIRTUAL_ENV": "/r/.venv", "LC_ALL": "C.UTF-8"}
+    job = {"HF_HOME": "/b", "OMP_NUM_THREADS": "1", "TMPDIR": "/tmp/job7", "PATH": "/r/.venv/bin:/bin", "SHLVL": "2",
+           "HF_ENDPOINT": "https://mirror", "_": "/usr/bin/leaner", ENV: "/tmp/w.sock", "CONDA_PREFIX": "/c",
+           "CONDA_SHLVL": "1", "LC_ALL": "C"}
+    assert environment_differences(job, warm) == ["HF_ENDPOINT", "HF_HOME", "LC_ALL"]
+    assert environment_differences({**warm, "OMP_NUM_THREADS": "2", "TMPDIR": "/x", "PS1": "$ "}, warm) == []
+    for name in ("MKL_ENABLE_INSTRUCTIONS", "PYTHONHASHSEED", "TORCH_HOME", "CUBLAS_WORKSPACE_CONFIG",
+                 "MALLOC_ARENA_MAX", "LANG", "LEANER_DEVICE", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
+        assert environment_differences({name: "x"}, {}) == [name]
+    for name in (*THREAD_COUNTS, "GOTO_NUM_THREADS", "PS1", "PS2", "PROMPT_COMMAND", "VIRTUAL_ENV", "CONDA_DEFAULT_ENV",
+                 "TERM", "SNAKEMAKE_PROFILE", ENV):
+        assert environment_differences({name: "x"}, {}) == [], name
 
 
 def test_a_warm_job_writes_its_childs_benchmark_beside_snakemakes(tmp_path, warm_socket):
@@ -276,3 +285,24 @@ def test_sigquit_to_the_job_kills_its_warm_child_with_it(tmp_path, digits_manife
     proc.send_signal(signal.SIGQUIT)
     assert proc.wait(timeout=30) == -signal.SIGQUIT
     assert gone(beat["pid"])
+
+
+CONDA_STYLE = """# what `conda activate` leaves in a shell: its variables, PATH and the prompt
+export CONDA_PREFIX={prefix} CONDA_DEFAULT_ENV=leaner CONDA_SHLVL=1 CONDA_PROMPT_MODIFIER="(leaner) "
+export CONDA_EXE=/opt/conda/bin/conda CONDA_PYTHON_EXE=/opt/conda/bin/python _CE_M= _CE_CONDA=
+export PS1="(leaner) ${{PS1:-}}" PATH="{prefix}/bin:$PATH"
+"""
+
+
+def test_a_run_started_from_a_conda_style_environment_runs_its_jobs_warm(tmp_path):
+    """Conda's activation exports PS1 and its CONDA_* variables, as a venv's does PS1 and
+    VIRTUAL_ENV (test_workflow's tiny run starts from one): neither is what a preloaded library
+    reads, so the training job of a run started there runs in the warm process, not cold."""
+    script = tmp_path / "activate-conda"
+    script.write_text(CONDA_STYLE.format(prefix=tmp_path / "env"))
+    work = tmp_path / "work"
+    work.mkdir()
+    variant = "L1-H1-D16-hd16-mlp32-s0"
+    snakemake(work, f"results/tiny/{variant}/metrics.json", "--cores", "1", sourced=script)
+    log = (work / "logs" / "train" / "tiny" / f"{variant}.log").read_text()
+    assert "refused" not in log and log.splitlines()[-1].startswith(WARM_LINE), log[-2000:]

@@ -15,15 +15,17 @@ import yaml
 
 from leaner.running.handoff import WARM_LINE
 
-from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake
+from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake, venv_activate
 
 pytestmark = pytest.mark.workflow
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """The tiny study, started as most users start it: from a shell with the venv activated
+    (its `activate` exports PS1, which every job's non-interactive bash drops)."""
     work = tmp_path_factory.mktemp("tiny")
-    proc = snakemake(work, "--cores", "2")
+    proc = snakemake(work, "--cores", "2", sourced=venv_activate(tmp_path_factory.mktemp("venv")))
     return work, proc
 
 
@@ -33,9 +35,11 @@ def test_tiny_study_end_to_end(tiny_run):
     logs = sorted((work / "logs").rglob("*.log"))
     assert len(logs) > 20 and not [p for p in logs if p.stat().st_size == 0]  # every job says what it did
     assert all(p.read_text().splitlines()[-1].startswith("leaner ") for p in logs if "train" not in p.parts)
-    # training, conditioning and theory ran in the run's warm process, which stopped with the run
+    # training, conditioning and theory ran in the run's warm process, which stopped with the run (the
+    # activated venv's PS1, which the warm process has and the jobs lack, is not what a library reads)
     computed = [p for p in logs if {"train", "conditioning", "theory"} & set(p.parts) and "theory_report" not in p.name]
     assert len(computed) == 17 and all(p.read_text().splitlines()[-1].startswith(WARM_LINE) for p in computed)
+    assert not [p for p in logs if "refused this job" in p.read_text()]
     # each beside its Snakemake benchmark (which saw only the client), the child's own
     children = sorted((work / "logs" / "benchmarks").rglob("*.warm.tsv"))
     assert len(children) == 17 and all(p.with_name(p.name.replace(".warm", "")).exists() for p in children)

@@ -63,26 +63,47 @@ def numerics_of(argv: list[str]) -> str:
     return DEFAULT_MODE
 
 
-# A library may read any variable when it loads (huggingface_hub reads HF_HOME and HF_ENDPOINT, MKL,
-# OpenMP, ATen and oneDNN their settings, glibc its malloc's), and a child forked after the imports
-# keeps what the warm process read: so a job runs warm only where its environment is the warm
-# process's, but for these, which differ from job to job and which the child reads again:
+# A library may read its settings from the environment when it loads (huggingface_hub HF_HOME and
+# HF_ENDPOINT, MKL, OpenMP, ATen and oneDNN theirs, glibc its malloc's, Python its own and the
+# locale), and a child forked after the imports keeps what the warm process read: so a job runs
+# warm only where these, the variables the preloaded libraries document (by name or prefix), are
+# the warm process's. Every other variable (PATH, PS1 and VIRTUAL_ENV from a venv's `activate`,
+# conda's CONDA_*, a terminal's or a scheduler's own) is read, if at all, when the job runs: the
+# child takes the job's environment whole, so those may differ.
+READ_AT_LOAD_PREFIXES = (
+    "PYTHON", "LC_",  # the interpreter (PYTHONHASHSEED, PYTHONPATH, PYTHONWARNINGS, ...) and the locale
+    "TORCH", "PYTORCH", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA_", "TRITON", "KINETO",  # torch, CUDA, compilers
+    "OMP_", "KMP_", "GOMP_", "MKL", "DNNL_", "ONEDNN_", "ATEN_",  # torch's CPU runtimes (OpenMP, MKL, oneDNN)
+    "OPENBLAS", "GOTO", "NPY_", "NUMPY_",  # numpy and its BLAS
+    "ARROW_", "JE_", "PANDAS",  # pandas, pyarrow and its allocator
+    "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TIMM_",  # the hub clients (timm's weights come through huggingface_hub)
+    "TQDM_", "MPL", "PROTOCOL_BUFFERS_", "TF_", "SYMPY_",  # tqdm, matplotlib, TensorBoard's protobuf, sympy
+    "MALLOC_", "LD_", "XDG_",  # glibc's malloc and loader; where caches default to
+    "LEANER_",  # the project's own
+)
+READ_AT_LOAD_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME", "GLIBC_TUNABLES", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                      "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+# ... but for these, which differ from job to job and which the child reads again:
 THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # applied (warm.apply_thread_counts)
-NOT_COMPARED = (
+PER_JOB = (
     *THREAD_COUNTS,
-    # Snakemake's other per-job thread counts, read by libraries not loaded here (GotoBLAS, numexpr,
-    # Apple's Accelerate; OpenBLAS reads GOTO_NUM_THREADS only where OPENBLAS_NUM_THREADS is unset)
-    "GOTO_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-    "TMPDIR", "TEMP", "TMP", "TEMPDIR",  # Snakemake's per-job temporary folder: tempfile reads it again
-    "_", "PWD", "OLDPWD", "SHLVL",  # the job's shell's own bookkeeping (the child takes the job's folder)
+    # Snakemake's other per-job thread count that a prefix above takes in (OpenBLAS reads
+    # GOTO_NUM_THREADS only where OPENBLAS_NUM_THREADS is unset)
+    "GOTO_NUM_THREADS",
     ENV,  # the warm process's socket, which only its clients know
 )
 
 
+def read_at_load(name: str) -> bool:
+    """Whether a preloaded library may have read variable `name` when it loaded (and the job's
+    value must then be the warm process's)."""
+    return name not in PER_JOB and (name in READ_AT_LOAD_NAMES or name.startswith(READ_AT_LOAD_PREFIXES))
+
+
 def environment_differences(job: Mapping[str, str], warm: Mapping[str, str]) -> list[str]:
-    """The variables, but NOT_COMPARED, whose value (or presence) differs between a job's
-    environment and the warm process's."""
-    names = (set(job) | set(warm)) - set(NOT_COMPARED)
+    """The variables a preloaded library may have read (read_at_load) whose value (or presence)
+    differs between a job's environment and the warm process's."""
+    names = {name for name in set(job) | set(warm) if read_at_load(name)}
     return sorted(name for name in names if job.get(name) != warm.get(name))
 
 
