@@ -108,12 +108,12 @@ def test_memory_estimate_against_peaks_measured_on_an_h100(spec, measured):
 def test_a_job_measured_not_to_fit_an_h100_is_estimated_not_to():
     """figN L2-H64-W64 at N 256 did not fit in 80 GB (the fused kernel's backward workspace alone:
     one 64 x 64 fp32 tile per 64 queries and sample-head, 4096 heads x 256 samples x 4 x 16 KB)."""
-    from leaner.planning.cost import job_memory_bytes
+    from leaner.models.memory import training_gpu_bytes
 
     spec = RunSpec.of({"study": "figN", "variant": "v", "task": "nearest_point", "dataset": "points", "seed": 0,
                        "model": p2(2, 64, 64, tokens=256), "recipe": {"batch_size": 256, "eval_batch_size": 1024}})
     fp = footprint(spec.model, "fp32", flops=False)
-    assert job_memory_bytes(fp, spec, 1) / 1e9 > CARDS["h100"].memory_gb
+    assert training_gpu_bytes(fp, spec.recipe, 1) / 1e9 > CARDS["h100"].memory_gb
 
 
 def _config(tmp_path, studies: dict, datasets: dict | None = None):
@@ -264,7 +264,7 @@ def _leaner(*args, env=None):
 
 
 @pytest.mark.parametrize("args, env, line", [
-    (["--gpu", "x100"], {}, "leaner cost: error: --gpu x100: unknown card (allowed: h100, h200, a100)"),
+    (["--gpu", "x100"], {}, "leaner cost: error: --gpu x100: unknown card (allowed: h100, h200, a100, l40s, a10)"),
     (["--mfu", "45"], {}, "leaner cost: error: --mfu 45: not a fraction of the peak (allowed: a number in (0, 1], "
                           "e.g. 0.3)"),
     (["--check", "local"], {"LEANER_GPU_MEM_GB": "-1"},
@@ -289,9 +289,21 @@ def test_the_cli_prints_the_plan(tmp_path):
     assert len((tmp_path / "plan.csv").read_text().splitlines()) == 1 + 8  # a header, a row per job
 
 
-def test_cards_are_those_allowed():
-    assert set(CARDS) == {"h100", "h200", "a100"}
-    assert all(isinstance(c, Card) and c.memory_gb >= 80 for c in CARDS.values())
+def test_one_table_of_cards_names_each_device_torch_reports():
+    """The planner and the benchmarks read one table: a CUDA device's name (as torch gives it)
+    finds its card, A100 before A10, and an unknown one none; each card's peaks rise from fp64 to
+    bf16, and an MFU is a share of the peak at the run's arithmetic."""
+    from leaner.planning.cards import card_named
+
+    assert set(CARDS) == {"h100", "h200", "a100", "l40s", "a10"}
+    for name, key in [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100"),
+                      ("NVIDIA L40S", "l40s"), ("NVIDIA A10", "a10")]:
+        assert card_named(name) is CARDS[key], name
+    assert card_named("Tesla V100-SXM2-16GB") is None
+    for c in CARDS.values():
+        assert isinstance(c, Card) and c.memory_gb >= 24
+        assert c.peak_flops("fp64") <= c.peak_flops("fp32") <= c.peak_flops("tf32") <= c.peak_flops("bf16")
+    assert CARDS["h100"].mfu(0.36 * 989e12, "bf16") == pytest.approx(0.36)
 
 
 def test_conditioning_is_priced_in_memory_and_hours_from_its_probe():

@@ -19,7 +19,6 @@ from .loading import _image_manifest, _loader_rate
 
 # ----------------------------------------------------------------------------- 5. GPU
 
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 VIT_B = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
          "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000, "qkv_bias": True,
          "drop_path_rate": 0.0, "global_pool": "token"}
@@ -31,11 +30,13 @@ def vit_b_train_flops_per_image(tokens: int = 197, width: int = 768, depth: int 
     return 3 * depth * per_layer
 
 
-def _mfu(images_per_s: float) -> str:
-    name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    achieved = vit_b_train_flops_per_image() * images_per_s / 1e12
-    return f"{achieved:.0f} TFLOP/s, " + (f"{100 * achieved / peak:.1f}%" if peak else "unknown peak")
+def _mfu_text(images_per_s: float) -> str:
+    """ViT-B/16's TFLOP/s at `images_per_s`, and the share of this GPU's bf16 peak (planning/cards.py)."""
+    from leaner.planning.cards import card_named
+
+    card = card_named(torch.cuda.get_device_name(0))
+    achieved = vit_b_train_flops_per_image() * images_per_s
+    return f"{achieved / 1e12:.0f} TFLOP/s, " + (f"{100 * card.mfu(achieved, 'bf16'):.1f}%" if card else "unknown peak")
 
 
 def _bare_vit(batch: int, steps: int, compile_model: bool, device: str = "cuda") -> tuple[float, float]:
@@ -125,8 +126,8 @@ def bench_gpu(steps: int, loader_rates: dict, work: Path, quick: bool = False) -
         bare, bare_warm = _bare_vit(batch, steps, compiled)
         ours, first_epoch = _leaner_vit(manifest, batch, epochs, compiled, work)
         label = "torch.compile" if compiled else "eager"
-        rows.append([f"bare loop, {label}", f"{bare:.0f}", _mfu(bare), f"{bare_warm:.1f} s (5 steps)", "-"])
-        rows.append([f"`leaner train`, {label}", f"{ours:.0f}", _mfu(ours), f"{first_epoch:.1f} s (first 4 steps)",
+        rows.append([f"bare loop, {label}", f"{bare:.0f}", _mfu_text(bare), f"{bare_warm:.1f} s (5 steps)", "-"])
+        rows.append([f"`leaner train`, {label}", f"{ours:.0f}", _mfu_text(ours), f"{first_epoch:.1f} s (first 4 steps)",
                      f"{ours / bare:.3f}"])
         rates["vit_compiled" if compiled else "vit_eager"] = ours
     for decode, rate in loader_rates.items():

@@ -9,10 +9,6 @@ from .common import REPO, table
 
 # ----------------------------------------------------------------------------- 7. paper-scale projection
 
-def _hours(hours: float) -> str:
-    return f"{hours:,.1f}" if hours >= 1 else f"{hours:.2g}"
-
-
 def bench_projection() -> str:
     """Each paper-scale study of configs/paper.yaml priced by `leaner cost` on an H100 (leaner/planning/cost.py):
     training FLOPs from the built models, so variants weigh by their work instead of counting as
@@ -20,6 +16,7 @@ def bench_projection() -> str:
     job's memory against the card."""
     from leaner.planning.cards import CARDS
     from leaner.planning.cost import plan_cost
+    from leaner.planning.cost_report import hours_text
     from leaner.workflow.plan import load_plan
 
     gpu = CARDS["h100"]
@@ -32,13 +29,14 @@ def bench_projection() -> str:
         flops, hours, big = c.total("train_flops"), c.total("gpu_hours"), c.largest()
         k = big["jobs_per_gpu"]
         rows.append([c.name, len({r["job"].split("/")[0] for r in c.rows}), len(c.rows), f"{flops:.3g}",
-                     f"{flops / base['train_flops']:.1f}" if base else "-", _hours(hours), _hours(hours / 8),
+                     f"{flops / base['train_flops']:.1f}" if base else "-", hours_text(hours), hours_text(hours / 8),
                      f"{big['job']}: {'' if k == 1 else f'{k} x '}{big['memory_gb']:.1f}",
                      "yes" if k * big["memory_gb"] <= gpu.memory_gb else "no",
                      ", ".join(sorted({r["priced_by"].split(" (")[0] for r in c.rows}))])
     hours = sum(c.total("gpu_hours") for c in costs)
     rows.append(["total", sum(r[1] for r in rows), sum(r[2] for r in rows),
-                 f"{sum(c.total('train_flops') for c in costs):.3g}", "", _hours(hours), _hours(hours / 8), "", "", ""])
+                 f"{sum(c.total('train_flops') for c in costs):.3g}", "", hours_text(hours), hours_text(hours / 8),
+                 "", "", ""])
     text = table("7. Paper-scale studies: `leaner cost configs/paper.yaml` on an H100", [
         "study", "variants", "jobs", "training FLOP", "x its baseline", "GPU-hours", "8-GPU node (h)",
         "largest job: GB per GPU", "fits 80 GB", "priced by"], rows)

@@ -242,8 +242,9 @@ def rehearse_parser(sub) -> None:
 def cost_parser(sub) -> None:
     s = sub.add_parser("cost", help="GPU-hours of every study on a card, and each job's GPU memory against it")
     s.add_argument("config", **CONFIG_FILES)
-    s.add_argument("--gpu", default=None, help="the card: h100, h200 or a100 (default h100; with --check cluster, "
-                                               "where no study names one, default $LEANER_GPU, else h100)")
+    s.add_argument("--gpu", default=None, help="the card: h100, h200, a100, l40s or a10 (default h100; with "
+                                               "--check cluster, where no study names one, default $LEANER_GPU, "
+                                               "else h100)")
     s.add_argument("--mfu", default=None, help="model FLOPs utilisation for every FLOPs-priced job, in (0, 1] "
                                                "(default: measured where it was, else 0.3)")
     s.add_argument("--loader-rate", type=positive_float, default=None,

@@ -1,24 +1,26 @@
-"""Host memory a variant's jobs ask for, from the size of its model.
+"""The memory a variant's jobs need, in one model: on the host (the mem_mb a job asks for) and on
+a GPU (what `leaner cost` prices, the onstart check holds against the card, and `leaner rehearse`
+checks), from the size of the model and what each stage holds per parameter:
 
-A study's `resources.mem_mb` is one number for all its variants, and conditioning declared none: a
-cluster then gives the profile's default (4 GB), which a large variant outgrows. The estimate
-counts the parameters of the model and what each stage holds per parameter:
+  training      fp32 weights, gradients and AdamW's two moments, STATE_BYTES, in every process
+                (+ DDP_BUCKET_BYTES on a GPU under DDP: its gradient buckets); on a GPU also the
+                activations of its per-GPU batch (models/footprint.py measures them per sample),
+                or evaluation's forward where that is larger, + ALLOCATOR_SLACK and the CUDA context
+  conditioning  on the host a fresh fp32 model, the fp32 weights loaded into it and its float64
+                copy for the probe, CONDITIONING_BYTES (measured peak: 12.3 bytes per parameter,
+                ViTs of 76M and 151M); on a GPU the float64 copy; both with the float64 probe's
+                chunk of inputs (`probe_bytes` an input), which at P2's widest shapes is GBs an
+                input whatever the parameters, or the Jacobian's products where they take more
 
-  training      fp32 weights, gradients and AdamW's two moments, 16 bytes, in every process
-  conditioning  a fresh fp32 model, the fp32 weights loaded into it and its float64 copy for the
-                probe, 16 bytes (measured peak: 12.3 bytes per parameter, ViTs of 76M and 151M);
-                on the CPU also the float64 probe's chunk (`probe_bytes` an input), which at
-                P2's widest shapes is GBs an input whatever the parameters
-
-plus a quarter for what that leaves out (activations, allocator slack) and the runtime itself
-(Python, torch, timm and the data at rest: 0.7-0.9 GB measured).
+On the host, plus a quarter (MARGIN) for what that leaves out (activations, allocator slack) and
+the runtime itself (Python, torch, timm and the data at rest: 0.7-0.9 GB measured).
 
 The count comes from built models, on the meta device (shapes only), and is made fast enough for a
 DAG of thousands of variants: one model of depth 1 per architecture without its depth, whose
 blocks are all alike, gives every depth as its count plus one block per further layer. The counts
 are kept in $LEANER_CACHE_DIR (default ~/.cache/leaner) for the same model code, torch and timm,
 so that Snakemake, which asks for them while it builds the DAG, need not import torch and timm
-(seconds) again for architectures it has seen.
+(seconds) again for architectures it has seen. Nothing here imports torch but that count.
 """
 
 from __future__ import annotations
@@ -34,14 +36,20 @@ from ..io import write_json
 from .config import ModelConfig, model_config
 
 MIB = 2**20
+STATE_BYTES = 16  # per parameter, training: fp32 weights, gradients, AdamW's two moments
+DDP_BUCKET_BYTES = 4  # per parameter, on a GPU under DDP: its gradient buckets beside the gradients
+CONDITIONING_BYTES = 16  # per parameter, a conditioning job on the host (fp32 model, loaded weights, float64 copy)
+FLOAT64_BYTES = 8  # per parameter, a conditioning job on a GPU: the float64 copy the probe runs
+# the host
 RUNTIME_MB = 1024
 # host memory a process that uses CUDA holds beyond a CPU one (the CUDA runtime, cuBLAS and the
 # kernels torch loads, mapped into its RSS): an allowance, 1-2 GB as torch processes are commonly
 # seen; `make gpu-check`'s conditioning section measures a conditioning job's peak RSS on a GPU
 CUDA_HOST_MB = 2048
 MARGIN = 1.25
-TRAINING_BYTES = 16
-CONDITIONING_BYTES = 16
+# a GPU
+ALLOCATOR_SLACK = 0.10  # of the activations: the caching allocator's fragmentation
+CUDA_CONTEXT_GB = 1.0  # per process: the CUDA context, cuBLAS and cuDNN workspaces
 PROBE_BATCH = 64  # probe inputs measured at once, at most
 SCORE_COPIES = 3  # N x N float64 tensors per head alive at once in the math kernel (scores, softmax, their product)
 MEMORY_SHARE = 0.7  # of the job's memory (or the GPU's free memory) the probe's chunks may use
@@ -111,7 +119,7 @@ def _mb(params: int, bytes_per_param: int, copies: int = 1) -> int:
 def training_mem_mb(model: ModelConfig | dict, processes: int, asked_mb: int) -> int:
     """A training job's mem_mb: the study's `asked_mb`, or more where `processes` copies of the
     model's training state need more."""
-    return max(asked_mb, _mb(model_params(model), TRAINING_BYTES, processes))
+    return max(asked_mb, _mb(model_params(model), STATE_BYTES, processes))
 
 
 def conditioning_mem_mb(model: ModelConfig | dict, cond: dict, on_cpu: bool = True) -> int:
@@ -123,6 +131,27 @@ def conditioning_mem_mb(model: ModelConfig | dict, cond: dict, on_cpu: bool = Tr
     probe = max(cpu_chunk(model, cond["samples"]) * _input_bytes(model), jacobian_bytes(model, cond)) if on_cpu else 0
     runtime = RUNTIME_MB + (0 if on_cpu else CUDA_HOST_MB)
     return math.ceil(MARGIN * (model_params(model) * CONDITIONING_BYTES + probe / MEMORY_SHARE) / MIB) + runtime
+
+
+def training_gpu_bytes(fp, recipe, gpus: int) -> float:
+    """GPU memory of one process of a training job on `gpus` GPUs (its per-GPU batch), from the
+    footprint `fp` of its architecture (models/footprint.py): its state, the larger of a training
+    batch's activations and evaluation's forward (no graph; about two of the largest saved tensor
+    a sample), the allocator's slack and the CUDA context."""
+    state = fp.params * (STATE_BYTES + (DDP_BUCKET_BYTES if gpus > 1 else 0))
+    train = fp.activation_bytes(math.ceil(recipe.batch_size / gpus / recipe.accumulate))
+    evaluate = 2 * fp.largest * recipe.eval_batch_size
+    return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
+
+
+def conditioning_gpu_bytes(model: ModelConfig | dict, cond: dict, params: int, gpu_memory_gb: float) -> float:
+    """GPU memory of a conditioning job on a card of `gpu_memory_gb`: the float64 model, and the
+    probe in the chunks that fit MEMORY_SHARE of the card (more than the card where one input alone
+    does not fit) or the Jacobian's products where they take more, plus the CUDA context."""
+    model = model_config(model)
+    chunk = min(cond["samples"], model_chunk(model, MEMORY_SHARE * gpu_memory_gb * 1e9))
+    return (FLOAT64_BYTES * params + max(chunk * _input_bytes(model), jacobian_bytes(model, cond))
+            + CUDA_CONTEXT_GB * 1e9)
 
 
 def jacobian_bytes(model: ModelConfig | dict, cond: dict) -> float:

@@ -4,6 +4,7 @@ $LEANER_GPU_MEM_GB, or found on this machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -22,10 +23,18 @@ class Card:
         return 1e12 * {"bf16": self.bf16_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops,
                        "fp64": self.fp64_tflops}[arithmetic]
 
+    def mfu(self, flops_per_s: float, arithmetic: str) -> float:
+        """The fraction of this card's dense peak at `arithmetic` that `flops_per_s` reaches."""
+        return flops_per_s / self.peak_flops(arithmetic)
 
+
+# The vendors' dense peaks (no sparsity). The one table of cards: `leaner cost` prices on them, the
+# onstart check holds jobs against them, and the benchmarks read a GPU's MFU off them (card_named).
 CARDS = {"h100": Card("an H100 SXM", 80, 989, 494.5, 67, 67, 3.35),
          "h200": Card("an H200", 141, 989, 494.5, 67, 67, 4.8),
-         "a100": Card("an A100 80GB", 80, 312, 156, 19.5, 19.5, 2.0)}
+         "a100": Card("an A100 80GB", 80, 312, 156, 19.5, 19.5, 2.0),
+         "l40s": Card("an L40S", 48, 362, 183, 91.6, 1.4, 0.864),
+         "a10": Card("an A10", 24, 125, 62.5, 31.2, 0.98, 0.6)}
 
 
 def card(name: str) -> Card:
@@ -33,6 +42,15 @@ def card(name: str) -> Card:
         raise ValueError(f"--gpu {name}: unknown card (allowed: {', '.join(CARDS)})")
     return CARDS[name]
 
+
+def card_named(device_name: str) -> Card | None:
+    """The card of CARDS that a CUDA device is, by the name torch gives it ("NVIDIA H100 80GB
+    HBM3", "NVIDIA A100-SXM4-80GB"), or None for another."""
+    name = device_name.upper()
+    for key in sorted(CARDS, key=len, reverse=True):  # the longer names first: A100 before A10
+        if key.upper() in name:
+            return CARDS[key]
+    return None
 
 
 MEM_ENV = "LEANER_GPU_MEM_GB"
@@ -56,4 +74,7 @@ def local_card() -> Card | None:
         return None
     props = min((torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())),
                 key=lambda p: p.total_memory)
-    return Card(f"this machine's {props.name}", props.total_memory / 1e9, math.nan, math.nan, math.nan)
+    known = card_named(props.name)
+    if known is None:
+        return Card(f"this machine's {props.name}", props.total_memory / 1e9, math.nan, math.nan, math.nan)
+    return dataclasses.replace(known, name=f"this machine's {props.name}", memory_gb=props.total_memory / 1e9)

@@ -15,10 +15,8 @@ counting variants as equal:
   at the measured P2_SCORE_S each, by the kernel CUDA takes) or its FLOPs (at DEFAULT_MFU of the
   card's peak) take longer, and then k jobs take k times as long. A shared GPU's hour is split
   among its k jobs. Measured on an H100 or H200 and taken as the same on every card.
-- Memory of a job, per GPU: fp32 weights, gradients and AdamW state (16 B per parameter, +4 for
-  DDP's gradient buckets), the activations of its per-GPU batch (footprint.py), +ALLOCATOR_SLACK
-  and CUDA_CONTEXT_GB; evaluation's forward (no graph, its own batch) where that is larger. k jobs
-  sharing a GPU add up.
+- Memory of a job, per GPU: models/memory.py, the one model of a job's memory (the onstart check
+  and the rehearsal read it too); k jobs sharing a GPU add up.
 """
 
 from __future__ import annotations
@@ -65,12 +63,6 @@ P2_GRAPH_SPEEDUP = 1267 / 214
 # figure here and models/nearest.py's LOWRANK_ON_CUDA set, CUDA takes it and the plan prices by it.
 P2_SCORE_S = {"math": 80.51e-3 / (5 * 64 * 64 * 16 ** 2 * 256), "fused": 221.47e-3 / (2 * 64 * 64 * 64 ** 2 * 256),
               "lowrank": None}
-DDP_BUCKET_BYTES = 4  # per parameter: DDP keeps its gradient buckets beside the gradients
-STATE_BYTES = 16  # per parameter: fp32 weights, gradients, AdamW's two moments
-ALLOCATOR_SLACK = 0.10  # of the activations: the caching allocator's fragmentation
-CUDA_CONTEXT_GB = 1.0  # per process: the CUDA context, cuBLAS and cuDNN workspaces
-
-
 
 
 def parse_mfu(text: str | None) -> float | None:
@@ -167,22 +159,14 @@ def p2_step_seconds(model: NearestConfig, batch: int, compute_s: float, k: int,
                (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
 
 
-def _mfu(spec: RunSpec, override: float | None) -> tuple[float, str]:
+def pricing_mfu(spec: RunSpec, override: float | None) -> tuple[float, str]:
+    """(the MFU a job is priced at, where that figure comes from)."""
     if override:
         return override, "--mfu"
     if isinstance(spec.model, ViTConfig):
         compiled = bool(spec.recipe.compile)
         return VIT_MFU[compiled], f"measured: ViT-B/16, H200, {'torch.compile' if compiled else 'eager'}"
     return DEFAULT_MFU, "assumed"
-
-
-def job_memory_bytes(fp, spec: RunSpec, gpus: int) -> float:
-    """GPU memory of one process of the job (its per-GPU batch), per the module docstring."""
-    recipe = spec.recipe
-    state = fp.params * (STATE_BYTES + (DDP_BUCKET_BYTES if gpus > 1 else 0))
-    train = fp.activation_bytes(math.ceil(recipe.batch_size / gpus / recipe.accumulate))
-    evaluate = 2 * fp.largest * recipe.eval_batch_size
-    return state + (1 + ALLOCATOR_SLACK) * max(train, evaluate) + CUDA_CONTEXT_GB * 1e9
 
 
 def loader_feed(plan: Plan, spec: RunSpec, gpus: int, rate: float) -> tuple[float, int] | None:
@@ -211,6 +195,7 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     grace_s = STOP_GRACE_S if grace_s is None else grace_s
     lead_s = SIGNAL_LEAD_S if lead_s is None else lead_s
     from ..models.footprint import footprint
+    from ..models.memory import training_gpu_bytes
 
     spec, resources = job.spec, plan.studies[job.study].resources
     gpus = max(1, resources["gpu"])
@@ -220,12 +205,12 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
     steps = training_steps(plan, spec, root)
     recipe = spec.recipe
     batch = recipe.batch_size
-    rate, source = _mfu(spec, mfu)
+    rate, source = pricing_mfu(spec, mfu)
     row = {"study": job.study, "job": job.name, "params": fp.params, "precision": arithmetic, "batch_size": batch,
            "gpus": gpus, "jobs_per_gpu": k, "steps": steps, "flops_per_sample": fp.flops,
            "train_flops": None if steps is None else fp.flops * batch * steps, "priced_by": "", "mfu": rate,
            "gpu_hours": None, "wall_hours": None,
-           "memory_gb": job_memory_bytes(fp, spec, gpus) / 1e9, "card_memory_gb": gpu.memory_gb}
+           "memory_gb": training_gpu_bytes(fp, recipe, gpus) / 1e9, "card_memory_gb": gpu.memory_gb}
     if steps is not None:
         compute_s = fp.flops * batch / (gpu.peak_flops(arithmetic) * rate)  # one step, the GPU to itself
         if task_of(spec.task).launch_bound:
@@ -253,23 +238,20 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
 
 
 def conditioning_price(spec: RunSpec, fp, gpu: Card) -> tuple[float, float]:
-    """(GB, GPU-hours) of the variant's conditioning job on `gpu`: the float64 model, and the probe
-    in the chunks that fit MEMORY_SHARE of the card (memory.probe_chunk; more than the card
-    where one input alone does not fit) or the Jacobian's products where they take more
-    (memory.jacobian_bytes), plus the CUDA context; its time, the longer of its
-    float64 FLOPs at DEFAULT_MFU of the card's fp64 peak and its memory traffic (each input's
-    probe bytes written and read once) at the card's bandwidth: each kept checkpoint (init,
-    conditioning.steps, final) runs the forward pass of every probe input (a third of training's
-    FLOPs), and the Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian
-    (~9 (N*D)^3) or lanczos_steps products with it (~4 forward passes of a block each)."""
-    from ..models.memory import MEMORY_SHARE, jacobian_bytes, probe_bytes, probe_chunk, probe_shape
+    """(GB, GPU-hours) of the variant's conditioning job on `gpu`: its memory
+    (models/memory.py conditioning_gpu_bytes); its time, the longer of its float64 FLOPs at
+    DEFAULT_MFU of the card's fp64 peak and its memory traffic (each input's probe bytes written
+    and read once) at the card's bandwidth: each kept checkpoint (init, conditioning.steps,
+    final) runs the forward pass of every probe input (a third of training's FLOPs), and the
+    Jacobian's inputs add, per layer, an exact SVD of the (N*D)^2 Jacobian (~9 (N*D)^3) or
+    lanczos_steps products with it (~4 forward passes of a block each)."""
+    from ..models.memory import conditioning_gpu_bytes, probe_bytes, probe_shape
 
     model, cond = spec.model, spec.conditioning
     tokens, heads, cols = probe_shape(model)
     layers, samples = model.depth, cond["samples"]
     per = probe_bytes(heads, tokens, cols, layers)
-    chunk = min(samples, probe_chunk(heads, tokens, cols, layers, MEMORY_SHARE * gpu.memory_gb * 1e9))
-    memory = 8.0 * fp.params + max(chunk * per, jacobian_bytes(model, cond)) + CUDA_CONTEXT_GB * 1e9
+    memory = conditioning_gpu_bytes(model, cond, fp.params, gpu.memory_gb)
     forward = fp.flops / 3 if math.isfinite(fp.flops) else math.nan
     checkpoints = 2 + len(cond.get("steps") or [])
     flops = checkpoints * samples * forward

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..models.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GB, DDP_BUCKET_BYTES, STATE_BYTES
 from .cards import Card
-from .cost import (
-    ALLOCATOR_SLACK,
-    CUDA_CONTEXT_GB,
-    DDP_BUCKET_BYTES,
-    P2_GRAPH_SPEEDUP,
-    P2_SCORE_S,
-    P2_STEP_S,
-    STATE_BYTES,
-    StudyCost,
-    sharing,
-)
+from .cost import P2_GRAPH_SPEEDUP, P2_SCORE_S, P2_STEP_S, StudyCost, sharing
 from .time_limit import START_MINUTES
 
 
-def _hours(value: float | None) -> str:
+def hours_text(value: float | None) -> str:
+    """Hours as the plan's tables show them: 1,234.5, 0.42, or ? where unknown."""
     if value is None:
         return "?"
     return f"{value:,.1f}" if value >= 1 else f"{value:.2f}"
@@ -38,15 +30,15 @@ def format_cost(costs: list[StudyCost], gpu: Card, source: str) -> str:
         flops, walls = c.total("train_flops"), [r["wall_hours"] for r in c.rows]
         rows.append([c.name, str(len({r["job"].split("/")[0] for r in c.rows})), str(len(c.rows)), str(big["gpus"]),
                      str(k), "/".join(sorted({r["precision"] for r in c.rows})),
-                     "?" if flops is None else f"{flops:.3g}", _hours(c.total("gpu_hours")),
-                     "?" if None in walls else _hours(max(walls)), big["job"],
+                     "?" if flops is None else f"{flops:.3g}", hours_text(c.total("gpu_hours")),
+                     "?" if None in walls else hours_text(max(walls)), big["job"],
                      f"{big['memory_gb']:.1f}" if k == 1 else f"{k} x {big['memory_gb']:.1f}",
                      "yes" if k * big["memory_gb"] <= gpu.memory_gb else "NO", _tries(c), *_conditioning_cells(c)])
     hours, flops = [c.total("gpu_hours") for c in costs], [c.total("train_flops") for c in costs]
     cond = [r.get("cond_hours", 0.0) for c in costs for r in c.rows]
     rows.append(["total", str(sum(int(r[1]) for r in rows)), str(sum(int(r[2]) for r in rows)), "", "", "",
-                 "?" if None in flops else f"{sum(flops):.3g}", _hours(None if None in hours else sum(hours)),
-                 "", "", "", "", "", "", _hours(sum(cond))])
+                 "?" if None in flops else f"{sum(flops):.3g}", hours_text(None if None in hours else sum(hours)),
+                 "", "", "", "", "", "", hours_text(sum(cond))])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     right = {1, 2, 3, 4, 6, 7, 8, 10, 12, 13, 14}
 
@@ -89,7 +81,7 @@ def _tries(c: StudyCost) -> str:
 
 def _conditioning_cells(c: StudyCost) -> list[str]:
     rows = [r for r in c.rows if "cond_memory_gb" in r]
-    return [f"{max(r['cond_memory_gb'] for r in rows):.1f}", _hours(sum(r["cond_hours"] for r in rows))]
+    return [f"{max(r['cond_memory_gb'] for r in rows):.1f}", hours_text(sum(r["cond_hours"] for r in rows))]
 
 
 def _priced_note(c: StudyCost) -> str:

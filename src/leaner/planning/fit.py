@@ -16,7 +16,7 @@ from pathlib import Path
 from ..workflow.plan import Plan
 from ..workflow.scheduling import GPU_ENV
 from .cards import CARDS, MEM_ENV, Card, local_card, parse_memory_gb
-from .cost import job_memory_bytes, jobs, precision_of, price
+from .cost import jobs, precision_of, price
 from .time_limit import SIGNAL_LEAD_S, START_MINUTES
 
 DEFAULT_CARD = "h100"  # a cluster run's card where neither its study nor its profile names one
@@ -60,14 +60,15 @@ def fit_cards(plan: Plan, where: str, env=os.environ, default: Card | None = Non
 def memory_problems(plan: Plan, cards: dict[str, Card]) -> list[str]:
     """One line per study whose jobs (or jobs_per_gpu of them together) cannot fit its card."""
     from ..models.footprint import footprint
+    from ..models.memory import training_gpu_bytes
 
     problems = []
     for name, gpu in cards.items():
         study = plan.studies[name]
         gpus = max(1, study.resources["gpu"])
         k = study.resources["jobs_per_gpu"] if gpus == 1 else 1
-        need = {j.name: job_memory_bytes(footprint(j.spec.model, precision_of(j.spec), flops=False), j.spec,
-                                         gpus) / 1e9 for j in jobs(study)}
+        need = {j.name: training_gpu_bytes(footprint(j.spec.model, precision_of(j.spec), flops=False), j.spec.recipe,
+                                           gpus) / 1e9 for j in jobs(study)}
         worst = max(need, key=need.get)
         if need[worst] > gpu.memory_gb:
             allowed = "a smaller batch_size, more GPUs per variant (resources.gpu)" if k == 1 else \
