@@ -116,6 +116,13 @@ CLAIM_WORDS = ("How the claims read (each declared in config.yaml before its run
 NON_INFERIOR = SUPPORTS["non-inferior"]  # the verdicts that mean a match: superior, equivalent, non-inferior
 
 
+def _one_run(r: pd.Series) -> str:
+    """A one-seed comparison's difference, or why there is none (a side that did not learn)."""
+    if math.isnan(r["lean_advantage"]):
+        return str(r["verdict"]) if isinstance(r.get("verdict"), str) else "no difference"
+    return f"{r['lean_advantage']:+.3f}"
+
+
 def claim_findings(heads: pd.DataFrame) -> list[str]:
     """A paragraph per declared claim judged as declared (overview.headline): each comparison's
     verdict and whether it supports the declared hypothesis; where the claim has a control, what it
@@ -126,8 +133,7 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
         leans, control = rows[rows["role"] == "lean"], rows[rows["role"] == "control"]
         if rows.loc[rows["role"] != "baseline", "bound_lo"].isna().all():
             compared = "; ".join(f"{r['role'] if r['role'] == 'control' else ''} {r['configuration']} "
-                                 f"{r['lean_advantage']:+.3f}".strip() for _, r in rows.iterrows()
-                                 if r["role"] != "baseline")
+                                 f"{_one_run(r)}".strip() for _, r in rows.iterrows() if r["role"] != "baseline")
             paras.append(f"Claim {name} ({study}, {base['metric']}, one seed) against {base['configuration']}: "
                          f"{compared} (+: better); one run a side, no verdict.")
             continue

@@ -243,13 +243,17 @@ def headline_markdown(frame: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in frame.iterrows():
         compared, one = r["role"] != "baseline", int(r["n"]) == 1
-        fewer = compared and round(r["param_reduction_pct"]) != 0
-        params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if fewer else "")
+        if math.isnan(r["params"]):  # no run of it learned: neither its size nor its mean is in the table
+            params = "n/a"
+        else:
+            fewer = compared and round(r["param_reduction_pct"]) != 0
+            params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if fewer else "")
+        mean = "n/a" if math.isnan(r["mean"]) else f"{r['mean']:.3f}{ONE_RUN * one}"
         bounds = ("" if not compared or math.isnan(r["bound_lo"])
                   else f" [{_signed(r['bound_lo'])}, {_signed(r['bound_hi'])}]")
         declared = f"{r['hypothesis']}: {r['supported']}" if isinstance(r.get("hypothesis"), str) else ""
         lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
-                     f"{r['metric']} | {r['mean']:.3f}{ONE_RUN * one} | {int(r['n'])}{_stuck(r)} | "
+                     f"{r['metric']} | {mean} | {int(r['n'])}{_stuck(r)} | "
                      f"{_signed(r['lean_advantage']) + bounds + ONE_RUN * one if compared else ''} | "
                      f"{r['margin']:g} | {r['verdict'] if compared else ''} | {declared} | "
                      f"{_elsewhere(r) if compared else ''} | {_split(r) if compared else ''} |")

@@ -74,13 +74,16 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
             ax.set_xscale("log")
             ax.set_xlabel("parameters")
             ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-        near = points[points["params"].between(0.5 * min(leans["params"].min(), base["params"]), 2 * base["params"])]
-        span = 3 * margin + float(np.nanmax(np.abs(near["hi"].fillna(near["mean"]) - base["mean"]), initial=0))
-        zoom.set_ylim(base["mean"] - span, base["mean"] + span)
-        zoom.set_xlim(0.6 * min(leans["params"].min(), base["params"]), 1.6 * base["params"])
+        smallest = float(np.nanmin([leans["params"].min(), base["params"]]))
+        if math.isfinite(base["mean"]) and math.isfinite(smallest):  # else the baseline did not learn: no zoom
+            near = points[points["params"].between(0.5 * smallest, 2 * base["params"])]
+            span = 3 * margin + float(np.nanmax(np.abs(near["hi"].fillna(near["mean"]) - base["mean"]), initial=0))
+            zoom.set_ylim(base["mean"] - span, base["mean"] + span)
+            zoom.set_xlim(0.6 * smallest, 1.6 * base["params"])
         lines = [f"{lean['configuration']}: {lean['verdict']}, {_signed(lean['lean_advantage'])}"
                  + ("" if math.isnan(lean["bound_lo"]) else f" [{lean['bound_lo']:+.3f}, {lean['bound_hi']:+.3f}]")
-                 + f", {lean['param_reduction_pct']:.0f}% fewer parameters"
+                 + ("" if math.isnan(lean["param_reduction_pct"]) else
+                    f", {lean['param_reduction_pct']:.0f}% fewer parameters")
                  for _, lean in rows[rows["role"] != "baseline"].iterrows()]
         zoom.text(0.02, 0.02, "\n".join(lines), transform=zoom.transAxes, fontsize=7, va="bottom",
                   bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
