@@ -38,6 +38,8 @@ from leaner.workflow.plan import load_plan
 
 from conftest import BIN, TINY, small_spec
 
+pytestmark = pytest.mark.slow
+
 
 def _vit_config(tmp_path, name: str, heads: list[int], recipe: dict, **resources) -> tuple[Path, dict]:
     """tests/config/tiny.yaml's ViT study alone, at width 16, depth 1 and seed 0 with `heads`, its
@@ -418,7 +420,7 @@ import signal, sys, time
 from leaner.training.stall import StallWatch
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])  # a main thread stuck where no signal reaches it
 with StallWatch(print, 75, on_exit=lambda why: print("recorded:", why), floor_s=0.5, exit_after_s=1.0) as watch:
-    watch.beat(7)
+    watch.stepped(7)
     time.sleep(60)
 print("not reached")
 """

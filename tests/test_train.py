@@ -20,6 +20,8 @@ from leaner.training.weights import kept_steps
 
 from conftest import BIN, REPO, kill_after_checkpoint, saved_checkpoint, small_spec
 
+pytestmark = pytest.mark.fast
+
 
 def _weights(path):
     return load_file(str(path))
@@ -489,9 +491,8 @@ def test_a_wall_budget_stops_at_the_first_epochs_end_past_it_on_the_full_schedul
     full = train(spec, str(manifest), tmp_path / "full", progress=False)
     assert "wall_budget" not in full and full["steps"] == 40
     clock = {"s": 0.0}  # the trainer's clock: one second a step
-    one_step = trainer._Run._one_step
-    monkeypatch.setattr(trainer._Run, "_one_step",
-                        lambda run, *a: (clock.update(s=clock["s"] + 1), one_step(run, *a))[1])
+    one_step = trainer.one_step
+    monkeypatch.setattr(trainer, "one_step", lambda *a: (clock.update(s=clock["s"] + 1), one_step(*a))[1])
     monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=lambda: clock["s"], time=time.time))
     spec["recipe"]["wall_budget_minutes"] = 0.4
     cut = train(spec, str(manifest), tmp_path / "cut", progress=False)

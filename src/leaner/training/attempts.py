@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from ..io import read_json, write_json
+from .watchers import Watcher
 
 RESUME_DIR = ".resume"  # a run's resume folder in its output folder (not a Snakemake output: a kill keeps it)
 ATTEMPTS_FILE = "attempts.json"
@@ -45,8 +46,9 @@ def _cost() -> dict:
     return {"cpu_s": round(cpu, 2), "peak_rss_mb": round(max(own.ru_maxrss, children.ru_maxrss) / 1024, 1)}
 
 
-class AttemptRecord:
-    """The attempts of one spec's run, in its resume folder (rank 0 writes)."""
+class AttemptRecord(Watcher):
+    """The attempts of one spec's run, in its resume folder (rank 0 writes); a watcher of the
+    loop: each checkpoint is this attempt's last step saved, and its end how it ended."""
 
     def __init__(self, folder: Path, spec_json: str | None = None):
         self.path = Path(folder) / ATTEMPTS_FILE
@@ -99,6 +101,12 @@ class AttemptRecord:
         done = {} if step is None else {"saved_step": step}
         self._update(end=how, why=why and why[:300], ended_unix=now, **done, **_cost())
         return self.records()
+
+    def checkpointed(self, step: int, loss: float | None) -> None:
+        self.saved(step)
+
+    def ended(self, how, why, step, loss, error) -> None:
+        self.end(how, why, step if how == "done" else None)
 
     def resumed_at(self) -> list[int]:
         """The steps later attempts began at (metrics.json's `resumed_at`)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..io import read_json, write_json
 from .attempts import FINISHED_FILE, RESUME_DIR, spec_digest
+from .watchers import Watcher
 
 FINISHED_DIR = "finished"
 
@@ -28,6 +29,18 @@ FINISHED_DIR = "finished"
 def wanted(environ=os.environ) -> bool:
     """Whether a job keeps its finished outputs: inside a Slurm job."""
     return bool(environ.get("SLURM_JOB_ID"))
+
+
+class KeepFinished(Watcher):
+    """A watcher of the loop: once a run's outputs are written, inside a Slurm job (`wanted`), their
+    second names (`keep`)."""
+
+    def __init__(self, spec_json: str, environ=os.environ):
+        self.spec_json, self.wanted = spec_json, wanted(environ)
+
+    def finished(self, out: Path) -> None:
+        if self.wanted:
+            keep(out, self.spec_json)
 
 
 def _link(source: Path, target: Path) -> None:

@@ -1,6 +1,6 @@
 """What a training run tells the person watching it: its log lines (rank 0's, named by study and
-variant), its progress (a tqdm bar on a terminal, a line a minute in a log file) and each epoch's
-history row."""
+variant) and its progress (`Bar`: a tqdm bar on a terminal, a line a minute in a log file); and
+the wall budget an epoch's end is held to."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import sys
 import time
 
 from ..runspec import RunSpec
-from ..schema import Recipe
-from .optim import lr_at
-from .step import LossMeter
+from .watchers import Watcher
 
 
 class LineProgress:
@@ -39,14 +37,28 @@ class LineProgress:
         pass
 
 
-def progress_bar(total: int, initial: int, show: bool, desc: str, log):
-    """A tqdm bar on a terminal, progress lines in a log file, nothing when not shown."""
-    from tqdm import tqdm
+class Bar(Watcher):
+    """The run's progress: a tqdm bar on a terminal (with the last evaluation's numbers), progress
+    lines in a log file, nothing when not shown."""
 
-    if show and not sys.stderr.isatty():
-        return LineProgress(total, initial, log)
-    return tqdm(total=total, initial=initial, disable=not show, file=sys.stderr, dynamic_ncols=True,
-                mininterval=1.0, desc=desc)
+    def __init__(self, total: int, initial: int, show: bool, desc: str, log):
+        from tqdm import tqdm
+
+        if show and not sys.stderr.isatty():
+            self.bar = LineProgress(total, initial, log)
+        else:
+            self.bar = tqdm(total=total, initial=initial, disable=not show, file=sys.stderr, dynamic_ncols=True,
+                            mininterval=1.0, desc=desc)
+
+    def stepped(self, step):
+        self.bar.update(1)
+
+    def epoch(self, row, history):
+        if any(k.startswith("eval") for k in row):
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))})
+
+    def ended(self, how, why, step, loss, error):
+        self.bar.close()
 
 
 def logger(spec: RunSpec, local_rank: int | None):
@@ -55,25 +67,6 @@ def logger(spec: RunSpec, local_rank: int | None):
             print(f"[{spec.name}] {msg}", file=sys.stderr, flush=True)
 
     return log
-
-
-def epoch_row(task, model, autocast, meter: LossMeter, recipe: Recipe, epoch: int, step: int, total: int,
-               per_epoch: int, elapsed: float, last: bool, ctx, bar, log) -> dict:
-    """The epoch's history row (every rank evaluates its share of the batches, or for a task that
-    cannot share, rank 0 while the others wait; every rank gets the row)."""
-    evaluate = (epoch + 1) % recipe.eval_every == 0 or last
-    train_loss = meter.end_epoch()
-    scores = task.evaluate(model, autocast) if evaluate and (ctx.main or task.shards_evaluation) else {}
-    row = None
-    if ctx.main:
-        row = {"epoch": epoch + 1, "step": step, "lr": lr_at(max(step - 1, 0), total, recipe, per_epoch),
-               "train_loss": train_loss, **scores, "elapsed_s": elapsed}
-    row = ctx.from_main(row)
-    if evaluate:
-        shown = {k: v for k, v in row.items() if k.startswith(("train", "eval"))}
-        bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
-        log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()))
-    return row
 
 
 def past_budget(recipe, more_to_train: bool, trained_s: float, ctx) -> bool:

@@ -22,7 +22,6 @@ import torch
 
 from ..io import atomic_path
 from .attempts import RESUME_DIR
-from .step import LossMeter
 
 RESUME_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two moments
 WRITE_BYTES_PER_S = 200e6  # a shared filesystem's sustained write for one job (conservative)
@@ -165,7 +164,7 @@ class CheckpointClock:
         return self.seconds is not None and time.monotonic() - self.last >= self.seconds
 
 
-def save_checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: list, meter: LossMeter,
+def save_checkpoint(out: Path, run: RunState, model, optimizer, step: int, history: list, meter,
                     elapsed: float, ctx) -> None:
     """Save the run's state (after a sync: the meter's totals are current). Every rank takes part
     (their RNG states are gathered); rank 0 writes."""

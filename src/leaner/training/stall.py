@@ -3,10 +3,10 @@ resumable stop, one line naming the stall.
 
 A loader that stopped feeding, a dead NCCL peer or a deadlocked collective leaves the training loop
 waiting without an error; on a cluster the job would hold its GPUs for the rest of its runtime
-(72 h for vit_imagenet). `StallWatch` is a thread the loop tells of its progress (`beat`): after
+(72 h for vit_imagenet). `StallWatch` is a thread the loop tells of its progress (a watcher of it: `stepped`): after
 each step it allows `step_allowance` (STALL_STEPS times the slowest recent step, at least
 STALL_FLOOR_S), around a known long phase (start-up, evaluation, a checkpoint's write: `allow`)
-LONG_ALLOWANCE_S. When that passes without a beat it says so in one line and raises `Stalled` in the
+LONG_ALLOWANCE_S (`phase`). When that passes without a beat it says so in one line and raises `Stalled` in the
 main thread (a signal, so a wait in Python code such as the data loader's is interrupted): where that
 wait was for the next batch, the model is at a step boundary and the loop saves its state there;
 anywhere else the last resume state stands. If the main thread does not answer (stuck inside a
@@ -29,6 +29,8 @@ import threading
 import time
 from collections import deque
 
+from .watchers import Watcher
+
 STALL_STEPS = 100  # a step may take this many times the slowest recent one before it is a stall
 STALL_FLOOR_S = 600.0  # ... and at least this long
 LONG_ALLOWANCE_S = 1800.0  # start-up (compile, CUDA graph capture), an evaluation, a checkpoint's write
@@ -44,7 +46,7 @@ class Stalled(Exception):
         super().__init__(what)
 
 
-class StallWatch:
+class StallWatch(Watcher):
     """The stall watch of one run (a `with` block on the main thread; elsewhere it does nothing)."""
 
     def __init__(self, log, exit_code: int, on_exit=None, floor_s: float | None = None,
@@ -53,8 +55,8 @@ class StallWatch:
         self.floor = float(os.environ.get(FLOOR_ENV, STALL_FLOOR_S)) if floor_s is None else floor_s
         self.recent: deque[float] = deque(maxlen=50)
         self.step, self.saved = 0, 0
-        self.phase, self.allowance = "start-up", max(LONG_ALLOWANCE_S, self.floor)
-        self.last = self.started = time.monotonic()
+        self.doing, self.allowance = "start-up", max(LONG_ALLOWANCE_S, self.floor)
+        self.last = time.monotonic()
         self.fired: str | None = None
         self.fetching = False  # the main thread is waiting for the next batch (a step boundary)
         self._done = threading.Event()
@@ -65,18 +67,21 @@ class StallWatch:
     def step_allowance(self) -> float:
         return max(self.floor, STALL_STEPS * max(self.recent, default=0.0))
 
-    def beat(self, step: int) -> None:
+    def started(self, step: int) -> None:
+        self.saved = step  # the resume state it began from
+
+    def stepped(self, step: int) -> None:
         """A step is done."""
         now = time.monotonic()
-        if self.phase == "step":
+        if self.doing == "step":
             self.recent.append(now - self.last)
-        self.step, self.last, self.phase, self.allowance = step, now, "step", self.step_allowance()
+        self.step, self.last, self.doing, self.allowance = step, now, "step", self.step_allowance()
 
-    def allow(self, phase: str) -> None:
+    def phase(self, name: str) -> None:
         """A known long phase begins (evaluation, a checkpoint's write)."""
-        self.last, self.phase, self.allowance = time.monotonic(), phase, max(LONG_ALLOWANCE_S, self.floor)
+        self.last, self.doing, self.allowance = time.monotonic(), name, max(LONG_ALLOWANCE_S, self.floor)
 
-    def checkpointed(self, step: int) -> None:
+    def checkpointed(self, step: int, loss: float | None) -> None:
         self.saved = step
 
     # ---------------------------------------------------------------- the watch
@@ -102,7 +107,7 @@ class StallWatch:
             silent = time.monotonic() - self.last
             if silent < self.allowance:
                 continue
-            self.fired = (f"stalled: no progress for {silent / 60:.1f} min in {self.phase} after step {self.step} "
+            self.fired = (f"stalled: no progress for {silent / 60:.1f} min in {self.doing} after step {self.step} "
                           f"(allowed {self.allowance / 60:.1f} min{', the loader' if self.fetching else ''}); the "
                           f"resume state is at step {self.saved} or later")
             self.log(self.fired)

@@ -1,18 +1,12 @@
-"""One optimiser step, without waiting on the GPU.
+"""How the training step runs on its device, without waiting on it.
 
-The training loop (train.py) asks three things of a step, and none of them needs the host to wait
-for the device:
-  - the logged loss: `LossMeter` sums loss x samples on the device and brings the sums to the host
-    only at a sync (every `recipe.sync_every` steps, at each epoch's end, before a checkpoint);
-  - the divergence stop: the meter marks, on the device, the first step whose loss is not finite;
-    from that step on, its `stopped` flag (the fused AdamW's `found_inf`) makes every optimiser
-    step a no-op inside the kernel. The host learns of it at the next sync and ends the run as
-    `diverged` at the first bad step, with the weights of that step: exactly what a check on every
-    step gives, however late the check comes;
-  - launch overhead: for small models the step is a few hundred tiny kernels, and the CPU cannot
-    launch them as fast as the GPU runs them. `GraphedStep` captures the whole step (forward,
-    backward, clipping, AdamW, the meter) as one CUDA graph and replays it; `torch.compile`'s
-    modes (`recipe.compile`) are the alternative.
+The loop (train.py) asks three things of a step, and none of them needs the host to wait for the
+device: the logged loss and the divergence stop (train.LossMeter: sums on the device, read at
+syncs, every `recipe.sync_every` steps: `sync_interval`), and launch overhead: for small models
+the step is a few hundred tiny kernels, and the CPU cannot launch them as fast as the GPU runs
+them. `GraphedStep` captures the whole step (forward, backward, clipping, AdamW, the meter) as one
+CUDA graph and replays it; `torch.compile`'s modes (`recipe.compile`, `compile_mode`) are the
+alternative. Here too what the step computes in (`set_precision`, `autocast_for`).
 
 On the CPU every op runs when it is called, a sync costs nothing, and `sync_every` defaults to 1:
 a CPU run is the same, bit for bit, as one that read the loss after every step.
@@ -26,8 +20,6 @@ from collections.abc import Callable
 import torch
 
 from ..schema import Recipe
-
-NEVER = 2**62  # "no bad step yet"
 
 
 def set_precision(device: torch.device, recipe: Recipe) -> dict:
@@ -59,59 +51,6 @@ def compile_mode(recipe: Recipe) -> str | None:
     if value is True:
         return "default"
     return value or None
-
-
-class LossMeter:
-    """The epoch's training loss and the first non-finite loss, kept on the device.
-
-    `add` is device ops only; `sync` (every rank calls it at the same steps) moves the sums since
-    the last sync to the host, summed over ranks, and returns the first bad step or None. A loss
-    counts only while the run has not stopped, so the epoch mean is that of the steps that trained.
-    """
-
-    def __init__(self, device: torch.device, ctx, total: float = 0.0, count: int = 0):
-        self.ctx, self.total, self.count = ctx, total, count
-        self.pending = torch.zeros(2, dtype=torch.float64, device=device)  # loss x n, n since the last sync
-        self.first_bad = torch.full((), NEVER, dtype=torch.int64, device=device)
-        self.stopped = torch.zeros((), dtype=torch.float32, device=device)  # the optimiser's found_inf
-
-    def add(self, loss: torch.Tensor, n: int, step: torch.Tensor | int) -> None:
-        loss = loss.detach()
-        finite = torch.isfinite(loss)
-        live = finite & (self.stopped == 0)
-        self.pending[0] += torch.where(live, loss.double() * n, 0.0)
-        self.pending[1] += live.double() * n
-        self.first_bad.copy_(torch.minimum(self.first_bad, torch.where(finite, NEVER, step)))
-        self.stopped.copy_(torch.maximum(self.stopped, (~finite).float()))
-        if self.ctx.active:  # every rank skips the update once any rank saw a bad loss
-            import torch.distributed as dist
-
-            dist.all_reduce(self.stopped, op=dist.ReduceOp.MAX)
-
-    def sync(self) -> int | None:
-        """Fold the device sums into the host totals; the first bad step (all ranks agree) or None."""
-        if self.ctx.active:
-            import torch.distributed as dist
-
-            dist.all_reduce(self.pending)
-            dist.all_reduce(self.first_bad, op=dist.ReduceOp.MIN)
-        loss_sum, count = self.pending.tolist()
-        self.pending.zero_()
-        self.total += loss_sum
-        self.count += int(count)
-        bad = int(self.first_bad)
-        return None if bad == NEVER else bad
-
-    @property
-    def mean(self) -> float | None:
-        """The epoch's mean loss up to the last sync (None before any)."""
-        return self.total / self.count if self.count else None
-
-    def end_epoch(self) -> float:
-        """The epoch's mean loss (call after a sync); resets the totals."""
-        mean = self.total / self.count if self.count else float("nan")
-        self.total, self.count = 0.0, 0
-        return mean
 
 
 def sync_interval(recipe: Recipe, device: torch.device) -> int:
@@ -175,29 +114,3 @@ class GraphedStep:
                 dst.copy_(src, non_blocking=True)
             self.step_t.fill_(step)
         self.graph.replay()
-
-
-def accumulate(batch, k: int, task, net, autocast, meter: LossMeter, step_now, ctx) -> None:
-    """The gradient of one batch (this rank's share) from k micro-batches, one after the other:
-    only one micro-batch's activations are alive at a time. Each micro-batch's mean loss is
-    weighted by its share of the global batch's samples (DDP averages ranks): the batch's mean
-    exactly where the loss is a mean over samples (ViT, P2, classification), and up to how
-    masked tokens fall between micro-batches for the masked-LM loss. DDP reduces the gradients
-    once, after the last micro-batch."""
-    import contextlib
-
-    from ..compute.distributed import shard
-
-    samples = len(batch[0])
-    if samples < k:
-        raise ValueError(f"recipe.accumulate {k}: a batch of {samples} samples in this process cannot be cut into "
-                         f"{k} micro-batches (allowed: accumulate <= batch_size / processes)")
-    total = ctx.device_sum(samples) if ctx.active else samples
-    for i in range(k):
-        part = shard(batch, i, k)
-        with autocast():
-            loss, n_local = task.loss(net, part)
-        meter.add(loss, n_local, step_now)
-        hold = net.no_sync() if ctx.active and i < k - 1 else contextlib.nullcontext()
-        with hold:
-            (loss * (len(part[0]) * ctx.world / total)).backward()

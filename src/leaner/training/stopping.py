@@ -24,6 +24,8 @@ from __future__ import annotations
 import signal
 import time
 
+from .watchers import Watcher
+
 STOPPED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped on request, resumable
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: aborted by a second Ctrl-C, as a shell reports it
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -40,11 +42,11 @@ class Stopped(Exception):
         self.signal_name, self.signalled_at, self.step, self.seconds = signal_name, signalled_at, step, seconds
 
 
-class StopSignal:
+class StopSignal(Watcher):
     """Catches SIGTERM, SIGUSR1 and SIGINT while installed (a `with` block): the first one is kept,
-    with the time it came and the steps done by then (`steps`, which the training loop keeps
-    current); nothing else happens until the loop asks. A second SIGINT raises KeyboardInterrupt
-    (an abort)."""
+    with the time it came and the steps done by then (`steps`, which the loop keeps current: a
+    watcher of it); nothing else happens until the loop asks. A second SIGINT raises
+    KeyboardInterrupt (an abort)."""
 
     def __init__(self):
         self.name: str | None = None
@@ -62,6 +64,12 @@ class StopSignal:
             self.interrupts += 1
             if self.interrupts > 1:  # Ctrl-C again: abort, without the save
                 raise KeyboardInterrupt
+
+    def started(self, step: int) -> None:
+        self.steps = step
+
+    def stepped(self, step: int) -> None:
+        self.steps = step
 
     @property
     def received(self) -> bool:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ..io import read_json, write_csv, write_json
+from .watchers import Watcher
 
 PROGRESS_FILE = "progress.json"
 HEARTBEAT_S = 30.0
@@ -35,12 +36,13 @@ def tag(column: str) -> str:
     return f"{head}/{rest}" if head in ("train", "eval") and rest else column
 
 
-class RunRecord:
-    """History, TensorBoard events and the heartbeat of one training run (a no-op when not `main`)."""
+class RunRecord(Watcher):
+    """History, TensorBoard events and the heartbeat of one training run (a no-op when not `main`);
+    a watcher of the loop."""
 
     def __init__(self, out: Path, total: int, start_step: int, main: bool, every: float = HEARTBEAT_S):
         self.out, self.total, self.main, self.every = Path(out), total, main, every
-        self.started, self.last_beat, self.writer = time.time(), -math.inf, None
+        self.started_unix, self.last_beat, self.writer = time.time(), -math.inf, None
         self.checkpoint_step = start_step or None
         if main:
             from torch.utils.tensorboard import SummaryWriter
@@ -50,13 +52,15 @@ class RunRecord:
             self.writer = SummaryWriter(log_dir=str(self.out), purge_step=start_step, flush_secs=60)
             self.beat(start_step, None, force=True)
 
-    def epoch(self, history: list[dict]) -> None:
+    def synced(self, step: int, loss: float | None) -> None:
+        self.beat(step, loss)
+
+    def epoch(self, row: dict, history: list[dict]) -> None:
         """The epoch's row: history.csv rewritten whole, its numbers to TensorBoard, a heartbeat."""
         if not self.main:
             return
         import pandas as pd
 
-        row = history[-1]
         write_csv(self.out / "history.csv", pd.DataFrame(history))
         for column, value in row.items():
             if column not in ("epoch", "step", "elapsed_s") and isinstance(value, int | float) and math.isfinite(value):
@@ -69,6 +73,19 @@ class RunRecord:
         self.checkpoint_step = step
         self.beat(step, loss, force=True)
 
+    def ended(self, how, why, step, loss, error) -> None:
+        """Stopped or failed: the heartbeat says so, with the error (stop_after, which has none: it
+        is removed); done: it stays until the outputs are written (`finished`)."""
+        if how == "done":
+            return
+        if error is None:
+            self.close()
+        else:
+            self.close(error, step, loss, state=how)
+
+    def finished(self, out: Path) -> None:
+        self.close()
+
     def beat(self, step: int, loss: float | None, state: str = "running", force: bool = False,
              detail: str | None = None) -> None:
         """Write progress.json, at most every `every` seconds unless forced."""
@@ -76,7 +93,7 @@ class RunRecord:
         if not self.main or (not force and now - self.last_beat < self.every):
             return
         self.last_beat = now
-        _write_beat(self.out, state, step, self.total, loss, self.checkpoint_step, detail, self.started, now)
+        _write_beat(self.out, state, step, self.total, loss, self.checkpoint_step, detail, self.started_unix, now)
 
     def close(self, failure: BaseException | None = None, step: int = 0, loss: float | None = None,
               state: str = "failed") -> None:

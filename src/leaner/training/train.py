@@ -1,12 +1,26 @@
-"""THE training loop, shared by every task.
+"""THE training loop, shared by every task, read top to bottom: `train` calls its phases in order.
 
-AdamW with linear warm-up then cosine decay (optim.py), device picked automatically, the recipe's
-precision on CUDA (bf16 autocast or fp32, TF32 or not), deterministic fp32 on CPU for a given seed.
-The run's state is saved every checkpoint_every steps (resume.py) so that a re-run resumes where
-the last one stopped, bit for bit on CPU. The host reads the loss only at syncs (step.py). A NaN or inf loss
-ends the run with status ``diverged``: a result, not a crash of the sweep. The run's start is in
-start.py (seeds, initial weights, resume), its progress lines in progress.py, what metrics.json
-records besides the history in metrics.py.
+  set_up        the device and its processes, the model at initialisation, the task's data, the
+                optimiser: `Run`, what the run is made of (fixed from here on)
+  resume        the saved state of this spec, or a fresh one: `State`, where the run stands (what
+                a checkpoint holds of it, and how this attempt is going)
+  the epochs    each step (`one_step`: forward, backward, update; the task's `loss` is the only
+                task code in it), then the stop checks (a signal, the checkpoint clock), the
+                sync (the loss reaches the host; a NaN or inf loss ends the run `diverged`: a
+                result, not a crash of the sweep), the weights kept for conditioning and the
+                checkpoint (`checkpoint`); at each epoch's end its history row (`end_epoch`:
+                evaluation every eval_every epochs and at the end)
+  the outputs   the final weights, the kept checkpoints and metrics.json (`write_outputs`)
+
+What watches the loop (the stop signals, the stall watch, the progress bar, the history and
+heartbeat, the attempt's record, a cluster job's finished copies) hooks in at its named points
+through one list (watchers.py). AdamW with linear warm-up then cosine decay (optim.py); the
+device picked automatically; the recipe's precision on CUDA (bf16 autocast or fp32, TF32 or
+not), deterministic fp32 on the CPU for a given seed (step.py). The state is saved every
+checkpoint_every steps (resume.py) so that a re-run resumes where the last one stopped, bit for
+bit on the CPU. The host reads the loss only at syncs (LossMeter). The run's start (seeds,
+initial weights, the saved state) is in start.py, what metrics.json records besides the history
+in metrics.py.
 
 Outputs (each written atomically, metrics.json last):
   init.safetensors    weights at initialisation
@@ -17,11 +31,14 @@ Outputs (each written atomically, metrics.json last):
   metrics.json        spec, parameter counts, status, final and best metrics, cost
 """
 
+import contextlib
 import math
 import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,18 +49,21 @@ from ..io import sha256_file, write_json
 from ..provenance import claims_declared, describe
 from ..runspec import RunSpec
 from ..tasks.trainers import make_task
-from . import finished
 from .attempts import AttemptRecord
+from .finished import KeepFinished
 from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
-from .progress import budget_record, epoch_row, logger, past_budget, progress_bar
-from .resume import RESUME_DIR, CheckpointClock, checkpoint_minutes, save_checkpoint
+from .progress import Bar, budget_record, logger, past_budget
+from .resume import RESUME_DIR, CheckpointClock, RunState, checkpoint_minutes, save_checkpoint
 from .stall import Stalled, StallWatch, collective_timeout_min, fault_hold
 from .start import initial_model, resume_state, training_module
-from .step import GraphedStep, LossMeter, accumulate, autocast_for, set_precision, sync_interval
+from .step import GraphedStep, autocast_for, set_precision, sync_interval
 from .stopping import STOPPED_EXIT, Stopped, StopSignal, agree
 from .tracking import RunRecord, starting
+from .watchers import Watchers
 from .weights import KEPT_DIR, kept_name, kept_steps, publish_kept, save_weights
+
+NEVER = 2**62  # "no bad step yet"
 
 
 def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
@@ -67,284 +87,408 @@ def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, devi
 
     Under `torchrun` (see distributed.py) every rank calls this; rank 0 writes every output and
     returns the metrics, the other ranks return an empty dict."""
-    spec = RunSpec.of(spec)  # typed once, here: every phase below reads the typed spec
+    spec, started = RunSpec.of(spec), time.time()  # typed once, here: every phase below reads the typed spec
     # the stop signals before the data loaders fork (their workers keep the handler, not die); the
     # stall watch from the start (a hung start-up is one too: stall.py)
-    with StopSignal() as stop, StallWatch(_say, STOPPED_EXIT) as watch:
-        run = _Run(spec, Path(out_dir), stop, watch, stop_after, attempt)
-        run.set_up(data_path, device, threads, gpu_share)  # device, model, data, optimiser
-        run.resume()  # the saved state of this spec, or a fresh one
-        return run.train(progress)  # the epochs, then the outputs
+    with StopSignal() as stop, StallWatch(_say, STOPPED_EXIT) as stall:
+        run = set_up(spec, Path(out_dir), data_path, device, threads, gpu_share, stop_after, started, stop, stall)
+        state = resume(run, attempt)
+        main = run.ctx.main
+        watchers = Watchers(stop, stall, Bar(run.total, state.step, progress and main, spec.variant, run.log),
+                            RunRecord(run.out, run.total, state.step, main), run.attempts,
+                            KeepFinished(spec.json) if main else None)
+        watchers.started(state.step)
+        # the stall watch ends a process whose main thread is stuck: the heartbeat and the attempt say so
+        stall.on_exit = lambda why: watchers.ended("stopped", why, state.step, None, Stalled(why))
+        try:
+            if epochs(run, state, watchers):
+                return {}  # stopped after its checkpoint at stop_after, as a preempted job would
+            return write_outputs(run, state, watchers)
+        except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
+            how = "stopped" if isinstance(exc, Stopped | Stalled) else "failed"
+            watchers.ended(how, f"{type(exc).__name__}: {exc}", state.step, state.meter.mean, exc)
+            raise
 
 
 def _say(line: str) -> None:
     print(f"leaner train: {line}", file=sys.stderr, flush=True)
 
 
-class _Run:
-    """One run of the loop, its phases called in order by `train`: set_up, resume, train (its epochs,
-    `_train_epoch`: the steps, `_one_step`, the row, `_end_epoch`, the resume state; then `_outputs`)."""
+# ---------------------------------------------------------------------------------------- set-up
 
-    def __init__(self, spec: RunSpec, out: Path, stop: StopSignal, watch: StallWatch, stop_after: int | None,
-                 attempt: int | None):
-        self.spec, self.out, self.stop, self.watch = spec, out, stop, watch
-        self.stop_after, self.attempt = stop_after, attempt
-        self.keeps_finished = finished.wanted()  # a cluster job: Snakemake may still delete its outputs
-        self.started = time.time()
+@dataclass(frozen=True)
+class Run:
+    """What one run is made of: fixed from its set-up on."""
 
-    def set_up(self, data_path: str, device: str | None, threads: int | None, gpu_share: int | None) -> None:
-        """The device and its processes, the model at initialisation, the task's data, the optimiser."""
-        spec, out, stop_after = self.spec, self.out, self.stop_after
-        local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
-        log = logger(spec, local_rank)
-        dev = pick_device(device, gpu_share, local_rank, log=log)
-        ctx = distributed.init(dev, collective_timeout_min())
-        if ctx.main:
-            starting(out)  # the heartbeat of this attempt, before data and model load
-        if threads:
-            torch.set_num_threads(max(1, threads // ctx.world))
-        recipe = spec.recipe
-        precision = set_precision(dev, recipe)
-        self.log, self.dev, self.ctx, self.recipe, self.precision = log, dev, ctx, recipe, precision
+    spec: RunSpec
+    out: Path
+    log: Callable[[str], None]
+    dev: torch.device
+    ctx: distributed.Context
+    precision: dict  # what it computes in, for metrics.json
+    model: torch.nn.Module  # the plain module (its weights are saved)
+    counts: dict  # its parameter counts
+    net: torch.nn.Module  # what the step calls: on the device, DDP-wrapped, compiled
+    graphed: bool  # the step replayed as one CUDA graph
+    task: object
+    optimizer: torch.optim.Optimizer
+    autocast: Callable
+    per_epoch: int
+    total: int
+    sync_every: int
+    keep: frozenset  # the steps whose weights conditioning reads
+    stop_after: int | None
+    started: float
+    stop: StopSignal  # what the loop asks of its watchers: a stop signal came,
+    stall: StallWatch  # it waits for a batch (a stall there is at a step boundary),
+    attempts: AttemptRecord | None  # this attempt's record (rank 0's)
 
-        # ------------------------------------------------------------ model, data, optimiser
-        model, counts = initial_model(spec, out, ctx, log)
-        net, graphed = training_module(model, recipe, dev, ctx, log)
-        task = make_task(spec, data_path, dev)
-        if ctx.active and task.shards_evaluation:  # every rank evaluates its share of the batches
-            task.share_evaluation(ctx.rank, ctx.world, ctx.gather)
-        optimizer = make_optimizer(model, recipe, capturable=graphed)
-        autocast = autocast_for(dev, precision["precision"], graph_safe=graphed)
-        per_epoch = task.steps_per_epoch
-        total = min(recipe.epochs * per_epoch, recipe.max_steps or math.inf)
-        if stop_after is not None and (stop_after % recipe.checkpoint_every or not 0 < stop_after < total):
-            raise ValueError(f"stop_after {stop_after}: allowed a multiple of checkpoint_every "
-                             f"({recipe.checkpoint_every}) below the run's {total} steps")
-        self.keep = set(kept_steps(spec.conditioning.get("steps", []), total))
-        self.kept_tmp = out / RESUME_DIR / KEPT_DIR  # survives a kill with the resume state
-        self.model, self.counts, self.net, self.task, self.optimizer = model, counts, net, task, optimizer
-        self.autocast, self.per_epoch, self.total, self.graphed = autocast, per_epoch, total, graphed
 
-    def resume(self) -> None:
-        """The saved state restored (or a fresh one) and the loss meter."""
-        recipe, counts, ctx, dev, total = self.recipe, self.counts, self.ctx, self.dev, self.total
-        run = resume_state(self.spec, self.out, self.model, self.optimizer, ctx, self.kept_tmp, self.log,
-                           self.attempt)
-        self.attempts = AttemptRecord(self.out / RESUME_DIR, run.spec)
-        step, history = run.step, run.history
-        self.watch.checkpointed(step)
-        self.stop.steps = step
-        due = CheckpointClock(checkpoint_minutes(recipe.checkpoint_minutes, counts["total"]))
-        minutes = due.seconds and due.seconds / 60
-        self.log(f"{describe()}; device {dev}, {torch.get_num_threads()} threads, {ctx.world} process(es); "
-                 f"{counts['total']:,} parameters; batch {recipe.batch_size}; resume state every "
-                 f"{recipe.checkpoint_every} steps{f' and {minutes:.0f} min' if minutes else ''}; "
-                 + (f"resumed from step {step} of {total}" if step else f"step 0 of {total}"))
-        meter = LossMeter(dev, ctx, run.epoch_loss, run.epoch_count)
-        self.optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
-        self.sync_every = sync_interval(recipe, dev)
-        self.accumulate = recipe.accumulate
-        self.run_state, self.step, self.history, self.due, self.meter = run, step, history, due, meter
+def set_up(spec: RunSpec, out: Path, data_path: str, device: str | None, threads: int | None,
+           gpu_share: int | None, stop_after: int | None, started: float, stop: StopSignal,
+           stall: StallWatch) -> Run:
+    """The device and its processes, the model at initialisation, the task's data, the optimiser."""
+    local_rank = int(os.environ["LOCAL_RANK"]) if distributed.launched_by_torchrun() else None
+    log = logger(spec, local_rank)
+    dev = pick_device(device, gpu_share, local_rank, log=log)
+    ctx = distributed.init(dev, collective_timeout_min())
+    if ctx.main:
+        starting(out)  # the heartbeat of this attempt, before data and model load
+    if threads:
+        torch.set_num_threads(max(1, threads // ctx.world))
+    recipe = spec.recipe
+    precision = set_precision(dev, recipe)
+    model, counts = initial_model(spec, out, ctx, log)
+    net, graphed = training_module(model, recipe, dev, ctx, log)
+    task = make_task(spec, data_path, dev)
+    if ctx.active and task.shards_evaluation:  # every rank evaluates its share of the batches
+        task.share_evaluation(ctx.rank, ctx.world, ctx.gather)
+    optimizer = make_optimizer(model, recipe, capturable=graphed)
+    per_epoch = task.steps_per_epoch
+    total = min(recipe.epochs * per_epoch, recipe.max_steps or math.inf)
+    if stop_after is not None and (stop_after % recipe.checkpoint_every or not 0 < stop_after < total):
+        raise ValueError(f"stop_after {stop_after}: allowed a multiple of checkpoint_every "
+                         f"({recipe.checkpoint_every}) below the run's {total} steps")
+    return Run(spec, out, log, dev, ctx, precision, model, counts, net, graphed, task, optimizer,
+               autocast_for(dev, precision["precision"], graph_safe=graphed), per_epoch, total,
+               sync_interval(recipe, dev), frozenset(kept_steps(spec.conditioning.get("steps", []), total)),
+               stop_after, started, stop, stall, AttemptRecord(out / RESUME_DIR, spec.json) if ctx.main else None)
 
-    def _one_step(self, batch, step_now) -> None:  # forward, backward, update
-        optimizer, meter, ctx = self.optimizer, self.meter, self.ctx
-        optimizer.zero_grad(set_to_none=True)
-        if self.accumulate == 1:
-            with self.autocast():
-                loss, n_local = self.task.loss(self.net, batch)
-            meter.add(loss, n_local, step_now)
-            # weight each rank's mean by its share, so DDP's average is the global-batch mean
-            (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
-        else:
-            accumulate(batch, self.accumulate, self.task, self.net, self.autocast, meter, step_now, ctx)
-        if self.recipe.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.grad_clip)
-        optimizer.step()
 
-    def train(self, progress: bool) -> dict:
-        """The epochs, then the outputs; {} where the run stops at stop_after or on a rank but 0."""
-        # the graphed step holds this run's step method (a local: no cycle keeps the run alive after)
-        runner = GraphedStep(self._one_step, self.optimizer, self.dev) if self.graphed else None
-        step, total, per_epoch, history, ctx = self.step, self.total, self.per_epoch, self.history, self.ctx
-        self.bar = progress_bar(total, step, progress and ctx.main, self.spec.variant, self.log)
-        self.record = RunRecord(self.out, total, step, ctx.main)  # history.csv, TensorBoard, heartbeat
-        self.watch.on_exit = self._stalled_exit
-        self.t0, self.samples, self.status, self.diverged_at = time.perf_counter(), 0, "ok", None
-        self.over_budget = False  # recipe.wall_budget_minutes: the authors' regime, stopped at an epoch's end
-        self.best = best_of(history, self.task)
-        self.data_events: dict = {}  # Task.take_data_events, totalled (this attempt's: a resumed run counts from there)
-        self.model.train()
-        self.epoch = step // per_epoch
-        try:
-            if 0 < step < total and step % per_epoch == 0 and (not history or history[-1]["step"] < step):
-                self._end_epoch(self.epoch - 1)  # saved at an epoch's last step, before its row: the row now
-            while self.step < total and self.status == "ok" and not self.over_budget:
-                if self._train_epoch(runner):
-                    return {}
-            self.bar.close()
-            return self._outputs()
-        except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
-            how = "stopped" if isinstance(exc, Stopped | Stalled) else "failed"
-            self.record.close(exc, self.step, self.meter.mean, state=how)
-            if ctx.main:
-                self.attempts.end(how, f"{type(exc).__name__}: {exc}")
-            raise
+def kept_folder(run: Run) -> Path:
+    """Where the weights kept for conditioning wait until the run ends (a kill keeps them with the
+    resume state)."""
+    return run.out / RESUME_DIR / KEPT_DIR
 
-    def _train_epoch(self, runner: GraphedStep | None) -> bool:
-        """The current epoch's steps from `step` on, then its row; True where the run stopped
-        after its checkpoint at stop_after (as a preempted job would)."""
-        task, ctx, recipe, optimizer = self.task, self.ctx, self.recipe, self.optimizer
-        total, per_epoch, epoch, sync_every = self.total, self.per_epoch, self.epoch, self.sync_every
-        batches = iter(task.train_batches(epoch, self.step - epoch * per_epoch, ctx.rank, ctx.world))
-        while (batch := self._next_batch(batches)) is not None:
-            lr = lr_at(self.step, total, recipe, per_epoch)
-            if runner is not None:
-                runner.set_lr(lr)
-                runner.run(batch, self.step)
-            else:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                self._one_step(batch, self.step)
-            self.step, self.samples = self.step + 1, self.samples + len(batch[0])
-            step = self.step
-            self.stop.steps = step
-            self.watch.beat(step)
-            self.bar.update(1)
-            # a stop signal and the checkpoint clock: read at every step on one process, at the
-            # syncs under DDP (where the ranks agree on them)
-            halt = timed = False
-            if step < total and (not ctx.active or step % sync_every == 0):
-                halt, timed = agree(ctx, self.stop.received, ctx.main and self.due.passed())
-            save = step < total and (halt or timed or step % recipe.checkpoint_every == 0)
-            # sync: the loss sums and the divergence flag reach the host
-            if step % sync_every == 0 or step % per_epoch == 0 or step >= total or save:
-                self.diverged_at = diverged_at = self.meter.sync()
-                self.record.beat(step, self.meter.mean)
-                if diverged_at is not None:  # the weights are those before the bad step's update
-                    self.status = "diverged"
-                    self.log(f"loss is not finite at step {diverged_at} (found at step {step - 1}): stopping, "
-                             "status diverged")
-                    self.step = diverged_at
-                    break
-            # keep weights, checkpoint
-            if step in self.keep and ctx.main:
-                self.kept_tmp.mkdir(parents=True, exist_ok=True)
-                save_weights(self.model, self.kept_tmp / f"{kept_name(step)}.safetensors", self.spec.raw)
-            if save and self._save_state(halt):  # at an epoch's end before its row: a resume writes it
-                return True
-            if step >= total:
-                break
-        # evaluate and log the epoch (every epoch a history row; evaluation every eval_every and at the end)
-        if self.step % per_epoch == 0 or self.step >= total or self.status != "ok":
-            trained_s = self.run_state.elapsed_s + time.perf_counter() - self.t0
-            self.over_budget = past_budget(self.recipe, self.step < total, trained_s, self.ctx)
-            self._end_epoch(epoch)
-            self.epoch += 1
-        return False
 
-    def _next_batch(self, batches):
-        """The epoch's next batch (None at its end). A stall while waiting for it (stall.py) is at a
-        step boundary: one process saves its state there before it stops."""
-        self.watch.fetching = True
-        try:
-            fault_hold(self.step, self.run_state.step)
-            return next(batches)
-        except StopIteration:
-            return None
-        except Stalled:
-            if not self.ctx.active and self.step > self.watch.saved:
-                self.meter.sync()
-                self._save_state(False)
-            raise
-        finally:
-            self.watch.fetching = False
+# ---------------------------------------------------------------------------------------- resume
 
-    def _stalled_exit(self, why: str) -> None:
-        """The stall watch ends a process whose main thread is stuck: the heartbeat and the attempt
-        say so."""
-        self.record.close(Stalled(why), self.step, None, state="stopped")
-        if self.ctx.main:
-            self.attempts.end("stopped", why)
+@dataclass
+class State:
+    """Where the run stands: what a checkpoint holds of it (`saved`: its spec and the training
+    time of the attempts before this one; the step, the history, the epoch's loss sums in the
+    meter) and how this attempt is going."""
 
-    def _end_epoch(self, number: int) -> None:
-        """Epoch `number`'s history row (evaluated every eval_every epochs and at the end), its
-        TensorBoard scalars and data events."""
-        self.watch.allow("evaluation")
-        step, task, ctx = self.step, self.task, self.ctx
-        last = step >= self.total or self.status != "ok" or self.over_budget
-        row = epoch_row(task, self.model, self.autocast, self.meter, self.recipe, number, step, self.total,
-                         self.per_epoch, self.run_state.elapsed_s + time.perf_counter() - self.t0, last, ctx,
-                         self.bar, self.log)
-        self.history.append(row)
-        log_data_events(task, ctx, self.data_events, number, self.log)
-        self.record.epoch(self.history)
-        self.best = best_of([row], task, self.best)
+    saved: RunState
+    step: int
+    history: list[dict]
+    meter: "LossMeter"
+    due: CheckpointClock  # recipe.checkpoint_minutes since the last save
+    t0: float = 0.0  # when this attempt's training began (epochs), on time.perf_counter's clock
+    samples: int = 0  # trained on in this attempt
+    status: str = "ok"  # ok, or diverged
+    diverged_at: int | None = None
+    over_budget: bool = False  # recipe.wall_budget_minutes passed at an epoch's end: the authors' regime
+    data_events: dict = field(default_factory=dict)  # Task.take_data_events of this attempt, totalled
 
-    def _save_state(self, halt: bool) -> bool:
-        """Write the resume state at `step`; stop there if told to (`Stopped`) or at stop_after
-        (True: return, as a preempted job would)."""
-        step, ctx, stop = self.step, self.ctx, self.stop
-        self.watch.allow("a checkpoint's write")
-        save_checkpoint(self.out, self.run_state, self.model, self.optimizer, step, self.history, self.meter,
-                        time.perf_counter() - self.t0, ctx)
-        self.watch.checkpointed(step)
-        self.record.checkpointed(step, self.meter.mean)
-        if ctx.main:
-            self.attempts.saved(step)
-        self.due.reset()
-        if halt:  # told to stop: the state is saved, the step in flight was finished
-            self.bar.close()
-            if ctx.active:  # no rank ends before rank 0's write has: torchrun would stop the others
-                ctx.all_sum([0.0])
-            ctx.close()
-            raise Stopped(stop.name or "a signal to another rank", stop.signalled_at, step, stop.since())
-        if step == self.stop_after:  # preempted right after this checkpoint
-            self.bar.close()
-            self.record.close()
-            if ctx.main:
-                self.attempts.end("stopped", f"stop_after {step}")
-            ctx.close()
+    def trained_s(self) -> float:
+        """Training time of every attempt so far."""
+        return self.saved.elapsed_s + time.perf_counter() - self.t0
+
+
+def resume(run: Run, attempt: int | None) -> State:
+    """The saved state of this spec restored into the model, the optimiser and the RNGs (or a fresh
+    one), with this attempt recorded (start.resume_state)."""
+    recipe, ctx = run.spec.recipe, run.ctx
+    saved = resume_state(run.spec, run.out, run.model, run.optimizer, ctx, kept_folder(run), run.log, attempt)
+    due = CheckpointClock(checkpoint_minutes(recipe.checkpoint_minutes, run.counts["total"]))
+    minutes = due.seconds and due.seconds / 60
+    run.log(f"{describe()}; device {run.dev}, {torch.get_num_threads()} threads, {ctx.world} process(es); "
+            f"{run.counts['total']:,} parameters; batch {recipe.batch_size}; resume state every "
+            f"{recipe.checkpoint_every} steps{f' and {minutes:.0f} min' if minutes else ''}; "
+            + (f"resumed from step {saved.step} of {run.total}" if saved.step else f"step 0 of {run.total}"))
+    meter = LossMeter(run.dev, ctx, saved.epoch_loss, saved.epoch_count)
+    run.optimizer.found_inf = meter.stopped  # no update from the first non-finite loss on
+    return State(saved, saved.step, saved.history, meter, due)
+
+
+# ---------------------------------------------------------------------------------------- one step
+
+def one_step(run: Run, meter: "LossMeter", batch, step_now) -> None:
+    """Forward, backward, update: the task's loss on the batch (this rank's share), its gradient
+    (recipe.accumulate: from micro-batches), clipped, and AdamW's step."""
+    optimizer, ctx = run.optimizer, run.ctx
+    optimizer.zero_grad(set_to_none=True)
+    if run.spec.recipe.accumulate == 1:
+        with run.autocast():
+            loss, n_local = run.task.loss(run.net, batch)
+        meter.add(loss, n_local, step_now)
+        # each rank's mean weighted by its share, so DDP's average is the global-batch mean
+        (loss * (n_local * ctx.world / ctx.device_sum(n_local)) if ctx.active else loss).backward()
+    else:
+        _accumulate(run, meter, batch, step_now)
+    if run.spec.recipe.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.spec.recipe.grad_clip)
+    optimizer.step()
+
+
+def _accumulate(run: Run, meter: "LossMeter", batch, step_now) -> None:
+    """The gradient of one batch (this rank's share) from k micro-batches, one after the other:
+    only one micro-batch's activations are alive at a time. Each micro-batch's mean loss is
+    weighted by its share of the global batch's samples (DDP averages ranks): the batch's mean
+    exactly where the loss is a mean over samples (ViT, P2, classification), and up to how
+    masked tokens fall between micro-batches for the masked-LM loss. DDP reduces the gradients
+    once, after the last micro-batch."""
+    ctx, k, net = run.ctx, run.spec.recipe.accumulate, run.net
+    samples = len(batch[0])
+    if samples < k:
+        raise ValueError(f"recipe.accumulate {k}: a batch of {samples} samples in this process cannot be cut into "
+                         f"{k} micro-batches (allowed: accumulate <= batch_size / processes)")
+    total = ctx.device_sum(samples) if ctx.active else samples
+    for i in range(k):
+        part = distributed.shard(batch, i, k)
+        with run.autocast():
+            loss, n_local = run.task.loss(net, part)
+        meter.add(loss, n_local, step_now)
+        hold = net.no_sync() if ctx.active and i < k - 1 else contextlib.nullcontext()
+        with hold:
+            (loss * (len(part[0]) * ctx.world / total)).backward()
+
+
+class LossMeter:
+    """The epoch's training loss and the first non-finite loss, kept on the device.
+
+    `add` is device ops only; `sync` (every rank calls it at the same steps) moves the sums since
+    the last sync to the host, summed over ranks, and returns the first bad step or None. From the
+    first bad step on, `stopped` (the fused AdamW's `found_inf`) makes every optimiser step a
+    no-op inside the kernel, so the run ends `diverged` at that step with its weights, however
+    late the host learns of it. A loss counts only while the run has not stopped, so the epoch
+    mean is that of the steps that trained. On the CPU a sync costs nothing and comes every step.
+    """
+
+    def __init__(self, device: torch.device, ctx, total: float = 0.0, count: int = 0):
+        self.ctx, self.total, self.count = ctx, total, count
+        self.pending = torch.zeros(2, dtype=torch.float64, device=device)  # loss x n, n since the last sync
+        self.first_bad = torch.full((), NEVER, dtype=torch.int64, device=device)
+        self.stopped = torch.zeros((), dtype=torch.float32, device=device)  # the optimiser's found_inf
+
+    def add(self, loss: torch.Tensor, n: int, step: torch.Tensor | int) -> None:
+        loss = loss.detach()
+        finite = torch.isfinite(loss)
+        live = finite & (self.stopped == 0)
+        self.pending[0] += torch.where(live, loss.double() * n, 0.0)
+        self.pending[1] += live.double() * n
+        self.first_bad.copy_(torch.minimum(self.first_bad, torch.where(finite, NEVER, step)))
+        self.stopped.copy_(torch.maximum(self.stopped, (~finite).float()))
+        if self.ctx.active:  # every rank skips the update once any rank saw a bad loss
+            import torch.distributed as dist
+
+            dist.all_reduce(self.stopped, op=dist.ReduceOp.MAX)
+
+    def sync(self) -> int | None:
+        """Fold the device sums into the host totals; the first bad step (all ranks agree) or None."""
+        if self.ctx.active:
+            import torch.distributed as dist
+
+            dist.all_reduce(self.pending)
+            dist.all_reduce(self.first_bad, op=dist.ReduceOp.MIN)
+        loss_sum, count = self.pending.tolist()
+        self.pending.zero_()
+        self.total += loss_sum
+        self.count += int(count)
+        bad = int(self.first_bad)
+        return None if bad == NEVER else bad
+
+    @property
+    def mean(self) -> float | None:
+        """The epoch's mean loss up to the last sync (None before any)."""
+        return self.total / self.count if self.count else None
+
+    def end_epoch(self) -> float:
+        """The epoch's mean loss (call after a sync); resets the totals."""
+        mean = self.total / self.count if self.count else float("nan")
+        self.total, self.count = 0.0, 0
+        return mean
+
+
+# ---------------------------------------------------------------------------------------- the epochs
+
+def epochs(run: Run, state: State, watchers: Watchers) -> bool:
+    """Every epoch from the state's step to the end (or the first bad step, or the wall budget);
+    True where the run stopped after its checkpoint at stop_after."""
+    # the graphed step holds this run's step (a closure: no cycle keeps the run alive after)
+    graph = GraphedStep(lambda batch, step: one_step(run, state.meter, batch, step), run.optimizer,
+                        run.dev) if run.graphed else None
+    run.model.train()
+    state.t0 = time.perf_counter()
+    step, per_epoch = state.step, run.per_epoch
+    if 0 < step < run.total and step % per_epoch == 0 and (not state.history or state.history[-1]["step"] < step):
+        end_epoch(run, state, watchers, step // per_epoch - 1)  # saved at an epoch's last step, before its row
+    while state.step < run.total and state.status == "ok" and not state.over_budget:
+        if _epoch(run, state, watchers, graph):
             return True
-        return False
+    return False
 
-    def _outputs(self) -> dict:
-        """The final weights, the kept checkpoints and metrics.json (rank 0; the others return {})."""
-        spec, out, ctx, task, model, history, step = (self.spec, self.out, self.ctx, self.task, self.model,
-                                                      self.history, self.step)
-        total, per_epoch, best, precision = self.total, self.per_epoch, self.best, self.precision
-        train_time = time.perf_counter() - self.t0
-        samples = ctx.all_sum([self.samples])[0]
-        if not ctx.main:
-            ctx.close()
-            return {}
-        save_weights(model, out / "model.safetensors", spec.raw)
-        kept = publish_kept(self.kept_tmp, out / KEPT_DIR, {s for s in self.keep if s <= step})
-        metrics = {
-            "study": spec.study, "variant": spec.variant, "spec": spec.raw, "seed": spec.seed,
-            "params": self.counts, "status": self.status, "diverged_at_step": self.diverged_at,
-            "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
-            "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
-            "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model),
-            "data": {**task.data_info(), **({"events": self.data_events} if self.data_events else {})},
-            "chance": task.chance(),
-            "steps": step, "total_steps": total, "epochs": math.ceil(total / per_epoch),
-            "wall_time_s": self.run_state.elapsed_s + train_time,
-            "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
-            **precision, **cost_and_provenance(self.dev, ctx, self.started, precision["precision"]),
-            # what later stages check before they trust the weights (a truncated or replaced file)
-            "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
-            "checkpoints": kept,
-            **budget_record(self.recipe, self.epoch if self.over_budget else None),
-            "resumed_at": self.attempts.resumed_at(),  # the steps later attempts began at
-            "attempts": self.attempts.end("done", step=step),  # each attempt: where it began and ended, its cost
-            "claims_digest": claims_declared(spec.study),  # the study's claims as declared when it trained
-            # which evaluation examples the final model gets right (a claim's bootstrap over them)
-            "eval_outcomes": task.eval_outcomes(model, self.autocast),
-        }
-        write_json(out / "metrics.json", metrics)
-        shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
-        if self.keeps_finished:  # a failed group or a late TIMEOUT would delete these outputs: a second name
-            finished.keep(out, self.run_state.spec)
-        self.record.close()
+
+def _epoch(run: Run, state: State, watchers: Watchers, graph: GraphedStep | None) -> bool:
+    """The current epoch's steps from the state's step on, then its row; True where the run stopped
+    after its checkpoint at stop_after."""
+    ctx, recipe, total, per_epoch = run.ctx, run.spec.recipe, run.total, run.per_epoch
+    epoch = state.step // per_epoch
+    batches = iter(run.task.train_batches(epoch, state.step - epoch * per_epoch, ctx.rank, ctx.world))
+    while (batch := _next_batch(run, state, watchers, batches)) is not None:
+        lr = lr_at(state.step, total, recipe, per_epoch)
+        if graph is not None:
+            graph.set_lr(lr)
+            graph.run(batch, state.step)
+        else:
+            for group in run.optimizer.param_groups:
+                group["lr"] = lr
+            one_step(run, state.meter, batch, state.step)
+        state.step, state.samples = state.step + 1, state.samples + len(batch[0])
+        step = state.step
+        watchers.stepped(step)
+        # a stop signal and the checkpoint clock: read at every step on one process, at the syncs
+        # under DDP (where the ranks agree on them)
+        halt = timed = False
+        if step < total and (not ctx.active or step % run.sync_every == 0):
+            halt, timed = agree(ctx, run.stop.received, ctx.main and state.due.passed())
+        save = step < total and (halt or timed or step % recipe.checkpoint_every == 0)
+        # sync: the loss sums and the divergence flag reach the host
+        if step % run.sync_every == 0 or step % per_epoch == 0 or step >= total or save:
+            state.diverged_at = state.meter.sync()
+            watchers.synced(step, state.meter.mean)
+            if state.diverged_at is not None:  # the weights are those before the bad step's update
+                run.log(f"loss is not finite at step {state.diverged_at} (found at step {step - 1}): stopping, "
+                        "status diverged")
+                state.status, state.step = "diverged", state.diverged_at
+                break
+        if step in run.keep and ctx.main:  # the weights conditioning reads
+            kept_folder(run).mkdir(parents=True, exist_ok=True)
+            save_weights(run.model, kept_folder(run) / f"{kept_name(step)}.safetensors", run.spec.raw)
+        if save and checkpoint(run, state, watchers, halt):  # at an epoch's end before its row: a resume writes it
+            return True
+        if step >= total:
+            break
+    if state.step % per_epoch == 0 or state.step >= total or state.status != "ok":
+        state.over_budget = past_budget(recipe, state.step < total, state.trained_s(), ctx)
+        end_epoch(run, state, watchers, epoch)
+    return False
+
+
+def _next_batch(run: Run, state: State, watchers: Watchers, batches):
+    """The epoch's next batch (None at its end). A stall while waiting for it (stall.py) is at a
+    step boundary: one process saves its state there before it stops."""
+    stall = run.stall
+    stall.fetching = True
+    try:
+        fault_hold(state.step, state.saved.step)
+        return next(batches)
+    except StopIteration:
+        return None
+    except Stalled:
+        if not run.ctx.active and state.step > stall.saved:
+            state.meter.sync()
+            checkpoint(run, state, watchers, False)
+        raise
+    finally:
+        stall.fetching = False
+
+
+def end_epoch(run: Run, state: State, watchers: Watchers, number: int) -> None:
+    """Epoch `number`'s history row: the training loss, and evaluated every eval_every epochs and
+    at the end (every rank its share of the batches, or for a task that cannot share, rank 0 while
+    the others wait; every rank gets the row); the data path's events of the epoch."""
+    watchers.phase("evaluation")
+    task, ctx, recipe, step = run.task, run.ctx, run.spec.recipe, state.step
+    last = step >= run.total or state.status != "ok" or state.over_budget
+    evaluate = (number + 1) % recipe.eval_every == 0 or last
+    train_loss = state.meter.end_epoch()
+    scores = task.evaluate(run.model, run.autocast) if evaluate and (ctx.main or task.shards_evaluation) else {}
+    row = None
+    if ctx.main:
+        row = {"epoch": number + 1, "step": step, "lr": lr_at(max(step - 1, 0), run.total, recipe, run.per_epoch),
+               "train_loss": train_loss, **scores, "elapsed_s": state.trained_s()}
+    row = ctx.from_main(row)
+    if evaluate:
+        run.log(f"epoch {row['epoch']} step {row['step']}: " + " ".join(
+            f"{k}={v:.4g}" for k, v in row.items() if k.startswith(("train", "eval"))))
+    state.history.append(row)
+    log_data_events(task, ctx, state.data_events, number, run.log)
+    watchers.epoch(row, state.history)
+
+
+def checkpoint(run: Run, state: State, watchers: Watchers, halt: bool) -> bool:
+    """Write the resume state at the state's step; stop there if told to (`Stopped`), or at
+    stop_after (True: return, as a preempted job would)."""
+    ctx, step = run.ctx, state.step
+    watchers.phase("a checkpoint's write")
+    save_checkpoint(run.out, state.saved, run.model, run.optimizer, step, state.history, state.meter,
+                    time.perf_counter() - state.t0, ctx)
+    watchers.checkpointed(step, state.meter.mean)
+    state.due.reset()
+    if halt:  # told to stop: the state is saved, the step in flight was finished
+        if ctx.active:  # no rank ends before rank 0's write has: torchrun would stop the others
+            ctx.all_sum([0.0])
         ctx.close()
-        return metrics
+        stop = run.stop
+        raise Stopped(stop.name or "a signal to another rank", stop.signalled_at, step, stop.since())
+    if step == run.stop_after:  # preempted right after this checkpoint
+        watchers.ended("stopped", f"stop_after {step}", step, state.meter.mean, None)
+        ctx.close()
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------- the outputs
+
+def write_outputs(run: Run, state: State, watchers: Watchers) -> dict:
+    """The final weights, the kept checkpoints and metrics.json (rank 0; the others return {})."""
+    spec, out, ctx, task, model, history, step = run.spec, run.out, run.ctx, run.task, run.model, state.history, \
+        state.step
+    train_time = time.perf_counter() - state.t0
+    samples = ctx.all_sum([state.samples])[0]
+    if not ctx.main:
+        ctx.close()
+        return {}
+    save_weights(model, out / "model.safetensors", spec.raw)
+    kept = publish_kept(kept_folder(run), out / KEPT_DIR, {s for s in run.keep if s <= step})
+    watchers.ended("done", None, step, state.meter.mean, None)  # the attempt's record, with its cost
+    attempts, best = run.attempts, best_of(history, task)
+    metrics = {
+        "study": spec.study, "variant": spec.variant, "spec": spec.raw, "seed": spec.seed,
+        "params": run.counts, "status": state.status, "diverged_at_step": state.diverged_at,
+        "final": {k: v for k, v in (history[-1] if history else {}).items() if k.startswith(("train", "eval"))},
+        "best": {task.primary_metric: best["value"], "epoch": best["epoch"], "step": best["step"]},
+        "primary_metric": task.primary_metric, "diagnostics": task.diagnostics(model),
+        "data": {**task.data_info(), **({"events": state.data_events} if state.data_events else {})},
+        "chance": task.chance(),
+        "steps": step, "total_steps": run.total, "epochs": math.ceil(run.total / run.per_epoch),
+        "wall_time_s": state.saved.elapsed_s + train_time,
+        "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
+        **run.precision, **cost_and_provenance(run.dev, ctx, run.started, run.precision["precision"]),
+        # what later stages check before they trust the weights (a truncated or replaced file)
+        "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
+        "checkpoints": kept,
+        **budget_record(spec.recipe, history[-1]["epoch"] if state.over_budget else None),
+        "resumed_at": attempts.resumed_at(),  # the steps later attempts began at
+        "attempts": attempts.records(),  # each attempt: where it began and ended, its cost
+        "claims_digest": claims_declared(spec.study),  # the study's claims as declared when it trained
+        # which evaluation examples the final model gets right (a claim's bootstrap over them)
+        "eval_outcomes": task.eval_outcomes(model, run.autocast),
+    }
+    write_json(out / "metrics.json", metrics)
+    shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+    watchers.finished(out)  # the heartbeat removed; a cluster job's second name for its outputs
+    ctx.close()
+    return metrics
