@@ -1,15 +1,23 @@
-"""The README's source run of the default study (config.yaml), kept in tests/reference/default_study:
-every table the run writes but the job costs, each study's summary without its timings, the
-findings, and where, when and under which numerics it ran (provenance.json).
+"""The runs the numbers are held to, kept in tests/reference/:
 
-Two uses:
-- the tests: the README's tables must be what this run's CSVs render (test_readme.py), and a new
-  run of the default study must give these files byte for byte where its numerics label is the
-  reference's, or else stay within what another platform can move (test_default_study.py);
-- refreshing them after a change that moves the numbers, from a finished run of config.yaml:
-  `.venv/bin/python tests/reference_run.py WORKDIR` writes the files, the generated blocks (the
-  README's short claims table; docs/results.md's full claims and heads-effect tables, the numbers
-  behind them and the findings) and the README's headline figure;
+- default_study: the README's source run of the default study (config.yaml);
+- quick_study: every study at a small budget (config.yaml with configs/quick.yaml: one seed, 60
+  steps), which `make test` re-runs through the real DAG, so any change to the numbers fails CI.
+
+Each holds every table the run writes but the job costs, each study's summary without its
+timings, the findings, and where, when and under which numerics it ran (provenance.json).
+
+Uses:
+- the tests: the README's tables must be what the default run's CSVs render (test_readme.py); a
+  new run must give these files byte for byte where its numerics label is the reference's
+  (test_quick_study.py in `make test`, test_default_study.py in `make reproduce`), or else stay
+  within what another platform can move;
+- refreshing them after a change that moves the numbers, from a finished run:
+  `.venv/bin/python tests/reference_run.py WORKDIR [WALL]` (of config.yaml) writes the default's
+  files, the generated blocks (the README's short claims table; docs/results.md's full claims
+  and heads-effect tables, the numbers behind them and the findings) and the README's headline
+  figure; `.venv/bin/python tests/reference_run.py --quick WORKDIR` (of config.yaml with
+  configs/quick.yaml) the quick one's files;
 - the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
   docs/headline.png from the reference's summaries with the overview's own code (the figure
   `leaner overview` draws as results/figures/all_studies-overview.png).
@@ -26,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "tests" / "reference" / "default_study"
+QUICK = REPO / "tests" / "reference" / "quick_study"
+CONFIGS = {REFERENCE: ["config.yaml"], QUICK: ["config.yaml", "configs/quick.yaml"]}  # what each is a run of
 README = REPO / "README.md"
 RESULTS = REPO / "docs" / "results.md"
 FIGURE = REPO / "docs" / "headline.png"
@@ -67,13 +77,13 @@ def numerics_labels(workdir: Path) -> set[str]:
     return labels
 
 
-def provenance() -> dict:
-    return json.loads((REFERENCE / "provenance.json").read_text())
+def provenance(folder: Path = REFERENCE) -> dict:
+    return json.loads((folder / "provenance.json").read_text())
 
 
-def reference_files() -> dict[str, str]:
-    return {str(p.relative_to(REFERENCE)): p.read_text() for p in sorted(REFERENCE.rglob("*.csv"))} | {
-        "findings.md": (REFERENCE / "findings.md").read_text()}
+def reference_files(folder: Path = REFERENCE) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*.csv"))} | {
+        "findings.md": (folder / "findings.md").read_text()}
 
 
 def _arrows(values, fmt) -> str:
@@ -133,7 +143,8 @@ SUPPORTED = {"yes": "supported", "no": "not supported"}
 def claims_brief(frame) -> str:
     """The README's short claims table: each decided comparison (lean or control against its
     baseline, over more than one seed) in six columns; the full table is docs/results.md's."""
-    from leaner.analysis.overview import _elsewhere, _signed, _stuck
+    from leaner.analysis.findings import _elsewhere, _stuck
+    from leaner.analysis.stats import signed
 
     lines = ["| study | claim | compared (parameters against the baseline's) | difference (+: better) "
              "[one-sided 95%] | verdict: declared supported? | another platform could read |",
@@ -146,8 +157,8 @@ def claims_brief(frame) -> str:
         declared = (f"declared {r['hypothesis']}: {SUPPORTED.get(r['supported'], r['supported'])}"
                     if isinstance(r.get("hypothesis"), str) else "the control")
         lines.append(f"| `{r['study']}` | {r['claim']} ({r['metric']}) | {r['configuration']} vs {baseline} "
-                     f"({r['role']}{fewer}) | {_signed(r['lean_advantage'])} [{_signed(r['bound_lo'])}, "
-                     f"{_signed(r['bound_hi'])}], n = {int(r['n'])}{_stuck(r)} | **{r['verdict']}** ({declared}) | "
+                     f"({r['role']}{fewer}) | {signed(r['lean_advantage'])} [{signed(r['bound_lo'])}, "
+                     f"{signed(r['bound_hi'])}], n = {int(r['n'])}{_stuck(r)} | **{r['verdict']}** ({declared}) | "
                      f"{_elsewhere(r)} |")
     return "\n".join(lines) + "\n"
 
@@ -157,7 +168,7 @@ def readme_blocks() -> dict[tuple[Path, str], str]:
     -> text."""
     import pandas as pd
 
-    from leaner.analysis.overview import effects_markdown, headline_markdown
+    from leaner.analysis.findings import effects_markdown, headline_markdown
 
     read = {"keep_default_na": False, "na_values": [""]}  # the verdict "n/a (one seed)" is words
     findings = (REFERENCE / "findings.md").read_text()
@@ -199,27 +210,30 @@ def marked(text: str, name: str) -> tuple[int, int]:
     return start, text.index(end, start)
 
 
-def write_reference(workdir: Path, wall: str | None = None) -> None:
-    """Keep a finished run of config.yaml as the reference and render the README's blocks from it."""
+def write_reference(workdir: Path, wall: str | None = None, folder: Path = REFERENCE) -> None:
+    """Keep a finished run as the reference in `folder`; for the default study's, render the
+    README's blocks and its headline figure from it."""
     labels = numerics_labels(workdir)
     if len(labels) != 1:
         raise SystemExit(f"the run mixes numerics ({sorted(labels)}): a reference is made under one")
-    for old in REFERENCE.rglob("*"):
-        if old.is_file():
-            old.unlink()
-    for name, text in comparable(workdir).items():
-        (REFERENCE / name).parent.mkdir(parents=True, exist_ok=True)
-        (REFERENCE / name).write_text(text)
     runs = [json.loads(p.read_text()) for p in (Path(workdir) / "results").glob("*/*/metrics.json")]
     states = {(m["code"]["commit"], m["code"]["dirty"]) for m in runs}
     if len(states) != 1:
         raise SystemExit(f"the run's variants come from {len(states)} code states: a reference comes from one")
+    for old in folder.rglob("*"):
+        if old.is_file():
+            old.unlink()
+    for name, text in comparable(workdir).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
     (commit, dirty), = states
     record = runs[0]["numerics"]
-    (REFERENCE / "provenance.json").write_text(json.dumps({
+    (folder / "provenance.json").write_text(json.dumps({
         "numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
         "commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%d"),
-        "command": "snakemake --cores 2 --configfile config.yaml", "wall": wall}, indent=1) + "\n")
+        "command": f"snakemake --cores 2 --configfile {' '.join(CONFIGS[folder])}", "wall": wall}, indent=1) + "\n")
+    if folder != REFERENCE:
+        return
     for (path, name), block in readme_blocks().items():
         text = path.read_text()
         start, end = marked(text, name)
@@ -230,5 +244,7 @@ def write_reference(workdir: Path, wall: str | None = None) -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--figure"]:
         print(headline_figure())
+    elif sys.argv[1:2] == ["--quick"]:
+        write_reference(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, QUICK)
     else:
         write_reference(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

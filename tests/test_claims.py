@@ -21,6 +21,8 @@ from leaner.workflow.plan import build_plan
 
 from conftest import BIN, TINY, run, snakemake
 
+pytestmark = pytest.mark.fast
+
 CLAIM = {"name": "two_heads", "baseline": {"depth": 1, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
          "margin": 0.05, "seeds": [0, 1]}
 
@@ -164,7 +166,8 @@ def test_leaner_tables_writes_the_claims_table_people_read(tmp_path):
 
 
 def test_the_headline_is_every_studys_declared_claims_baseline_first():
-    from leaner.analysis.overview import headline, headline_markdown
+    from leaner.analysis.findings import headline_markdown
+    from leaner.analysis.overview import headline
 
     claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
              "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},

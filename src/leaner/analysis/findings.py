@@ -1,5 +1,7 @@
-"""The findings paragraph: what the overview's numbers say about where the two papers' claims
-meet, generated from the data (findings.md / findings.html), nothing written in advance."""
+"""The findings: what the overview's numbers say about where the two papers' claims meet,
+generated from the data (findings.md / findings.html), nothing written in advance; its
+paragraphs, and its tables as Markdown (the declared claims, most against fewest heads), which
+docs/results.md shows too."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 
 import pandas as pd
 
-from .stats import MIN_N_INTERVAL, fmt_ci, resolve
+from .stats import MIN_N_INTERVAL, fmt_ci, resolve, signed
 from .tables import SUPPORTS
 
 
@@ -185,3 +187,71 @@ def _association(lo: float, hi: float) -> str:
             "below": "better-conditioned attention goes with higher error",
             "includes zero": "the interval includes zero",
             "unresolved": "unresolved (the interval comes within the margin of zero)"}[resolve(lo, hi)]
+
+
+# ---------------------------------------------------------------- findings.md's tables
+
+ONE_RUN = " (one run)"  # a number without an interval: what one run on one platform gave, not a finding
+
+
+def headline_markdown(frame: pd.DataFrame) -> str:
+    """The full claims table (docs/results.md): each claim's baseline row, then its lean rows and its control with
+    the difference (against the baseline, signed so that + is the compared model better) and its
+    one-sided 95% bounds, the verdict and whether it supports the declared hypothesis. A claim over
+    one seed has no interval: its numbers are marked as one run's."""
+    lines = ["| study | claim | role | configuration | params | metric | mean | n | difference (+: better than "
+             "the baseline) [one-sided 95% bounds] | margin | verdict | declared: supported? | another platform "
+             "could read | with the test split's share [bounds]: verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in frame.iterrows():
+        compared, one = r["role"] != "baseline", int(r["n"]) == 1
+        if math.isnan(r["params"]):  # no run of it learned: neither its size nor its mean is in the table
+            params = "n/a"
+        else:
+            fewer = compared and round(r["param_reduction_pct"]) != 0
+            params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if fewer else "")
+        mean = "n/a" if math.isnan(r["mean"]) else f"{r['mean']:.3f}{ONE_RUN * one}"
+        bounds = ("" if not compared or math.isnan(r["bound_lo"])
+                  else f" [{signed(r['bound_lo'])}, {signed(r['bound_hi'])}]")
+        declared = f"{r['hypothesis']}: {r['supported']}" if isinstance(r.get("hypothesis"), str) else ""
+        lines.append(f"| `{r['study']}` | {r['claim']} | {r['role']} | {r['configuration']} | {params} | "
+                     f"{r['metric']} | {mean} | {int(r['n'])}{_stuck(r)} | "
+                     f"{signed(r['lean_advantage']) + bounds + ONE_RUN * one if compared else ''} | "
+                     f"{r['margin']:g} | {r['verdict'] if compared else ''} | {declared} | "
+                     f"{_elsewhere(r) if compared else ''} | {_split(r) if compared else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def _stuck(r: pd.Series) -> str:
+    """A README cell's note of the runs of an arm that did not learn (counted, left out of n)."""
+    k = r.get("not_learned")
+    return f" (+{k:.0f} did not learn)" if isinstance(k, float) and k > 0 else ""
+
+
+def _split(r: pd.Series) -> str:
+    """A README cell: the bounds over seeds and test examples together, and what they would read."""
+    lo, hi = r.get("split_lo", math.nan), r.get("split_hi", math.nan)
+    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
+        return ""
+    return f"[{signed(lo)}, {signed(hi)}]: {r['split_verdict']}"
+
+
+def _elsewhere(r: pd.Series) -> str:
+    """A README cell: the verdicts another platform could read, 'the same' where only this one."""
+    text = r.get("elsewhere")
+    if not isinstance(text, str) or not text:
+        return ""
+    return "the same" if text == r["verdict"] else text
+
+
+def effects_markdown(frame: pd.DataFrame) -> str:
+    """Most against fewest heads per comparison group: the error difference (more heads minus fewer:
+    + is worse) and its 95% interval to 3 decimals, the verdict; a difference of one seed a side,
+    without an interval, marked as one run's."""
+    lines = ["| study | comparison | error difference (more - fewer heads) [95% CI] | n | verdict | "
+             "another platform could read |", "|---|---|---|---|---|---|"]
+    for _, r in frame.iterrows():
+        ci = ONE_RUN if math.isnan(r["delta_lo"]) else f" [{r['delta_lo']:+.3f}, {r['delta_hi']:+.3f}]"
+        lines.append(f"| `{r['study']}` | {r['group']}: heads {r['heads']} | {r['delta_error']:+.3f}{ci} | {r['n']} | "
+                     f"{r['verdict']} | {_elsewhere(r)} |")
+    return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ import pandas as pd
 from ..shown import Architectures, figure
 from .figure_parts import METRIC_LABELS, METRIC_NAMES, panel_grid, seed_agg, spread_note
 from .plots import pyplot, save
+from .stats import signed
 
 
 @figure("pareto", requires=(Architectures(),), claims=True, passes=("claims",), caption=(
@@ -80,7 +81,7 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
             span = 3 * margin + float(np.nanmax(np.abs(near["hi"].fillna(near["mean"]) - base["mean"]), initial=0))
             zoom.set_ylim(base["mean"] - span, base["mean"] + span)
             zoom.set_xlim(0.6 * smallest, 1.6 * base["params"])
-        lines = [f"{lean['configuration']}: {lean['verdict']}, {_signed(lean['lean_advantage'])}"
+        lines = [f"{lean['configuration']}: {lean['verdict']}, {signed(lean['lean_advantage'], missing='n/a')}"
                  + ("" if math.isnan(lean["bound_lo"]) else f" [{lean['bound_lo']:+.3f}, {lean['bound_hi']:+.3f}]")
                  + ("" if math.isnan(lean["param_reduction_pct"]) else
                     f", {lean['param_reduction_pct']:.0f}% fewer parameters")
@@ -117,10 +118,6 @@ def _config_of(configs: pd.DataFrame, point: dict) -> str:
     for key, value in point.items():
         mask &= (configs[key] == value).to_numpy()
     return configs.loc[mask, "config"].iloc[0]
-
-
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
 
 
 def _pareto_front(points: pd.DataFrame, better: str) -> pd.DataFrame:

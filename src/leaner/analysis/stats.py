@@ -191,6 +191,11 @@ def spearman_ci(x, y) -> tuple[float, float, float, int]:
     return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
 
 
+def signed(x: float | None, digits: int = 3, missing: str = "") -> str:
+    """A difference with its sign ('+0.041'); `missing` where there is none (None or NaN)."""
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{digits}f}"
+
+
 def fmt_ci(value: float, lo: float, hi: float) -> str:
     """'+0.41 [-0.37, +0.85]', or without the interval when there is none, or 'n/a'."""
     if math.isnan(value):
