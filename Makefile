@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test bench gpu-check setup clean-results catalogue
+.PHONY: study test test-fast reproduce bench gpu-check setup clean-results catalogue
 
 setup: $(STAMP)
 
@@ -17,8 +17,16 @@ $(STAMP): requirements.lock pyproject.toml
 study: $(STAMP)
 	$(BIN)/leaner run --cores all
 
+# The suite's tiers (tests/conftest.py TIERS): everything but the default study's re-run (CI's);
+# the inner loop's units and one tiny workflow; the default study against its reference.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --tier fast,slow
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q --tier fast
+
+reproduce: $(STAMP)
+	$(BIN)/python -m pytest -q --tier reproduce
 
 # After adding or changing a figure's or table's definition: its index and caption (shown.py).
 catalogue: $(STAMP)

@@ -69,7 +69,39 @@ def small_spec(**model_overrides) -> dict:
             "model": model, "recipe": recipe, "conditioning": {**CONDITIONING_DEFAULTS, "samples": 32}}
 
 
+# The suite's tiers (every test module names its own by `pytestmark`; a test may name another):
+#   fast       units and one tiny workflow through Snakemake: `make test-fast`, the inner loop
+#   slow       every other behaviour through the path users run: with fast, `make test` (CI)
+#   reproduce  the default study against its committed reference, byte for byte: `make reproduce`
+TIERS = ("fast", "slow", "reproduce")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", default="fast,slow",
+                     help=f"the tiers to run, comma-separated (of {', '.join(TIERS)}; all: every one); default "
+                          "fast,slow: what `make test` runs")
+
+
+def tier_of(item) -> str | None:
+    """The test's tier: its own marker, else its class's or module's (the closest one)."""
+    return next((m.name for m in item.iter_markers() if m.name in TIERS), None)
+
+
 def pytest_collection_modifyitems(config, items):
+    wanted = config.getoption("--tier").split(",")
+    wanted = list(TIERS) if wanted == ["all"] else wanted
+    unknown = sorted(set(wanted) - set(TIERS))
+    if unknown:
+        raise pytest.UsageError(f"--tier {','.join(unknown)}: unknown (allowed: {', '.join(TIERS)} or all)")
+    untiered = sorted({item.module.__name__ for item in items if tier_of(item) is None})
+    if untiered:
+        raise pytest.UsageError(f"test modules without a tier (pytestmark = pytest.mark.<{'|'.join(TIERS)}>): "
+                                f"{', '.join(untiered)}")
+    kept = [item for item in items if tier_of(item) in wanted]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if tier_of(item) not in wanted])
+        items[:] = kept
+
     import torch
 
     if torch.cuda.is_available():

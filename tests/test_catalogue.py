@@ -15,6 +15,8 @@ import pytest
 
 from conftest import REPO, TINY, small_spec
 
+pytestmark = pytest.mark.fast
+
 TOY_MODULE = '''
 from leaner.tasks import TaskInfo
 from leaner.tasks.base import classification_measure, evaluation_sums, trains

@@ -282,6 +282,7 @@ def test_a_run_that_never_beat_chance_is_counted_and_left_out_of_the_verdict():
     assert claims_table(_summary().assign(learned=True), [claim]).iloc[1]["verdict"] == "superior"
 
 
+@pytest.mark.slow
 def test_each_run_records_the_declaration_and_a_later_change_is_said_without_retraining(tmp_path):
     """Through Snakemake: every run's metrics.json carries its study's claims digest; the claims
     table reads "as declared"; a rationale edited afterwards re-runs the tables only, which then

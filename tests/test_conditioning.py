@@ -22,6 +22,8 @@ from leaner.models import build_model
 from conftest import small_spec
 from reference_kappa import agrees, reference_kappas
 
+pytestmark = pytest.mark.fast
+
 
 def _with_singular_values(sv: list[float], rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
     u, _ = torch.linalg.qr(torch.randn(rows, rows, generator=gen, dtype=torch.float64))

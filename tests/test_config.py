@@ -15,6 +15,8 @@ from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import BIN, REPO, TINY, image_folder, run
 
+pytestmark = pytest.mark.fast
+
 
 def tiny() -> dict:
     return load_yaml(TINY)
@@ -428,6 +430,7 @@ def test_named_overlays_change_every_study(tmp_path):
         load_plan(bad, default=REPO / "config.yaml")
 
 
+@pytest.mark.slow
 def test_a_partial_configfile_layers_on_config_yaml_under_snakemake(tmp_path):
     """`snakemake --configfile configs/quick.yaml` alone: laid over config.yaml (23 variants, one
     seed each), not a config of its own."""

@@ -25,6 +25,8 @@ from leaner.workflow.plan import build_plan, load_plan
 
 from conftest import REPO, TINY, image_folder, snakemake
 
+pytestmark = pytest.mark.fast
+
 VIT_B16 = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072, "patch_size": 16,
            "img_size": 224, "in_chans": 3, "num_classes": 1000, "qkv_bias": True, "drop_path_rate": 0.0,
            "global_pool": "token"}
@@ -367,6 +369,7 @@ def test_an_image_job_is_priced_at_the_slower_of_its_step_and_its_loader():
     assert loader_feed(plan, p2.spec, 1, LOADER_RATE) is None
 
 
+@pytest.mark.slow
 def test_the_authors_four_hours_a_job_reach_what_the_plans_step_times_allow():
     """`leaner cost --wall-budget 4 --study nearest_figN` (P2's figN regime: 4 h a job, one V100, no
     requeue): each configuration's epochs within 4 h are its 2,000 x 4 h / its priced wall hours,

@@ -15,6 +15,8 @@ from leaner.training.train import train
 
 from conftest import small_spec
 
+pytestmark = pytest.mark.fast
+
 
 def test_digits_split_is_fixed_recorded_and_standardised(tmp_path):
     spec = {"kind": "digits", "test_fraction": 0.2, "split_seed": 0}
@@ -531,6 +533,7 @@ def test_a_run_on_webdataset_shards_trains_and_names_the_files_it_cannot_read(tm
     assert events["unreadable files"] == ["noise.jpg"] and events["unreadable, skipped"] >= 1
 
 
+@pytest.mark.slow
 def test_the_paper_config_takes_the_hubs_webdataset_shards_as_its_comment_says(tmp_path):
     """configs/paper.yaml's commented imagenet_wds entry, uncommented and given to vit_imagenet (its
     DeiT recipe, repeat_aug 3 and all), plans without a problem: shards named as the hub's."""

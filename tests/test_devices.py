@@ -15,7 +15,7 @@ from leaner.compute.devices import claim_slot, pick_device, release
 
 from conftest import REPO
 
-pytestmark = pytest.mark.devices
+pytestmark = [pytest.mark.fast, pytest.mark.devices]
 
 HOLDER = """
 import sys, time

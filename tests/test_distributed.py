@@ -32,6 +32,8 @@ from leaner.training.train import train
 
 from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 
+pytestmark = pytest.mark.slow
+
 
 def _train(spec, manifest, out, nproc, threads=2, **popen):
     cmd = [str(BIN / "leaner"), "train", "--spec", json.dumps(spec), "--data", str(manifest), "--out", str(out),

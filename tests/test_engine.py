@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from leaner.workflow import engine
 
 from conftest import BIN
+
+pytestmark = pytest.mark.slow
 
 
 def _snakemake(tmp_path, text: str, *args: str) -> subprocess.CompletedProcess:

@@ -36,6 +36,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 ENV_FILE = REPO / "envs" / "leaner.yaml"
 POST_DEPLOY = REPO / "envs" / "leaner.post-deploy.sh"

@@ -26,6 +26,8 @@ from leaner.training.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
 
 from conftest import BIN, REPO, TINY, saved_checkpoint, small_spec
 
+pytestmark = pytest.mark.slow
+
 VARIANT = "results/tiny/L2-H1-D16-hd16-mlp32-s0"
 TARGET = f"{VARIANT}/metrics.json"
 

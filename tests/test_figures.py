@@ -18,6 +18,8 @@ from leaner.workflow.plan import build_plan
 
 from conftest import TINY, snakemake
 
+pytestmark = pytest.mark.fast
+
 CONFIG = yaml.safe_load(TINY.read_text())
 
 

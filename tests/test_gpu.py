@@ -22,7 +22,7 @@ from leaner.schema import Recipe
 from conftest import TINY, kill_after_checkpoint, small_spec, snakemake
 from test_sequence import _write_glue
 
-pytestmark = [pytest.mark.gpu, pytest.mark.workflow]
+pytestmark = [pytest.mark.slow, pytest.mark.gpu, pytest.mark.workflow]
 
 
 ONE_POINT = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2], "seeds": [0]}

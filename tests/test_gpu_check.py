@@ -13,6 +13,8 @@ import torch
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = str(REPO / "benchmarks" / "gpu_check.py")
 
 

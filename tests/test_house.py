@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.fast
+
 PACKAGE = REPO / "src" / "leaner"
 
 
@@ -126,6 +128,11 @@ def test_the_layers_picture_is_drawn_from_the_imports_with_every_unit_above_what
 
 
 MODULE_LINES, FUNCTION_LINES = 350, 100  # the house's limits: a module a reader holds in mind, a function on a screen
+# One idea a module: a module passes MODULE_LINES only where its one idea needs it, named here with why.
+ONE_IDEA = {
+    "src/leaner/training/train.py": "the training loop read top to bottom: set-up, resume, the step, the epochs, "
+                                    "the outputs",
+}
 
 
 def _sizes() -> tuple[dict[str, int], dict[str, int]]:
@@ -141,9 +148,29 @@ def _sizes() -> tuple[dict[str, int], dict[str, int]]:
 
 
 def test_every_module_and_function_is_within_the_houses_limits():
+    """A module over MODULE_LINES is one idea that needs the room (ONE_IDEA says which and why), not
+    several; one listed there that no longer needs it is taken off."""
     modules, functions = _sizes()
     assert len(modules) > 80 and functions
-    long_modules = {m: n for m, n in modules.items() if n > MODULE_LINES}
+    long_modules = {m: n for m, n in modules.items() if n > MODULE_LINES and m not in ONE_IDEA}
     long_functions = {f: n for f, n in functions.items() if n > FUNCTION_LINES}
-    assert not long_modules, f"modules over {MODULE_LINES} lines (split by idea): {long_modules}"
+    assert not long_modules, (f"modules over {MODULE_LINES} lines (split by idea, or say in ONE_IDEA why one idea "
+                              f"needs them): {long_modules}")
     assert not long_functions, f"functions over {FUNCTION_LINES} lines (split into steps): {long_functions}"
+    assert all(modules.get(m, 0) > MODULE_LINES for m in ONE_IDEA), "ONE_IDEA lists a module within the limit"
+
+
+def test_every_test_module_names_its_tier():
+    """Each test module says which tier it is in (conftest.TIERS: the Makefile's test-fast, test and
+    reproduce), by a module-level pytestmark; a new module without one fails here (and at
+    collection)."""
+    from conftest import TIERS
+
+    untiered = []
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        marks = [node for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)]
+        named = {n.attr for m in marks for n in ast.walk(m.value) if isinstance(n, ast.Attribute)}
+        if not named & set(TIERS):
+            untiered.append(path.name)
+    assert not untiered, f"test modules without a tier (pytestmark = pytest.mark.<{'|'.join(TIERS)}>): {untiered}"

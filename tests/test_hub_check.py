@@ -21,6 +21,8 @@ from leaner.data.hub_check import (
 
 from conftest import BIN, TINY, parquet_image_dataset, run, snakemake
 
+pytestmark = pytest.mark.slow
+
 
 def _scripted(root):
     """A dataset folder that ships a loading script `<folder name>.py`, as ILSVRC/imagenet-1k did."""

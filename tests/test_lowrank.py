@@ -16,6 +16,8 @@ import torch
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("triton")
 
 EXACT = r"""

@@ -13,6 +13,8 @@ from leaner.workflow.plan import build_plan, study_model_base
 
 from conftest import BIN, REPO
 
+pytestmark = pytest.mark.fast
+
 
 def _vit_b_base():
     return study_model_base(load_yaml(REPO / "configs" / "paper.yaml"), "vit_imagenet")[1]

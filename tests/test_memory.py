@@ -17,6 +17,8 @@ from leaner.workflow.plan import load_plan
 
 from conftest import REPO, small_spec
 
+pytestmark = pytest.mark.fast
+
 
 def _models() -> list[dict]:
     """The shallowest and the deepest model of every study of config.yaml and paper.yaml (every
@@ -89,6 +91,7 @@ def test_kept_counts_spare_the_torch_import_for_the_same_code_only(tmp_path):
     assert again == first and imported
 
 
+@pytest.mark.slow
 def test_a_real_conditioning_run_stays_within_its_estimate(tmp_path, digits_manifest):
     """Peak memory of the conditioning stage on a 76M-parameter ViT (init + final weights, float64
     probe), in a process of its own, against conditioning_mem_mb."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from leaner.models import build_model, param_counts
 
 from conftest import small_spec
+
+pytestmark = pytest.mark.fast
 
 VIT_B = {"arch": "vit", "depth": 12, "heads": 12, "width": 768, "head_dim": 64, "mlp_hidden": 3072,
          "patch_size": 16, "img_size": 224, "in_chans": 3, "num_classes": 1000}

@@ -21,6 +21,8 @@ from leaner.training.train import train
 
 from conftest import nearest_setup
 
+pytestmark = pytest.mark.fast
+
 
 def test_points_lie_on_the_sphere_and_targets_are_the_farthest_point():
     x = sample_sphere(64, 9, 5, torch.Generator().manual_seed(0))

@@ -17,6 +17,8 @@ from leaner.compute.numerics import describe_mix, is_mixed, label, pinned_enviro
 
 from conftest import REPO, TINY, snakemake
 
+pytestmark = pytest.mark.slow
+
 X86 = platform.machine() in ("x86_64", "AMD64")
 TIMINGS = ["wall_time_s", "throughput_samples_per_s", "peak_memory_mb"]
 

@@ -12,6 +12,8 @@ from scipy import stats
 from leaner.analysis.overview import heads_effect, kappa_error_correlation, verdict
 from leaner.analysis.stats import spearman_ci, welch
 
+pytestmark = pytest.mark.fast
+
 
 def test_welch_interval_is_scipys():
     rng = np.random.default_rng(0)

@@ -17,6 +17,8 @@ from leaner.workflow.plan import load_plan
 
 from conftest import REPO
 
+pytestmark = pytest.mark.fast
+
 
 def _reference(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
@@ -98,6 +100,7 @@ def _peak_mb(n: int, form: str) -> float:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_the_peak_memory_of_a_p2_step_grows_linearly_in_n():
     """Batch 8, 64 heads (W 8 x H 8) of rank 8: from N = 256 to 1024 the model's step grows 4x
     (measured: 41 -> 164 MB), where the math form's N x N scores grow 16x; the control (the math

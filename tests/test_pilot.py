@@ -17,6 +17,8 @@ from leaner.workflow.config import load_yaml
 
 from conftest import BIN, REPO, TINY, run
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_issues_figures_for_ten_seeds():
     """At the pooled sd 0.015 a non-inferiority test at margin 0.02 with 10 seeds a side has 88.9%
@@ -51,6 +53,7 @@ def _claimed(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_a_pilot_trains_the_claims_arms_on_its_own_seeds_and_reports_their_power(tmp_path):
     config = _claimed(tmp_path)
     leaner = [str(BIN / "leaner"), "pilot", "tiny", "--claim", "lean", "--config", str(config), "--cores", "2"]

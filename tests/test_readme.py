@@ -9,8 +9,11 @@ import re
 import shlex
 
 import pandas as pd
+import pytest
 
 from reference_run import FIGURE, README, REFERENCE, REPO, marked, provenance, readme_blocks
+
+pytestmark = pytest.mark.fast
 
 
 def test_the_readmes_tables_and_findings_are_rendered_from_the_reference_run():

@@ -14,6 +14,8 @@ from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY
 
+pytestmark = pytest.mark.slow
+
 PAPER = REPO / "configs" / "paper.yaml"
 
 

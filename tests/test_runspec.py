@@ -14,6 +14,8 @@ from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY, small_spec
 
+pytestmark = pytest.mark.fast
+
 PACKAGE = REPO / "src" / "leaner"
 
 

@@ -15,6 +15,8 @@ from leaner.workflow.config import ConfigError, load_yaml
 
 from conftest import BIN, REPO, run, small_spec, snakemake
 
+pytestmark = pytest.mark.slow
+
 
 class _Payload:
     """Pickles to a call of os.system: what an unsafe loader would execute."""

@@ -21,6 +21,8 @@ from leaner.training.weights import load_weights, save_weights
 
 from conftest import REPO, snakemake
 
+pytestmark = pytest.mark.slow
+
 SEQ_CONFIG = REPO / "tests" / "config" / "tiny_sequence.yaml"
 
 

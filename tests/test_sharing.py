@@ -11,7 +11,7 @@ import yaml
 
 from conftest import snakemake
 
-pytestmark = [pytest.mark.workflow, pytest.mark.devices]
+pytestmark = [pytest.mark.slow, pytest.mark.workflow, pytest.mark.devices]
 
 
 def _config(tmp_path, resources, variants_seeds=(0, 1)):

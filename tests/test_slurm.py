@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from conftest import BIN, REPO, TINY
 from slurm_cluster import SlurmCluster
 
-pytestmark = [pytest.mark.workflow,
+pytestmark = [pytest.mark.slow, pytest.mark.workflow,
               pytest.mark.skipif(os.geteuid() != 0, reason="starting slurmctld/slurmd/munged needs root")]
 
 FAILING = "L1-H2-D16-hd8-mlp32-s1"

@@ -6,8 +6,12 @@ import json
 import re
 import time
 
+import pytest
+
 from leaner.running.status import STALE_S, variant_row
 from leaner.training.tracking import PROGRESS_FILE, mark_failed, starting
+
+pytestmark = pytest.mark.fast
 
 
 def _row(folder, log):

@@ -17,6 +17,8 @@ import pytest
 from leaner.analysis.labels import column_label
 from leaner.analysis.table_render import number_format, write_table
 
+pytestmark = pytest.mark.fast
+
 CAPTION = "vit_digits: eval_acc per configuration over seeds (mean, 95% interval, min, max, n) & #1 ~ ^{x}"
 VERDICT = ("more heads help: the 95% interval of the difference clears zero by more than a quarter of its "
            "half-width, in every seed pair of the group (see findings.md, section 2)")
@@ -163,6 +165,7 @@ def _ensure(binary: str, package: str) -> str:
     return found
 
 
+@pytest.mark.slow
 def test_every_latex_table_compiles(tmp_path):
     """Every kind of table, nasty text included, in a bare article (no package: the table is
     centred over the margins when wide) and in one with graphicx (scaled to the line width)."""
@@ -205,6 +208,7 @@ def _widths_at_1400(chromium: str, page, tmp_path) -> tuple[int, int, list[float
     return int(found[1]), int(found[2]), [float(x) for x in found[3].split(",") if x]
 
 
+@pytest.mark.slow
 def test_the_widest_html_tables_fit_1400_px(tmp_path):
     """The widest tables of a study (a long verdict; 24 columns) show every column in a 1400 px window."""
     chromium = _ensure("chromium", "chromium")

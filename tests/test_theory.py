@@ -7,6 +7,8 @@ import pytest
 
 from leaner.measure.theory import kappa_formula, monte_carlo
 
+pytestmark = pytest.mark.fast
+
 # papers.md 1.1: N=197, d=64, 5 draws: h -> (kappa MC mean, formula)
 PAPER_TABLE = {4: (14.6, 15.3), 8: (4.18, 4.27), 12: (3.00, 3.05), 16: (2.52, 2.56), 24: (2.07, 2.12),
                32: (1.88, 1.90)}
@@ -19,6 +21,7 @@ def test_closed_form_values():
     assert kappa_formula(300, 100) == pytest.approx(kappa_formula(100, 300))
 
 
+@pytest.mark.slow
 def test_monte_carlo_matches_formula_and_paper_table_at_fixed_head_dim():
     rows = monte_carlo(tokens=[197], head_dims=[64], widths=[], heads=list(PAPER_TABLE), draws=20, seed=0)
     by_h = {r["heads"]: r for r in rows}
@@ -33,6 +36,7 @@ def test_monte_carlo_matches_formula_and_paper_table_at_fixed_head_dim():
     assert all(a > b for a, b in zip(means, means[1:])), "kappa must fall as heads grow at fixed d"
 
 
+@pytest.mark.slow
 def test_fixed_width_is_the_flat_control():
     rows = monte_carlo(tokens=[197], head_dims=[], widths=[768], heads=[1, 2, 4, 8, 12, 16, 24, 32], draws=20,
                        seed=1)

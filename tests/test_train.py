@@ -68,6 +68,7 @@ def test_same_seed_same_result(tmp_path, digits_manifest):
     assert _same_weights(tmp_path / "a" / "model.safetensors", tmp_path / "b" / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_the_same_weights_are_the_same_bytes_in_any_process(tmp_path):
     """The sha256 metrics.json records of the weights holds across re-runs: three processes save
     the same model to byte-identical files, whose one metadata key is the spec (several keys come
@@ -92,6 +93,7 @@ def test_warmup_then_cosine():
     assert lrs[-1] < 0.01
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_and_ends_identical(tmp_path, digits_manifest):
     """SIGKILL a real `leaner train` after its first checkpoint; the re-run resumes from the
     checkpoint (its log says so) and ends bit-identical to an uninterrupted run."""

@@ -30,6 +30,8 @@ from leaner.running.handoff import (
 
 from conftest import BIN, small_spec, snakemake
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _quit_at_its_default():

@@ -17,7 +17,7 @@ from leaner.running.handoff import WARM_LINE
 
 from conftest import BIN, REPO, TINY, parquet_image_dataset, saved_checkpoint, snakemake, venv_activate
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.fast, pytest.mark.workflow]
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +224,7 @@ def test_lint_is_clean():
     assert "Congratulations, your workflow is in a good condition!" in out, out
 
 
+@pytest.mark.slow
 def test_paper_scale_dry_run_resolves_the_whole_dag(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "8", configfile=REPO / "configs" / "paper.yaml")
     out = proc.stdout + proc.stderr
@@ -407,6 +408,7 @@ def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tm
     assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
+@pytest.mark.slow
 def test_requesting_one_variant_runs_only_its_chain(tmp_path):
     target = "results/tiny/L2-H1-D16-hd16-mlp32-s0/conditioning.csv"
     proc = snakemake(tmp_path, target, "--cores", "2")
@@ -430,6 +432,7 @@ def _status(workdir, config) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_a_killed_run_shows_in_status_and_the_readme_command_resumes_it(tmp_path):
     """A real run, watched: `leaner status` shows the long variant running (step, loss) while the
     short one is done; `leaner run` refuses to touch a live run's lock; after kill -9 of Snakemake

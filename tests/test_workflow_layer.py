@@ -26,6 +26,8 @@ from leaner.workflow.scheduling import (
 
 from conftest import REPO, TINY
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_workflow_layer_plans_the_default_config_with_torch_unimportable():
     """Import every module of the layer, and the catalogues it reads, with `import torch` failing,
