@@ -120,4 +120,5 @@ def test_the_heads_effects_hold_within_the_platform_tolerance(study_run):
 
 def test_every_variant_agrees_with_an_independent_float64_recomputation(study_run):
     run, _ = study_run
-    assert check_study_outputs(run / "results") > 100
+    variants = len(list((run / "results").glob("*/*/metrics.json")))
+    assert variants > 20 and check_study_outputs(run / "results") >= 2 * variants  # every layer at init and final
