@@ -268,9 +268,10 @@ def _slurm_job_of(cluster, what: str) -> str:
 
 
 def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_uninterrupted_run(cluster, tmp_path):
-    """A training job of ~1.5 minutes of work (18,400 steps) under a 1-minute limit, whose every
-    save of its resume state is held 8 s (LEANER_FAULT_SLOW_RENAME): longer than the Snakemake in
-    the job takes to exit once its job ends. Attempt 1 gets SIGUSR1 as `sbatch --signal=USR1@N`
+    """A training job of ~2 minutes (920 steps, each held 0.13 s: LEANER_FAULT_SLOW_STEP, long in
+    time, not in work) under a 1-minute limit, whose every save of its resume state is held 8 s
+    (LEANER_FAULT_SLOW_RENAME): longer than the Snakemake in the job takes to exit once its job
+    ends. Attempt 1 gets SIGUSR1 as `sbatch --signal=USR1@N`
     delivers it (every process of the job's steps, the Snakemake in it included); later attempts
     get Slurm's SIGTERM at the time limit (every process of every step, the batch shell included).
     Each saves at the step the signal came after, exits 75 and comes back as the next attempt
@@ -280,8 +281,8 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     ends within the seconds after its limit, Slurm says TIMEOUT and Snakemake deletes its outputs;
     the attempt after puts them back: training/finished.py.)"""
 
-    config = _long_config(tmp_path, "long", [2], {2: 800}, {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000,
-                                                           "attempts": 6})
+    config = _long_config(tmp_path, "long", [2], {2: 40}, {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000,
+                                                          "attempts": 6})
     variant = "L1-H2-D16-hd8-mlp32-s0"
     target = f"results/tiny/{variant}/metrics.json"
     work = tmp_path / "work"
@@ -290,7 +291,8 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     # 1-minute attempts: no early signal (the profile's 300 s lead would come at once), and no plan
     # check (its 5 minutes of assumed start-up refuse a 1-minute runtime)
     proc = _on_slurm(cluster, work, config, target, "--set-resources", "train:slurm_extra=''",
-                     extra_env={"LEANER_FAULT_SLOW_RENAME": "state.pt:8", "LEANER_SKIP_PLAN_CHECK": "1"})
+                     extra_env={"LEANER_FAULT_SLOW_RENAME": "state.pt:8", "LEANER_FAULT_SLOW_STEP": "0.13",
+                                "LEANER_SKIP_PLAN_CHECK": "1"})
     progress = work / "results" / "tiny" / variant / "progress.json"
     deadline = time.time() + 300
     while not (progress.exists() and json.loads(progress.read_text()).get("step")):
@@ -301,7 +303,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     assert proc.returncode == 0, out[-4000:]
 
     metrics = json.loads((work / target).read_text())
-    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 800 * 23
+    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 40 * 23
     attempts = metrics["attempts"]
     submitted = sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines())
     logs = work / "logs" / "train" / "tiny"
@@ -322,7 +324,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     slurm_logs = "".join(p.read_text(errors="replace") for p in (work / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert "DUE TO TIME LIMIT" in slurm_logs, slurm_logs[-3000:]
 
-    local = tmp_path / "local"
+    local = tmp_path / "local"  # without the held steps: they change the time a step takes, not what it computes
     local.mkdir()
     assert _snakemake(local, config, target, "--cores", "1").returncode == 0
     ref = load_file(str(local / "results" / "tiny" / variant / "model.safetensors"))
@@ -335,17 +337,18 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
 
 def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, tmp_path):
     """Two variants share a GPU (jobs_per_gpu 2): one Snakemake group, one Slurm job. Once the short
-    one has finished training, the job gets SIGUSR1 as `sbatch --signal` sends it; the long one
+    one (69 steps) has finished training, the job gets SIGUSR1 as `sbatch --signal` sends it; the
+    long one (276 steps, each held 0.1 s: LEANER_FAULT_SLOW_STEP)
     stops with its state saved, so Snakemake fails the group, deletes both members' outputs and
     runs the group again. There the finished one is put back from its kept copy, not trained (its
     metrics.json still records one attempt), and the long one resumes where it stopped; both end
     with their conditioning. The plan check at the start prices the group on the default card."""
-    config = _long_config(tmp_path, "group", [1, 2], {1: 3, 2: 300},
+    config = _long_config(tmp_path, "group", [1, 2], {1: 3, 2: 12},
                           {"gpu": 1, "jobs_per_gpu": 2, "threads": 1, "runtime": 15, "mem_mb": 1000, "attempts": 2})
     work = tmp_path / "work"
     work.mkdir()
     short, long_ = (work / "results" / "tiny" / v for v in ("L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0"))
-    proc = _on_slurm(cluster, work, config)
+    proc = _on_slurm(cluster, work, config, extra_env={"LEANER_FAULT_SLOW_STEP": "0.1"})
     deadline = time.time() + 300
     while not ((short / "metrics.json").exists() and (long_ / ".resume" / "attempts.json").exists()):
         assert time.time() < deadline and proc.poll() is None, "the group never got going"

@@ -17,7 +17,9 @@ LONG_ALLOWANCE_S and a little: the watch, which says what hung, acts first.
 
 LEANER_FAULT_STALL="<step>:<seconds>" (tests only) holds the batch after that step for that long
 (in an attempt that began before it), and LEANER_FAULT_STALL_FLOOR_S sets STALL_FLOOR_S, so a test
-can make a stall and see it caught.
+can make a stall and see it caught. LEANER_FAULT_SLOW_STEP="<seconds>" (tests only) holds every
+batch that long: a run long in time but not in work, which meets a scheduler's time limit in a
+minute of almost no computing and computes what it would without it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ STALL_FLOOR_S = 600.0  # ... and at least this long
 LONG_ALLOWANCE_S = 1800.0  # start-up (compile, CUDA graph capture), an evaluation, a checkpoint's write
 EXIT_AFTER_S = 60.0  # a main thread that does not answer the stall is ended this much later
 STALL_SIGNAL = signal.SIGUSR2
-FLOOR_ENV, FAULT_ENV = "LEANER_FAULT_STALL_FLOOR_S", "LEANER_FAULT_STALL"
+FLOOR_ENV, FAULT_ENV, SLOW_STEP_ENV = "LEANER_FAULT_STALL_FLOOR_S", "LEANER_FAULT_STALL", "LEANER_FAULT_SLOW_STEP"
 
 
 class Stalled(Exception):
@@ -125,12 +127,15 @@ class StallWatch(Watcher):
 
 def fault_hold(step: int, began_at: int) -> None:
     """Tests only: LEANER_FAULT_STALL="<step>:<seconds>" holds the batch after `step`, in an
-    attempt that began before it (a stall that does not come back when the run resumes there)."""
-    spec = os.environ.get(FAULT_ENV)
+    attempt that began before it (a stall that does not come back when the run resumes there);
+    LEANER_FAULT_SLOW_STEP="<seconds>" holds every batch that long."""
+    spec, slow = os.environ.get(FAULT_ENV), os.environ.get(SLOW_STEP_ENV)
     if spec:
         at, _, seconds = spec.partition(":")
         if int(at) == step > began_at:
             time.sleep(float(seconds))
+    if slow:
+        time.sleep(float(slow))
 
 
 def collective_timeout_min() -> float:
