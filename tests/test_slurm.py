@@ -1,6 +1,7 @@
-"""The SLURM profile against a real single-node Slurm (tests/slurm_cluster.py): every training job
-goes through sbatch with a GPU request, results equal a local run of the same config, and a failing
-job is reported with its log while the others finish."""
+"""The SLURM profile against a real single-node Slurm (tests/slurm_cluster.py), started once for
+the module: every training job goes through sbatch with a GPU request, results equal a local run of
+the same config, and a failing job is reported with its log while the others finish. Snakemake is
+the real one with the real plugin, which looks at Slurm every 2 s here (tests/slurm_snakemake.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from slurm_cluster import SlurmCluster
 pytestmark = [pytest.mark.slow, pytest.mark.workflow,
               pytest.mark.skipif(os.geteuid() != 0, reason="starting slurmctld/slurmd/munged needs root")]
 
+# Snakemake's CLI, polling Slurm every --seconds-between-status-checks (tests/slurm_snakemake.py)
+SNAKEMAKE = [sys.executable, str(REPO / "tests" / "slurm_snakemake.py")]
 FAILING = "L1-H2-D16-hd8-mlp32-s1"
 # what a cluster without accounting (no slurmdbd) needs on top of profiles/slurm
 NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-no-account",
@@ -45,7 +48,7 @@ def _config(tmp_path):
 
 
 def _snakemake(workdir, config, *args, env=None):
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args,
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args,
            "--configfile", str(config)]
     env = dict(env or os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
@@ -137,7 +140,7 @@ def test_a_cancelled_job_is_resubmitted_and_resumes(cluster, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     variant = work / "results" / "tiny" / "L1-H2-D16-hd8-mlp32-s0"
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work),
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work),
            "results/tiny/L1-H2-D16-hd8-mlp32-s0/metrics.json", "--profile", str(REPO / "profiles" / "slurm"),
            *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
     env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}"}
@@ -255,7 +258,7 @@ def _long_config(tmp_path, name: str, grid_heads: list[int], epochs: dict, study
 
 
 def _on_slurm(cluster, work, config, *args, extra_env=None) -> subprocess.Popen:
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), *args,
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), *args,
            "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
     env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}", **(extra_env or {})}
     return subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -268,8 +271,9 @@ def _slurm_job_of(cluster, what: str) -> str:
 
 
 def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_uninterrupted_run(cluster, tmp_path):
-    """A training job of ~2 minutes (920 steps, each held 0.13 s: LEANER_FAULT_SLOW_STEP, long in
-    time, not in work) under a 1-minute limit, whose every save of its resume state is held 8 s
+    """A training job of ~84 s of steps (644 steps, each held 0.13 s: LEANER_FAULT_SLOW_STEP, long in
+    time, not in work; more than one attempt's 43-73 s of steps, less than two) under a 1-minute
+    limit, whose every save of its resume state is held 8 s
     (LEANER_FAULT_SLOW_RENAME): longer than the Snakemake in the job takes to exit once its job
     ends. Attempt 1 gets SIGUSR1 as `sbatch --signal=USR1@N`
     delivers it (every process of the job's steps, the Snakemake in it included); later attempts
@@ -281,7 +285,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     ends within the seconds after its limit, Slurm says TIMEOUT and Snakemake deletes its outputs;
     the attempt after puts them back: training/finished.py.)"""
 
-    config = _long_config(tmp_path, "long", [2], {2: 40}, {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000,
+    config = _long_config(tmp_path, "long", [2], {2: 28}, {"gpu": 1, "threads": 1, "runtime": 1, "mem_mb": 1000,
                                                           "attempts": 6})
     variant = "L1-H2-D16-hd8-mlp32-s0"
     target = f"results/tiny/{variant}/metrics.json"
@@ -303,7 +307,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     assert proc.returncode == 0, out[-4000:]
 
     metrics = json.loads((work / target).read_text())
-    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 40 * 23
+    assert metrics["status"] == "ok" and metrics["steps"] == metrics["total_steps"] == 28 * 23
     attempts = metrics["attempts"]
     submitted = sum("sbatch call:" in line and "rule_train_" in line for line in out.splitlines())
     logs = work / "logs" / "train" / "tiny"
