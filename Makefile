@@ -19,11 +19,13 @@ study: $(STAMP)
 
 # The suite's tiers (tests/conftest.py TIERS): everything but the default study's re-run (CI's);
 # the inner loop's units and one tiny workflow; the default study against its reference.
+# JOBS: pytest-xdist's worker processes, each running whole test modules (JOBS=0: none, in order).
+JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --tier fast,slow
+	$(BIN)/python -m pytest -q --tier fast,slow -n $(JOBS) --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q --tier fast
+	$(BIN)/python -m pytest -q --tier fast -n $(JOBS) --dist loadfile
 
 reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q --tier reproduce

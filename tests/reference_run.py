@@ -10,7 +10,7 @@ timings, the findings, and where, when and under which numerics it ran (provenan
 Uses:
 - the tests: the README's tables must be what the default run's CSVs render (test_readme.py); a
   new run must give these files byte for byte where its numerics label is the reference's
-  (test_quick_study.py in `make test`, test_default_study.py in `make reproduce`), or else stay
+  (test_reference_runs.py: the quick one in `make test`, the default in `make reproduce`), or else stay
   within what another platform can move;
 - refreshing them after a change that moves the numbers, from a finished run:
   `.venv/bin/python tests/reference_run.py WORKDIR [WALL]` (of config.yaml) writes the default's

@@ -1,7 +1,7 @@
 """The README states what its source run wrote (tests/reference/default_study) and nothing else: its
 claims and heads-effect tables and its findings are rendered from that run's files, and that run
 was made under pinned numerics, so a pinned re-run anywhere on x86-64 with AVX2 gives its bytes
-(test_default_study.py re-runs it)."""
+(test_reference_runs.py re-runs it: `make reproduce`)."""
 
 from __future__ import annotations
 
