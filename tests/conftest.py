@@ -74,11 +74,6 @@ def small_spec(**model_overrides) -> dict:
 #   slow       every other behaviour through the path users run: with fast, `make test` (CI)
 #   reproduce  the default study against its committed reference, byte for byte: `make reproduce`
 TIERS = ("fast", "slow", "reproduce")
-# The modules that take longest (a fresh clone's `make test`, benchmarks/results.md row 21) run
-# first, so that `make test`'s workers (pytest-xdist, a module at a time) start them at once and
-# the short ones fill in beside them; the rest keep their order.
-LONGEST_FIRST = ("test_slurm", "test_rehearse", "test_faults", "test_distributed", "test_reference_runs",
-                 "test_benchmarks", "test_numerics", "test_workflow", "test_warm", "test_stopping")
 
 
 def pytest_addoption(parser):
@@ -102,15 +97,10 @@ def pytest_collection_modifyitems(config, items):
     if untiered:
         raise pytest.UsageError(f"test modules without a tier (pytestmark = pytest.mark.<{'|'.join(TIERS)}>): "
                                 f"{', '.join(untiered)}")
-    stale = [name for name in LONGEST_FIRST if not (REPO / "tests" / f"{name}.py").is_file()]
-    if stale:
-        raise pytest.UsageError(f"LONGEST_FIRST names no test module {', '.join(stale)} (tests/conftest.py)")
     kept = [item for item in items if tier_of(item) in wanted]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if tier_of(item) not in wanted])
         items[:] = kept
-    items.sort(key=lambda item: LONGEST_FIRST.index(name) if (name := item.path.stem) in LONGEST_FIRST
-               else len(LONGEST_FIRST))
 
     import torch
 
