@@ -21,11 +21,12 @@ study: $(STAMP)
 # the inner loop's units and one tiny workflow; the default study against its reference.
 # JOBS: pytest-xdist's worker processes, each running whole test modules (JOBS=0: none, in order).
 JOBS ?= 2
+WORKERS = -n $(JOBS) --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --tier fast,slow -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q --tier fast,slow $(WORKERS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q --tier fast -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q --tier fast $(WORKERS)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q --tier reproduce
