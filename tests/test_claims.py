@@ -393,3 +393,69 @@ def test_the_claims_table_bounds_the_difference_over_the_test_split_too():
     assert lean["split_hi"] - lean["split_lo"] > lean["bound_hi"] - lean["bound_lo"]
     none = claims_table(_summary(), [_claim()]).iloc[1]
     assert math.isnan(none["split_lo"]) and none["split_verdict"] == "n/a (no per-example results)"
+
+
+def _runs(r_within: float, seeds: int = 40, seed: int = 0) -> pd.DataFrame:
+    """Three configurations whose means put kappa and accuracy in lockstep across them (as size
+    does), while within each the runs' log kappa and accuracy correlate by `r_within`."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for heads, params, log_kappa, acc in [(4, 100, 5.0, 0.80), (8, 200, 4.0, 0.85), (16, 400, 3.0, 0.9)]:
+        z = rng.multivariate_normal([0, 0], [[1, r_within], [r_within, 1]], seeds)
+        for j, (zk, za) in enumerate(z):
+            rows.append({"depth": 1, "heads": heads, "width": 64, "head_dim": 64 // heads, "mlp_hidden": 128,
+                         "seed": j, "params_total": params, "learned": True, "eval_acc": acc + 0.01 * za,
+                         "kappa_final_gmean": 10 ** (log_kappa + 0.3 * zk), "kappa_init_gmean": math.inf})
+    return pd.DataFrame(rows)
+
+
+def test_kappa_within_a_configuration_is_tested_in_p1s_direction_apart_from_the_architecture():
+    from leaner.analysis.kappa_within import kappa_within_table, partial_spearman, within_test
+
+    # across the three configurations kappa falls as accuracy rises (rho -1), but within them it
+    # tells nothing: the test says so and does not inherit the architecture's correlation
+    none = kappa_within_table(_runs(0.0), "eval_acc", "max").set_index("kappa")
+    assert none.loc["kappa_final_gmean", "across_rho"] == pytest.approx(-1.0)
+    assert none.loc["kappa_final_gmean", "verdict"] == "inconclusive: no relation shown"
+    assert none.loc["kappa_final_gmean", "within_r_lo"] < 0 < none.loc["kappa_final_gmean", "within_r_hi"]
+    assert none.loc["kappa_init_gmean", "runs"] == 0  # an infinite kappa drops the run, never counts as large
+    # a real within-configuration relation in P1's direction is found, and the opposite one is named
+    shown = within_test(*_xy(_runs(-0.6)), mode="max")
+    assert shown["verdict"] == "lower kappa, better (P1's direction): shown" and shown["p_declared"] < 1e-6
+    assert shown["within_r_lo"] < -0.6 < shown["within_r_hi"] and shown["slope_per_decade"] < 0
+    assert within_test(*_xy(_runs(0.6)), mode="max")["verdict"] == "the opposite of P1's direction"
+    # for a loss, P1's direction is the other sign
+    assert within_test(*_xy(_runs(0.6)), mode="min")["verdict"] == "lower kappa, better (P1's direction): shown"
+    # r against the t test's closed form on the same data (scipy's Pearson on the centred values)
+    x, y, g = _xy(_runs(-0.3, seed=3))
+    xd = x - pd.Series(x).groupby(g).transform("mean").to_numpy()
+    yd = y - pd.Series(y).groupby(g).transform("mean").to_numpy()
+    assert within_test(x, y, g, "max")["within_r"] == pytest.approx(stats.pearsonr(xd, yd).statistic)
+    # 80% power at 5% one-sided for |r| >= r_detectable: 120 runs in 6 configurations detect 0.23
+    assert within_test(np.arange(120.0) % 7, np.arange(120.0) % 5, np.arange(120) % 6, "max")["r_detectable"] == (
+        pytest.approx(0.231, abs=0.001))
+    # the partial rho removes what the controls explain: kappa that is only a proxy for size
+    rng = np.random.default_rng(1)
+    size = np.arange(40.0)
+    x, y = -size + 3 * rng.standard_normal(40), size + 3 * rng.standard_normal(40)
+    assert stats.spearmanr(x, y).statistic < -0.9  # across sizes: a strong "relation"
+    assert abs(partial_spearman(x, y, [size])) < 0.35  # with size removed: about nothing
+    assert partial_spearman(x, y, []) == pytest.approx(stats.spearmanr(x, y).statistic)
+
+
+def _xy(frame: pd.DataFrame):
+    return (np.log10(frame["kappa_final_gmean"].to_numpy()), frame["eval_acc"].to_numpy(),
+            frame["heads"].to_numpy())
+
+
+def test_a_crossed_configuration_is_named_by_its_head_dim_where_heads_do_not_fill_the_width():
+    from leaner.analysis.summary import explode_protocols
+    from leaner.analysis.tables import arch_label
+
+    point = {"depth": 1, "heads": 4, "width": 64, "mlp_hidden": 128}
+    assert arch_label({**point, "head_dim": 16}) == "L1-H4-D64-mlp128"  # D/h: as every table named it
+    assert arch_label({**point, "head_dim": 4}) == "L1-H4-D64-hd4-mlp128"
+    frame = pd.DataFrame([{**point, "head_dim": d, "protocols": p} for d, p in
+                          ((16, "crossed;fixed_width"), (4, "crossed"))])
+    # a crossed point is on its head dim's curve, so that any grouping by protocol holds the rank
+    assert sorted(explode_protocols(frame)["protocol"]) == ["crossed_hd16", "crossed_hd4", "fixed_width"]

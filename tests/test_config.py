@@ -194,7 +194,8 @@ BAD = [
     ("negative size", _set(["studies", "tiny", "grid", 0, "width"], [-16]),
      "studies.tiny.grid[0].width[0]: -16 is not allowed (allowed: an integer >= 1)"),
     ("unknown protocol", _set(["studies", "tiny", "grid", 0, "protocol"], ["fixed_depth"]),
-     "studies.tiny.grid[0].protocol[0]: \"fixed_depth\" is not allowed (allowed: one of fixed_width, fixed_head_dim)"),
+     "studies.tiny.grid[0].protocol[0]: \"fixed_depth\" is not allowed "
+     "(allowed: one of fixed_width, fixed_head_dim, crossed)"),
     ("reserved study name", lambda c: c["studies"].update(figures=c["studies"].pop("tiny_nearest")),
      "studies.figures: reserved name"),
     ("grid key of another task", _set(["studies", "tiny", "grid", 0, "modules"], [2]),
@@ -547,3 +548,21 @@ def test_the_plan_builds_each_variants_model_typed_per_architecture_and_its_reci
         model_config({"arch": "rnn"})
     with pytest.raises(dataclasses.FrozenInstanceError):
         vit.depth = 3
+
+
+def test_crossed_holds_width_and_head_dim_so_count_and_rank_each_move_alone():
+    cfg = tiny()
+    cfg["studies"]["tiny"]["grid"] = {"protocol": ["crossed"], "width": [16], "head_dim": [2, 8], "depth": [1],
+                                      "heads": [2, 8], "mlp_hidden": [32], "seeds": [0]}
+    study = build_plan(cfg).studies["tiny"]
+    shapes = {(v.model.heads, v.model.head_dim, v.model.width) for v in study.variants.values()}
+    assert shapes == {(2, 2, 16), (2, 8, 16), (8, 2, 16), (8, 8, 16)}  # h*d 4, 16, 16, 64 at D 16
+    from leaner.models import build_model
+
+    model = build_model(study.variants["L1-H8-D16-hd8-mlp32-s0"].spec()["model"])
+    attn = model.blocks[0].attn
+    assert (attn.num_heads, attn.head_dim, attn.qkv.out_features, attn.proj.in_features, attn.proj.out_features) == (
+        8, 8, 3 * 64, 64, 16)
+    cfg["studies"]["tiny"]["grid"].pop("head_dim")
+    with pytest.raises(ConfigError, match=r"grid: protocol crossed needs both width and head_dim"):
+        build_plan(cfg)

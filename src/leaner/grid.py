@@ -9,7 +9,10 @@ import math
 
 from .models.config import ModelConfig, model_config
 
-PROTOCOLS = ("fixed_width", "fixed_head_dim")
+SCALING = ("fixed_width", "fixed_head_dim")  # how a head-scaling curve keeps the model as heads grow
+# `crossed`: width and head dim both given, so heads move the attention's inner width h*d (projected
+# back to D), not the residual stream: count and rank (head dim) each move with the other held
+PROTOCOLS = (*SCALING, "crossed")
 
 
 def join_protocols(protocols) -> str:
@@ -27,9 +30,12 @@ def split_protocols(value) -> list[str]:
 def head_shape(protocol: str, heads: int, width: int | None = None,
                head_dim: int | None = None) -> tuple[int, int] | None:
     """(model width, head dimension) of `heads` heads under `protocol`: fixed_width keeps the
-    width (None when the heads do not divide it), fixed_head_dim keeps the head dimension."""
+    width (None when the heads do not divide it), fixed_head_dim keeps the head dimension,
+    crossed keeps both."""
     if protocol == "fixed_width":
         return (width, width // heads) if width % heads == 0 else None
+    if protocol == "crossed":
+        return width, head_dim
     return heads * head_dim, head_dim
 
 
@@ -47,7 +53,11 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
     protocols = grid.get("protocol")
     if not protocols:
         problems.append(f"config error: {key}.protocol: required by this study's task "
-                        f"(allowed: fixed_width, fixed_head_dim)")
+                        f"(allowed: {', '.join(PROTOCOLS)})")
+        return []
+    if "crossed" in protocols and not ("width" in grid and "head_dim" in grid):
+        problems.append(f"config error: {key}: protocol crossed needs both width and head_dim (allowed: lists "
+                        f"of model widths D and head dims d, e.g. width: [64], head_dim: [4, 16])")
         return []
     if "fixed_width" in protocols and "width" not in grid:
         problems.append(f"config error: {key}.width: required by protocol fixed_width (allowed: a list of fixed model "
@@ -73,6 +83,8 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                         f"(allowed: divisors of {width}: {', '.join(map(str, divisors))})")
                     continue
                 shapes.append(shape)
+        elif protocol == "crossed":
+            shapes = [(w, d) for w in grid["width"] for d in grid["head_dim"]]
         else:
             shapes = [head_shape(protocol, heads, head_dim=d) for d in grid.get("head_dim", [])]
         for width, head_dim in shapes:

@@ -10,9 +10,10 @@ import pandas as pd
 
 from ..compute.numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS
-from ..shown import TABLE_CODE, BelowBaseline, outputs_for, table
+from ..shown import TABLE_CODE, BelowBaseline, Has, outputs_for, table
 from ..tasks import task_info
 from . import papers, tables
+from .kappa_within import kappa_within_table
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from .study_data import StudyData
 from .summary import replicate_note
@@ -158,3 +159,20 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"{BOOTSTRAP_SEED}, 5th and 95th percentiles); split_verdict: what those bounds would read, to show whether "
         f"the split's size could change the verdict, which stays the declared Welch test's (with few seeds a "
         f"bootstrap over them has no small-sample correction and can come out narrower than the Welch bounds)")
+
+
+@table("kappa_within", requires=(Has((("protocol", "crossed"),)),), tasks=P1, caption=(
+        "**{{ snakemake.wildcards.study }}**: does conditioning carry the gain once the architecture is\n"
+        "known? Per kappa (head outputs and the block Jacobian, at initialisation and after training): "
+        "the\n"
+        "correlation of log10 kappa with the metric within a configuration, over its seeds, pooled over\n"
+        "configurations (P1's direction declared: lower kappa, better), its 95% interval, the slope per\n"
+        "decade of kappa, the one-sided p and the |r| the test detects 80% of the time; beside it the\n"
+        "across-configuration Spearman rho, alone and with parameters and heads partialled out.\n"
+    ))
+def kappa_within(d: StudyData) -> tuple[pd.DataFrame, str]:
+    return kappa_within_table(d.summary, *d.metric), (
+        f"{d.study}: log10 kappa against {d.metric[0]} within a configuration (each run less its configuration's "
+        f"means, pooled; one-sided Student t in P1's declared direction, lower kappa better; Fisher-z 95% interval; "
+        f"slope: {d.metric[0]} per decade of kappa), and across configurations (Spearman rho of the means, and "
+        f"partial on log parameters and log heads). Runs that did not learn and singular kappas are left out")

@@ -260,8 +260,14 @@ def tensorboard_hparams(row: pd.Series) -> tuple[dict, dict]:
 
 
 def explode_protocols(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, protocol): the curves of heads under fixed_width and fixed_head_dim;
+    a crossed point is on the curve of its head dim (`crossed_hd4`: heads at a fixed width and
+    rank), so that every grouping by protocol keeps the rank fixed."""
     frame = summary.assign(protocol=summary["protocols"].map(split_protocols)).explode("protocol")
-    return frame[frame["protocol"].notna()]
+    frame = frame[frame["protocol"].notna()]
+    crossed = frame["protocol"] == "crossed"
+    frame.loc[crossed, "protocol"] = [f"crossed_hd{int(d)}" for d in frame.loc[crossed, "head_dim"]]
+    return frame
 
 
 def config_values(summary: pd.DataFrame, cfg: pd.Series, metric: str) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..grid import PROTOCOLS, head_shape
+from ..grid import SCALING, head_shape
 from ..models.config import ModelConfig, model_config
 
 
@@ -45,7 +45,7 @@ def baseline_point(baseline: dict) -> dict:
             "mlp_hidden": int(hidden)}
 
 
-def candidates(base: dict, depths=None, heads=None, protocols=PROTOCOLS, mlp_ratios=None) -> list[dict]:
+def candidates(base: dict, depths=None, heads=None, protocols=SCALING, mlp_ratios=None) -> list[dict]:
     """Every (protocol, depth < base, heads > base, MLP ratio) configuration; under fixed_width the
     heads must divide the width. Defaults: every shallower depth, powers of two above the
     baseline's heads up to the width, the baseline's MLP ratio."""
@@ -76,7 +76,7 @@ def _spec(model_base: dict, point: dict) -> ModelConfig:
 
 
 def match(model_base: dict, baseline: dict, budget: int | None = None, reduction: float | None = None,
-          depths=None, heads=None, protocols=PROTOCOLS, mlp_ratios=None) -> tuple[dict, list[dict]]:
+          depths=None, heads=None, protocols=SCALING, mlp_ratios=None) -> tuple[dict, list[dict]]:
     """(baseline with its params and the budget, candidate rows with params, ratio and fits),
     candidates ordered by params, the largest that fits first."""
     if (budget is None) == (reduction is None):
@@ -102,7 +102,7 @@ def match_lean(model_base: dict, lean: dict) -> tuple[dict, list[dict]]:
     protocols and MLP ratios, each absent one at match's default): the one reading of the block,
     for the plan (lean_grids) and for `leaner match`."""
     return match(model_base, lean["baseline"], lean.get("budget"), lean.get("reduction"),
-                 lean.get("depths"), lean.get("heads"), lean.get("protocols") or PROTOCOLS, lean.get("mlp_ratios"))
+                 lean.get("depths"), lean.get("heads"), lean.get("protocols") or SCALING, lean.get("mlp_ratios"))
 
 
 def lean_grids(model_base: dict, lean: dict) -> list[dict]:
@@ -110,7 +110,7 @@ def lean_grids(model_base: dict, lean: dict) -> list[dict]:
     and every configuration that fits the budget."""
     base, rows = match_lean(model_base, lean)
     seeds = lean.get("seeds", [0])
-    protocols = list(lean.get("protocols") or PROTOCOLS)  # the baseline is a point of each protocol's curve
+    protocols = list(lean.get("protocols") or SCALING)  # the baseline is a point of each protocol's curve
     grids = [{"protocol": protocols, "width": [base["width"]], "head_dim": [base["head_dim"]],
               "depth": [base["depth"]], "heads": [base["heads"]], "mlp_hidden": [base["mlp_hidden"]], "seeds": seeds}]
     for r in rows:
