@@ -84,7 +84,7 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                     continue
                 shapes.append(shape)
         elif protocol == "crossed":
-            shapes = [(w, d) for w in grid["width"] for d in grid["head_dim"]]
+            shapes = [head_shape(protocol, heads, width=w, head_dim=d) for w in grid["width"] for d in grid["head_dim"]]
         else:
             shapes = [head_shape(protocol, heads, head_dim=d) for d in grid.get("head_dim", [])]
         for width, head_dim in shapes:

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from .power import ALPHA, TARGET_POWER
 from .summary import ARCH, learned_rows
 
 KAPPAS = {  # summary column -> what it is
@@ -35,8 +36,6 @@ KAPPAS = {  # summary column -> what it is
     "kappa_jac_init_gmean": "block Jacobian, at initialisation",
     "kappa_jac_final_gmean": "block Jacobian, after training",
 }
-
-ALPHA, POWER = 0.05, 0.80
 
 COLUMNS = ["kappa", "matrix", "runs", "configurations", "within_r", "within_r_lo", "within_r_hi",
            "slope_per_decade", "slope_lo", "slope_hi", "p_declared", "r_detectable", "verdict",
@@ -79,7 +78,7 @@ def within_test(x, y, groups, mode: str) -> dict:
     resid = yd - slope * xd
     se_b = math.sqrt(float(resid @ resid) / df / sxx)
     qt = sps.t.ppf(0.975, df)
-    detectable = math.tanh((sps.norm.ppf(1 - ALPHA) + sps.norm.ppf(POWER)) * se_z)
+    detectable = math.tanh((sps.norm.ppf(1 - ALPHA) + sps.norm.ppf(TARGET_POWER)) * se_z)
     if p < ALPHA:
         verdict = "lower kappa, better (P1's direction): shown"
     elif (predicted < 0 and lo > 0) or (predicted > 0 and hi < 0):
@@ -116,10 +115,10 @@ def kappa_within_table(summary: pd.DataFrame, metric: str, mode: str) -> pd.Data
             continue
         kappa = runs[column].to_numpy(float)
         ok = np.isfinite(kappa) & (kappa > 0) & np.isfinite(runs[metric].to_numpy(float))
-        sub = runs[ok]
+        sub = runs[ok].assign(log_kappa=np.log10(kappa[ok]))
         groups = sub[ARCH].astype(str).agg("-".join, axis=1).to_numpy()
-        test = within_test(np.log10(sub[column].to_numpy(float)), sub[metric].to_numpy(float), groups, mode)
-        means = sub.assign(log_kappa=np.log10(sub[column].astype(float))).groupby(ARCH, sort=True).agg(
+        test = within_test(sub["log_kappa"].to_numpy(), sub[metric].to_numpy(float), groups, mode)
+        means = sub.groupby(ARCH, sort=True).agg(
             log_kappa=("log_kappa", "mean"), value=(metric, "mean"), params=("params_total", "first"),
             heads=("heads", "first"))
         across = sps.spearmanr(means["log_kappa"], means["value"]).statistic if len(means) > 2 else math.nan

@@ -160,7 +160,7 @@ def with_claim_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, claims: list
 def arch_label(cfg) -> str:
     """L{depth}-H{heads}-D{width}-mlp{hidden}; the head dim named too where it is not D/h (a
     crossed or fixed-head-dim point whose heads do not fill the width)."""
-    hd = cfg.get("head_dim") if hasattr(cfg, "get") else None
+    hd = cfg.get("head_dim")  # a dict or a table's row; NaN where the row has none
     shown = f"-hd{hd}" if hd is not None and hd == hd and int(hd) * int(cfg["heads"]) != int(cfg["width"]) else ""
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}{shown}-mlp{cfg['mlp_hidden']}"
 
