@@ -48,3 +48,32 @@ def test_same_seed_same_init():
     torch.manual_seed(3)
     b = build_model(spec).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("arch", ["vit", "causal_lm"])
+def test_qk_scale_scales_every_logit_and_adds_no_parameter(fused, arch):
+    if arch == "vit":
+        spec, x = small_spec(width=24, heads=2, head_dim=5, mlp_hidden=37)["model"], torch.randn(2, 1, 8, 8)
+    else:
+        spec = {"arch": "causal_lm", "depth": 2, "heads": 3, "width": 24, "head_dim": 8, "mlp_hidden": 48,
+                "vocab_size": 50, "max_len": 12}
+        x = torch.randint(0, 50, (2, 12))
+    torch.manual_seed(0)
+    plain = build_model(spec)
+    torch.manual_seed(0)
+    scaled = build_model({**spec, "qk_scale": 8.0})
+    assert param_counts(scaled) == param_counts(plain)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), scaled.state_dict().values()))
+    assert not torch.allclose(plain(x), scaled(x), atol=1e-4)  # the scale does something
+    # the same logits, made by multiplying the query projection by 8 in the unscaled model
+    with torch.no_grad():
+        for blk in plain.blocks:
+            q = blk.attn.num_heads * blk.attn.head_dim
+            blk.attn.qkv.weight[:q] *= 8.0
+            if blk.attn.qkv.bias is not None:
+                blk.attn.qkv.bias[:q] *= 8.0
+    for model in (plain, scaled):
+        for blk in model.blocks:
+            blk.attn.fused_attn = fused
+    torch.testing.assert_close(scaled(x), plain(x), rtol=1e-5, atol=1e-5)

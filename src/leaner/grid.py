@@ -39,7 +39,7 @@ def head_shape(protocol: str, heads: int, width: int | None = None,
     return heads * head_dim, head_dim
 
 
-IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "seeds")
+IMAGE_GRID_KEYS = ("depth", "heads", "protocol", "width", "head_dim", "mlp_ratio", "mlp_hidden", "qk_scale", "seeds")
 
 NEAREST_GRID_KEYS = ("depth", "heads", "modules", "dim", "tokens", "posn", "seeds")
 
@@ -49,7 +49,7 @@ def grid_key(name: str, idx: int | None) -> str:
 
 
 def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
-    """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width x seeds."""
+    """ViT grid: depth x heads x protocol (x width | head_dim) x MLP width (x logit scale) x seeds."""
     protocols = grid.get("protocol")
     if not protocols:
         problems.append(f"config error: {key}.protocol: required by this study's task "
@@ -70,8 +70,8 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                         f"(allowed: one of mlp_ratio, mlp_hidden)")
     mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
     points = []
-    for depth, heads, protocol, (mlp_kind, mlp_value) in itertools.product(
-            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)]):
+    for depth, heads, protocol, (mlp_kind, mlp_value), qk_scale in itertools.product(
+            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)], grid.get("qk_scale", [1.0])):
         if protocol == "fixed_width":
             shapes = []
             for width in grid.get("width", []):
@@ -95,7 +95,8 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                 continue
             for seed in grid["seeds"]:
                 points.append({"depth": depth, "heads": heads, "width": width, "head_dim": head_dim,
-                               "mlp_hidden": int(round(hidden)), "seed": seed, "protocol": protocol})
+                               "mlp_hidden": int(round(hidden)), "qk_scale": float(qk_scale), "seed": seed,
+                               "protocol": protocol})
     return points
 
 
@@ -119,16 +120,20 @@ def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) 
     return points
 
 
-def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int) -> str:
-    return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}-s{seed}"
+def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int,
+               qk_scale: float = 1.0) -> str:
+    """L1-H4-D64-hd16-mlp128-s10; a logit scale other than 1 named before the seed (-qk8)."""
+    scale = f"-qk{qk_scale:g}" if qk_scale != 1.0 else ""
+    return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}{scale}-s{seed}"
 
 
 def image_variant(point: dict, model_base: dict) -> tuple[str, ModelConfig]:
     """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
     p = point
+    scale = p.get("qk_scale", 1.0)
     model = model_config({**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
-                          "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"]})
-    return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"]), model
+                          "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"], "qk_scale": scale})
+    return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"], scale), model
 
 
 def nearest_variant(point: dict, model_base: dict) -> tuple[str, ModelConfig]:

@@ -155,18 +155,35 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
         if len(control):
             c = control.iloc[0]
             matched = leans["verdict"].isin(NON_INFERIOR).all()
-            text += f" The control {c['configuration']} (the lean depth at the baseline's heads) {_judged(c)}: "
+            text += f" The control {c['configuration']} (without what the lean models add) {_judged(c)}: "
             if not matched:
-                text += "the lean models do not all match the baseline, so there is no match for depth to explain."
+                text += "the lean models do not all match the baseline, so there is no match for the control to explain."
             elif c["verdict"] in NON_INFERIOR:
-                text += ("it matches the baseline too, so at this size the lost layer alone costs nothing "
-                         "measurable: the match does not need the extra heads.")
+                text += ("it matches the baseline too, so what it lacks costs nothing measurable here: the match "
+                         "does not need what the lean models add.")
             elif c["verdict"] == "inferior":
-                text += "it falls short where the lean models match, so the heads carry the match, not depth alone."
+                text += ("it falls short where the lean models match, so what the lean models add carries the match, "
+                         "not the control's change alone.")
             else:
-                text += "it neither matches nor falls short, so whether depth alone explains the match is open."
+                text += "it neither matches nor falls short, so whether the control's change alone explains the match is open."
+            text += _anchored(leans, c, base["margin"])
         paras.append(text)
     return paras
+
+
+def _anchored(leans: pd.DataFrame, control: pd.Series, margin: float) -> str:
+    """' Anchored on the control (-0.037 against the baseline): the margin 0.02 is 54% of that; L1-H8
+    keeps 96% [69%, 138%] of it.'
+    (the claims table's kept_share and its 5th and 95th percentiles), or nothing without a cost."""
+    cost = control.get("control_cost")
+    if cost is None or not math.isfinite(cost) or "kept_share" not in leans:
+        return ""
+    kept = "; ".join(f"{r['configuration']} keeps {r['kept_share']:.0%}"
+                     + (f" [{r['kept_lo']:.0%}, {r['kept_hi']:.0%}]" if math.isfinite(r["kept_lo"]) else "")
+                     for _, r in leans.iterrows() if math.isfinite(r["kept_share"]))
+    share = f": the margin {margin:g} is {margin / abs(cost):.0%} of that" if cost else ""
+    return (f" Anchored on the control ({signed(cost)} against the baseline){share}"
+            + (f"; {kept} of it." if kept else "."))
 
 
 def _judged(r: pd.Series) -> str:

@@ -71,7 +71,7 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
                        linewidths=1.2, zorder=6, label="lean models of the claim")
             if len(control):
                 ax.scatter(control["x"], control["mean"], marker="s", s=200, facecolors="none", edgecolors="black",
-                           linewidths=1.2, zorder=6, label="control: the lean depth at the baseline's heads")
+                           linewidths=1.2, zorder=6, label="the claim's control")
             ax.set_xscale("log")
             ax.set_xlabel("parameters")
             ax.set_ylabel(METRIC_LABELS.get(metric, metric))

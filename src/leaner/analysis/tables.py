@@ -20,6 +20,7 @@ from .stats import (
     claim_verdict,
     gmean,
     interval_se,
+    kept_share,
     paired_bootstrap,
     resolve,
     verdicts_elsewhere,
@@ -159,10 +160,13 @@ def with_claim_verdicts(frame: pd.DataFrame, summary: pd.DataFrame, claims: list
 
 def arch_label(cfg) -> str:
     """L{depth}-H{heads}-D{width}-mlp{hidden}; the head dim named too where it is not D/h (a
-    crossed or fixed-head-dim point whose heads do not fill the width)."""
+    crossed or fixed-head-dim point whose heads do not fill the width), and a logit scale other
+    than 1 (-qk8)."""
     hd = cfg.get("head_dim")  # a dict or a table's row; NaN where the row has none
     shown = f"-hd{hd}" if hd is not None and hd == hd and int(hd) * int(cfg["heads"]) != int(cfg["width"]) else ""
-    return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}{shown}-mlp{cfg['mlp_hidden']}"
+    qk = cfg.get("qk_scale")
+    scale = f"-qk{float(qk):g}" if qk is not None and qk == qk and float(qk) != 1.0 else ""
+    return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}{shown}-mlp{cfg['mlp_hidden']}{scale}"
 
 
 def claim_label(point: dict) -> str:
@@ -185,7 +189,7 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
                   "not_learned", "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict",
                   "elsewhere", "hypothesis", "supported", "declaration", "runs_new", "split_lo", "split_hi",
-                  "split_verdict"]
+                  "split_verdict", "control_cost", "margin_share", "kept_share", "kept_lo", "kept_hi"]
 
 # What a claim's declaration was, checked after its runs (`declaration` in the claims table): only
 # AS_DECLARED claims make the headline. A run records its study's claims digest when it trains
@@ -260,7 +264,19 @@ def _compared(summary: pd.DataFrame, claim: dict, point: dict, base: pd.DataFram
             "supported": _supported(v["verdict"], hypothesis), "split_lo": split_lo, "split_hi": split_hi,
             "split_verdict": NO_OUTCOMES if math.isnan(split_lo) else bounds_verdict(split_lo, split_hi,
                                                                                      claim["margin"]),
-            "_runs": every}
+            "_runs": every, "_values": vals}
+
+
+def _anchor(arms: list[dict], values: list[np.ndarray], base: np.ndarray, claim: dict) -> None:
+    """The margin anchored on the control (the last arm): what the control costs against the
+    baseline (`control_cost`, signed as lean_advantage: negative where it is worse), the margin as a
+    share of that cost, and each lean arm's share of it kept (stats.kept_share, with its bounds)."""
+    control, cost = values[-1], arms[-1]["lean_advantage"]
+    arms[-1]["control_cost"] = cost
+    for arm, vals in zip(arms[:-1], values[:-1]):
+        share, lo, hi = kept_share(vals, base, control, claim["mode"])
+        arm.update(control_cost=cost, margin_share=claim["margin"] / abs(cost) if cost else math.nan,
+                   kept_share=share, kept_lo=lo, kept_hi=hi)
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
@@ -268,9 +284,10 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     then one row per lean configuration with the difference (positive: lean better), its one-sided
     95% bounds, the margin, the verdict (stats.claim_verdict), the verdicts another platform
     could read (`elsewhere`, stats.verdicts_elsewhere; empty without an interval), the declared
-    hypothesis and whether the verdict supports it; then the control (the lean depth at the
-    baseline's heads), judged against the baseline the same way, which tells whether depth alone
-    explains a match. Only the declared seeds count; a declared seed without a finished run is
+    hypothesis and whether the verdict supports it; then the control (where the claim declares one:
+    the model without what the lean one adds, e.g. the lean depth at the baseline's heads), judged
+    against the baseline the same way, which tells whether that alone explains a match, and
+    anchors the margin: its cost, the margin's share of it and the share each lean model keeps. Only the declared seeds count; a declared seed without a finished run is
     counted as missing, never replaced. `declaration` (every row of a claim): whether the claim
     is judged as declared before its runs (`declaration()`); one that is not gets no verdict
     when its seeds differ, and stays out of the headline otherwise."""
@@ -284,6 +301,9 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
         if claim.get("control"):
             arms.append(_compared(summary, claim, claim["control"], base, "control", base_params))
         runs = pd.concat([base, *(a.pop("_runs") for a in arms)])
+        values = [a.pop("_values") for a in arms]
+        if claim.get("control"):
+            _anchor(arms, values, learned_rows(base, fallback=False)[claim["metric"]].to_numpy(float), claim)
         stated = declaration(claim, runs)
         # the claim's runs that are new data: not among the seeds whose results were seen before it
         new = f"{int((~runs['seed'].isin(claim.get('seen') or [])).sum())} of {len(runs)}"

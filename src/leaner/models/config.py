@@ -73,6 +73,9 @@ class BlockStack(ModelConfig):
     mlp_hidden: int
     qkv_bias: bool = _schema("qkv_bias")
     drop_path_rate: float = _schema("drop_path_rate")
+    # the attention logits' factor over timm's 1/sqrt(head_dim) (a softmax temperature of 1/qk_scale):
+    # the one knob that moves the heads' conditioning with the parameters and shapes fixed
+    qk_scale: float = field(default=1.0, metadata={"omit_at_default": True})
 
     @property
     def residual_width(self) -> int:

@@ -25,7 +25,8 @@ class SequenceTransformer(nn.Module):
 
     def __init__(self, vocab_size: int, max_len: int, width: int, depth: int, heads: int, head_dim: int,
                  mlp_hidden: int, num_classes: int | None = None, causal: bool = False, pad_id: int | None = 0,
-                 qkv_bias: bool = True, drop_path_rate: float = 0.0):
+                 qkv_bias: bool = True, drop_path_rate: float = 0.0,
+                 qk_scale: float = 1.0):
         super().__init__()
         self.causal, self.pad_id, self.max_len = causal, pad_id, max_len
         self.pooled = num_classes is not None
@@ -34,7 +35,7 @@ class SequenceTransformer(nn.Module):
         rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # numbers, even on the meta device
         self.blocks = nn.ModuleList([
             Block(width, heads, mlp_ratio=mlp_hidden / width, qkv_bias=qkv_bias, drop_path=rates[i],
-                  attn_layer=attention_with_head_dim(head_dim), mlp_layer=mlp_with_hidden(mlp_hidden))
+                  attn_layer=attention_with_head_dim(head_dim, qk_scale), mlp_layer=mlp_with_hidden(mlp_hidden))
             for i in range(depth)])
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, num_classes if self.pooled else vocab_size, bias=self.pooled)
@@ -80,7 +81,7 @@ def build_sequence_model(config: SequenceConfig) -> SequenceTransformer:
         vocab_size=c.vocab_size, max_len=c.max_len, width=c.width, depth=c.depth, heads=c.heads,
         head_dim=c.head_dim, mlp_hidden=c.mlp_hidden, num_classes=getattr(c, "num_classes", None),
         causal=isinstance(c, CausalLMConfig), pad_id=getattr(c, "pad_id", None), qkv_bias=c.qkv_bias,
-        drop_path_rate=c.drop_path_rate)
+        drop_path_rate=c.drop_path_rate, qk_scale=c.qk_scale)
     attn = model.blocks[0].attn
     assert attn.head_dim == c.head_dim and attn.num_heads == c.heads
     return model

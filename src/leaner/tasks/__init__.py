@@ -26,9 +26,9 @@ from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
 from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
 from ..registry import add_record, scoped_catalogue
 
-# A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP
-# ("arch": ViTs and the sequence models), or P2's depth x heads x modules x d x N x positions.
-GRID_AXES = {"arch": ("depth", "heads", "width", "head_dim", "mlp_hidden"),
+# A configuration's architecture axes, per kind of grid: depth x heads x protocol x width x MLP x
+# logit scale ("arch": ViTs and the sequence models), or P2's depth x heads x modules x d x N x positions.
+GRID_AXES = {"arch": ("depth", "heads", "width", "head_dim", "mlp_hidden", "qk_scale"),
              "nearest": ("depth", "heads", "modules", "head_dim", "dim", "tokens", "posn")}
 GRID_KEYS = {"arch": IMAGE_GRID_KEYS, "nearest": NEAREST_GRID_KEYS}
 
