@@ -80,7 +80,8 @@ def _plan_problems(claims: list[dict]) -> list[str]:
 def test_a_claim_names_configurations_of_the_grid_and_its_seeds():
     plan = build_plan(tiny())
     claim = plan.studies["tiny"].claims[0]
-    assert claim["baseline"] == {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
+    assert claim["baseline"] == {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32,
+                                 "qk_scale": 1.0}
     assert claim["metric"] == "eval_acc" and claim["mode"] == "max" and claim["seeds"] == [0, 1]
     assert "claims" in plan.studies["tiny"].outputs()[1] and "pareto" in plan.studies["tiny"].outputs()[0]
     assert "pareto" not in build_plan(tiny([])).studies["tiny"].outputs()[0]
@@ -204,6 +205,12 @@ def test_the_control_is_judged_against_the_baseline_and_each_lean_row_against_th
     assert ctrl["verdict"] == v["verdict"] == "inferior" and math.isclose(ctrl["bound_lo"], v["lo"])
     assert ctrl["configuration"] == "L1-H1-D16-mlp32" and ctrl["hypothesis"] == ctrl["supported"] == ""
     assert (table["declaration"] == "as declared").all()
+    # the margin anchored on the control: (lean - control) / (baseline - control) of the means
+    assert math.isclose(lean["control_cost"], ctrl["control_cost"]) and math.isclose(ctrl["control_cost"], -0.092)
+    assert math.isclose(lean["margin_share"], 0.01 / 0.092)
+    assert math.isclose(lean["kept_share"], (0.96 - 0.81) / (0.902 - 0.81))
+    assert lean["kept_lo"] < lean["kept_share"] < lean["kept_hi"]
+    assert math.isnan(ctrl["kept_share"]) and math.isnan(table.iloc[0]["kept_share"])
     # superior declared: a non-inferior verdict does not support it
     superior = claims_table(_summary().assign(eval_acc=lambda f: f["eval_acc"].where(f["heads"] != 2, 0.901)),
                             [_claim(hypothesis="superior")]).iloc[1]
@@ -328,16 +335,39 @@ def test_the_findings_say_what_the_control_shows():
 
     control = {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32}
     falls_short = claims_table(_summary(), [_claim(control=control)]).assign(study="s")
-    assert "so the heads carry the match, not depth alone" in claim_findings(falls_short)[0]
+    said = claim_findings(falls_short)[0]
+    assert "so what the lean models add carries the match, not the control's change alone" in said
+    # the margin anchored on the control: its cost, the margin's share of it, the share kept
+    assert ("Anchored on the control (-0.092 against the baseline): the margin 0.01 is 11% of that; "
+            "L1-H2-D16-mlp32 keeps 163% [") in said
     matches = claims_table(_summary().assign(eval_acc=lambda f: f["eval_acc"].where(f["heads"] != 1, 0.90)
                                              .where(f["depth"] != 1, 0.95)),
                            [_claim(control=control)]).assign(study="s")
     assert matches.iloc[2]["verdict"] in ("superior", "equivalent", "non-inferior")
-    assert "the lost layer alone costs nothing measurable" in claim_findings(matches)[0]
+    assert "so what it lacks costs nothing measurable here" in claim_findings(matches)[0]
     one = claims_table(_summary(), [_claim(control=control, seeds=[0])]).assign(study="s")
     assert claim_findings(one) == ["Claim lean (s, eval_acc, one seed) against L2-H1-D16-mlp32: L1-H2-D16-mlp32 "
                                    "+0.050; control L1-H1-D16-mlp32 -0.100 (+: better); one run a side, no verdict."]
     assert (one.loc[one["role"] == "lean", "supported"] == "n/a").all()
+
+
+def test_the_share_kept_is_the_lean_models_place_between_control_and_baseline():
+    from leaner.analysis.stats import kept_share
+
+    rng = np.random.default_rng(5)
+    base, control = 0.90 + 0.01 * rng.standard_normal(20), 0.80 + 0.01 * rng.standard_normal(20)
+    halfway = (base + control) / 2 + 0.003 * rng.standard_normal(20)
+    share, lo, hi = kept_share(halfway, base, control)
+    assert math.isclose(share, (halfway.mean() - control.mean()) / (base.mean() - control.mean()))
+    assert 0.4 < lo < share < hi < 0.6
+    assert kept_share(halfway, base, control) == (share, lo, hi)  # a fixed seed: the same bits
+    # the ratio has no sign of its own: a loss (mode min) reads the same share
+    assert kept_share(-halfway, -base, -control, mode="min") == (share, lo, hi)
+    assert kept_share(base, base, control)[0] == 1.0 and kept_share(control, base, control)[0] == 0.0
+    # the interval widens with the runs' spread, and a control with no effect has no share
+    assert np.ptp(kept_share(halfway + 0.02 * rng.standard_normal(20), base, control)[1:]) > hi - lo
+    assert math.isnan(kept_share(halfway, base, base)[0])
+    assert all(math.isnan(x) for x in kept_share(halfway[:1], base, control))
 
 
 def test_the_bootstrap_over_seeds_and_examples_is_paired_and_adds_what_each_source_adds():
@@ -404,7 +434,8 @@ def _runs(r_within: float, seeds: int = 40, seed: int = 0) -> pd.DataFrame:
         z = rng.multivariate_normal([0, 0], [[1, r_within], [r_within, 1]], seeds)
         for j, (zk, za) in enumerate(z):
             rows.append({"depth": 1, "heads": heads, "width": 64, "head_dim": 64 // heads, "mlp_hidden": 128,
-                         "seed": j, "params_total": params, "learned": True, "eval_acc": acc + 0.01 * za,
+                         "qk_scale": 1.0, "seed": j, "params_total": params, "learned": True,
+                         "eval_acc": acc + 0.01 * za,
                          "kappa_final_gmean": 10 ** (log_kappa + 0.3 * zk), "kappa_init_gmean": math.inf})
     return pd.DataFrame(rows)
 

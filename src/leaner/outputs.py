@@ -17,7 +17,8 @@ from .tasks import task_info
 ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")
 
 
-POINT_AXES = ("protocol", "depth", "heads", "width", "head_dim", "mlp_hidden", "qk_scale", "modules", "dim", "tokens", "posn")
+POINT_AXES = ("protocol", "depth", "heads", "width", "head_dim", "mlp_hidden", "qk_scale", "modules", "dim", "tokens",
+              "posn")
 
 
 def grid_points(rows: Iterable[dict]) -> list[dict]:

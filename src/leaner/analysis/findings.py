@@ -13,8 +13,10 @@ from .stats import MIN_N_INTERVAL, fmt_ci, resolve, signed
 from .tables import SUPPORTS
 
 
-def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -> list[str]:
-    """The summary paragraphs, each sentence computed from the tables."""
+def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
+             within: pd.DataFrame | None = None) -> list[str]:
+    """The summary paragraphs, each sentence computed from the tables (`within`: the P1 studies'
+    kappa_within rows, a `study` column added)."""
     studies = list(dict.fromkeys(configs["study"]))
     paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
              f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
@@ -79,7 +81,9 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
                                 f"{fmt_ci(row['rho_kappa_error'], row['lo'], row['hi'])}: "
                                 f"{_association(row['lo'], row['hi'])}")
         paras.append(f"kappa after training against error, Spearman over configurations (a positive rho: better-"
-                     f"conditioned attention goes with lower error). Pooled by family: {'; '.join(families) or 'n/a'}. "
+                     f"conditioned configurations have lower error; configurations that also differ in parameters "
+                     f"and heads, so this marks the architecture and shows no cause: the test within a configuration "
+                     f"follows). Pooled by family: {'; '.join(families) or 'n/a'}. "
                      f"All studies pooled: {fmt_ci(pooled['rho_kappa_error'], pooled['lo'], pooled['hi'])}. "
                      f"Per study: {per} (no interval below {MIN_N_INTERVAL} configurations; pooling uses the "
                      f"studies with an interval).")
@@ -95,6 +99,8 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame) -
             paras.append(f"The same for kappa of the attention block's Jacobian (P1's revised wording), by family: "
                          f"{'; '.join(jac) or 'n/a'}; all studies pooled: "
                          f"{fmt_ci(pooled['rho_jacobian_error'], pooled['lo_jacobian'], pooled['hi_jacobian'])}.")
+        if within is not None and len(within):
+            paras.append(_within_paragraph(within))
         init = fmt_ci(pooled["rho_init_final"], pooled["lo_init_final"], pooled["hi_init_final"])
         lo_t, hi_t = pooled["lo_init_final"], pooled["hi_init_final"]
         survives = {"n/a": "too few configurations to say whether the ordering by kappa at initialisation survives",
@@ -157,7 +163,8 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
             matched = leans["verdict"].isin(NON_INFERIOR).all()
             text += f" The control {c['configuration']} (without what the lean models add) {_judged(c)}: "
             if not matched:
-                text += "the lean models do not all match the baseline, so there is no match for the control to explain."
+                text += ("the lean models do not all match the baseline, so there is no match for the control "
+                         "to explain.")
             elif c["verdict"] in NON_INFERIOR:
                 text += ("it matches the baseline too, so what it lacks costs nothing measurable here: the match "
                          "does not need what the lean models add.")
@@ -165,10 +172,42 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
                 text += ("it falls short where the lean models match, so what the lean models add carries the match, "
                          "not the control's change alone.")
             else:
-                text += "it neither matches nor falls short, so whether the control's change alone explains the match is open."
+                text += ("it neither matches nor falls short, so whether the control's change alone explains "
+                         "the match is open.")
             text += _anchored(leans, c, base["margin"])
         paras.append(text)
     return paras
+
+
+def _within_paragraph(within: pd.DataFrame) -> str:
+    """kappa against the metric with the architecture removed (analysis/kappa_within.py), per P1
+    study whose configurations have seeds enough: after training and at initialisation, the
+    pooled within-configuration r with its interval and verdict, and the across-configuration rho
+    beside its partial on parameters and heads."""
+    parts = []
+    for study, g in within.groupby("study", sort=False):
+        rows = g.set_index("kappa")
+        said = []
+        for column, when in (("kappa_final_gmean", "after training"), ("kappa_init_gmean", "at init")):
+            if column not in rows.index or not math.isfinite(rows.loc[column, "within_r"]):
+                continue
+            r = rows.loc[column]
+            said.append(f"{when} r {fmt_ci(r['within_r'], r['within_r_lo'], r['within_r_hi'])} "
+                        f"(p {r['p_declared']:.2g}): {r['verdict']}")
+        if not said:
+            continue
+        r = rows.loc["kappa_final_gmean"] if "kappa_final_gmean" in rows.index else rows.iloc[0]
+        parts.append(f"{study} ({int(r['runs'])} runs in {int(r['configurations'])} configurations; it detects |r| "
+                     f"{r['r_detectable']:.2f} 80% of the time): " + "; ".join(said)
+                     + f"; across configurations rho {r['across_rho']:+.2f}, {r['across_partial_rho']:+.2f} with "
+                       f"parameters and heads partialled out")
+    if not parts:
+        return ("kappa within a configuration: no P1 study has seeds enough in its configurations to test it "
+                "(each study's kappa_within table).")
+    return ("kappa within a configuration, over its seeds (each run less its configuration's means, pooled; "
+            "declared direction P1's: lower kappa, better metric, one-sided at 5%), the architecture held: "
+            + ". ".join(parts) + ". Only a relation within a configuration, or an intervention that moves kappa "
+            "with the architecture fixed, can say conditioning carries a gain.")
 
 
 def _anchored(leans: pd.DataFrame, control: pd.Series, margin: float) -> str:

@@ -32,9 +32,10 @@ from ..compute.numerics import UNRECORDED, describe_mix, is_mixed, join_labels, 
 from ..io import atomic_path
 from ..tasks import task_info
 from .findings import CLAIM_WORDS, claim_findings, effects_markdown, findings, headline_markdown
+from .kappa_within import kappa_within_table
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
-from .summary import explode_protocols, independent_replicates, learned_rows, not_learned, replicates_of
+from .summary import explode_protocols, independent_replicates, learned_rows, not_learned, read_summary, replicates_of
 from .table_render import write_table
 from .tables import AS_DECLARED, CLAIMS_COLUMNS
 
@@ -236,9 +237,17 @@ def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFram
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
+def kappa_within_rows(summaries: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every P1 study's kappa_within table (kappa against its metric within a configuration), with
+    its study."""
+    parts = [kappa_within_table(s, *task_info(s["task"].iloc[0]).metric).assign(study=s["study"].iloc[0])
+             for s in summaries if len(s) and task_info(s["task"].iloc[0]).family == "P1"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findings_prefix: str,
                    claim_csvs: list[str] = ()) -> list[Path]:
-    summaries = [pd.read_csv(p) for p in summary_csvs]
+    summaries = [read_summary(p) for p in summary_csvs]
     configs = configurations(summaries)
     effects = heads_effect(configs)
     corr = kappa_error_correlation(configs)
@@ -266,7 +275,8 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "baseline first, then the lean models and the control: the difference from the baseline "
                          "(+: better), its one-sided 95% bounds, the margin, the verdict and whether it supports "
                          "the declared hypothesis")
-    paras = findings(configs, effects, corr) + [CLAIM_WORDS] * bool(len(heads)) + claim_findings(heads) + [note]
+    paras = (findings(configs, effects, corr, kappa_within_rows(summaries)) + [CLAIM_WORDS] * bool(len(heads))
+             + claim_findings(heads) + [note])
     sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
                 ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)

@@ -12,6 +12,7 @@ from ..shown import FIGURE_CODE, outputs_for
 from ..tasks import task_info
 from . import curves, figures, figures_p2, pareto  # noqa: F401  (each defines its figures)
 from .study_data import StudyData
+from .summary import read_summary
 
 
 def write_study_figures(summary_csv: str, study: str, fig_dir: str, names: list[str], kappa_csv: str | None = None,
@@ -19,7 +20,7 @@ def write_study_figures(summary_csv: str, study: str, fig_dir: str, names: list[
     """results/figures/{study}-{name}.{png,pdf} for each of `names` (the plan's: plan.Study.outputs).
     `histories`: every variant's history.csv, for the training curves; `claims`: the study's
     declared claims (plan), for the Pareto view."""
-    data = StudyData(study, pd.read_csv(summary_csv), claims=claims or [], histories=histories or [],
+    data = StudyData(study, read_summary(summary_csv), claims=claims or [], histories=histories or [],
                      kappa=pd.read_csv(kappa_csv) if kappa_csv else pd.DataFrame())
     known = outputs_for("figures", task_info(data.task), bool(claims))
     unknown = [name for name in names if name not in known]

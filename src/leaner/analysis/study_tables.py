@@ -16,7 +16,7 @@ from . import papers, tables
 from .kappa_within import kappa_within_table
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from .study_data import StudyData
-from .summary import replicate_note
+from .summary import read_summary, replicate_note
 from .table_render import write_table
 
 
@@ -26,7 +26,7 @@ def write_study_tables(summary_csv: str, study: str, baseline: dict, table_dir: 
     plan.Study.outputs). `checks`: P2's acceptance checks to run, as the plan resolved them (None:
     every one, as a study that names none)."""
     checks = ACCEPTANCE_CHECKS if checks is None else tuple(checks)
-    data = StudyData(study, pd.read_csv(summary_csv), baseline or {}, checks, claims or [])
+    data = StudyData(study, read_summary(summary_csv), baseline or {}, checks, claims or [])
     known = outputs_for("tables", task_info(data.task), bool(claims))
     unknown = [name for name in names if name not in known]
     if unknown:

@@ -24,6 +24,15 @@ from .stats import gmean
 ARCH = list(GRID_AXES["arch"])  # depth x heads x width x head_dim x MLP: P1's configurations
 
 
+def read_summary(path) -> pd.DataFrame:
+    """A summary.csv, with an architecture axis it was written without (one added since: the logit
+    scale) at the model's default, so that a summary of an earlier run groups as it did."""
+    frame = pd.read_csv(path)
+    if len(frame) and is_arch(frame["task"].iloc[0]) and "qk_scale" not in frame:
+        frame.insert(frame.columns.get_loc("mlp_hidden") + 1, "qk_scale", 1.0)
+    return frame
+
+
 def axes(task: str) -> list[str]:
     """The architecture axes of the task's variants: one configuration is one value of each."""
     return list(task_info(task).axes)

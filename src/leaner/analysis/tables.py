@@ -287,8 +287,9 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     hypothesis and whether the verdict supports it; then the control (where the claim declares one:
     the model without what the lean one adds, e.g. the lean depth at the baseline's heads), judged
     against the baseline the same way, which tells whether that alone explains a match, and
-    anchors the margin: its cost, the margin's share of it and the share each lean model keeps. Only the declared seeds count; a declared seed without a finished run is
-    counted as missing, never replaced. `declaration` (every row of a claim): whether the claim
+    anchors the margin: its cost, the margin's share of it and the share each lean model keeps.
+    Only the declared seeds count; a declared seed without a finished run is counted as missing,
+    never replaced. `declaration` (every row of a claim): whether the claim
     is judged as declared before its runs (`declaration()`); one that is not gets no verdict
     when its seeds differ, and stays out of the headline otherwise."""
     rows = []

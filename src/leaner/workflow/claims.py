@@ -84,4 +84,5 @@ def _claim_config(point: dict, configs: dict) -> list:
 
 
 def _config_label(v: Variant, axes) -> str:
-    return ",".join(f"{k}={getattr(v.model, k)}" for k in axes)
+    """depth=1,heads=4,...: the configuration's axes, a logit scale named only where it is not 1."""
+    return ",".join(f"{k}={getattr(v.model, k)}" for k in axes if not (k == "qk_scale" and v.model.qk_scale == 1.0))
