@@ -5,6 +5,7 @@ rule summary:
     input:
         metrics=lambda wildcards: study_files(wildcards, "metrics.json"),
         conditioning=lambda wildcards: study_files(wildcards, "conditioning.csv"),
+        histories=lambda wildcards: study_files(wildcards, "history.csv"),
         glue=glue_files,
     output:
         summary="results/{study}/summary.csv",
@@ -18,8 +19,8 @@ rule summary:
         protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
     shell:
         "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
-        " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --glue {input.glue:q}"
-        " --out {output.summary:q} --kappa-out {output.kappa:q} > {log:q} 2>&1"
+        " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --histories {input.histories:q}"
+        " --glue {input.glue:q} --out {output.summary:q} --kappa-out {output.kappa:q} > {log:q} 2>&1"
 
 
 # Figures and tables depend on the study's grid: one rule of each per study, making the

@@ -147,7 +147,7 @@ def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
     assert loss["mean"] == pytest.approx(np.mean([0.01, 0.02, 2.0])) and loss["lo"] == 0.0 and loss["hi"] > 2.0
     # the table reports the very same numbers
     summary = spread.assign(task="image_classification", depth=1, width=16, head_dim=16, mlp_hidden=32,
-                            params_total=1000, status="ok", seed=[0, 1, 2])
+                            qk_scale=1.0, params_total=1000, status="ok", seed=[0, 1, 2])
     row = by_config(summary).iloc[0]
     assert (row["eval_acc_mean"], row["eval_acc_lo"], row["eval_acc_hi"]) == (acc["mean"], acc["lo"], acc["hi"])
 
@@ -419,12 +419,12 @@ def test_a_heads_figures_points_are_its_tables_means_over_the_same_seeds():
     P1's Fig. 3 at head dim 16 on 3 of them) carries both protocols on every seed, so each protocol's
     panel draws it over all its seeds, as by_config averages it: on the reference run, every
     (protocol, configuration) point of the vs-heads figures equals the table's mean and n."""
-    from leaner.analysis.summary import ARCH, explode_protocols
+    from leaner.analysis.summary import ARCH, explode_protocols, read_summary
     from leaner.analysis.tables import by_config
 
     from reference_run import REFERENCE
 
-    summary = pd.read_csv(REFERENCE / "summaries" / "vit_digits.csv").assign(task="image_classification")
+    summary = read_summary(REFERENCE / "summaries" / "vit_digits.csv")
     assert (summary.groupby(ARCH)["protocols"].nunique() == 1).all()
     table = by_config(summary).set_index(ARCH)
     shared = 0

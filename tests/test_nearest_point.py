@@ -295,6 +295,36 @@ def test_short_training_run_learns_and_keeps_init_seed(tmp_path):
     a, b = load_file(str(tmp_path / "a" / "init.safetensors")), load_file(str(tmp_path / "b" / "init.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert build_model(model)(torch.randn(2, 4, 8)).shape == (2, 4, 8)
+    # the summary reads the run's plateau from its history: the best training MSE's last-quarter fall
+    import pandas as pd
+
+    from leaner.analysis.summary import summarize_study
+
+    row = summarize_study("p2", [str(tmp_path / "a" / "metrics.json")], [], {},
+                          history_paths=[str(tmp_path / "a" / "history.csv")]).iloc[0]
+    h = pd.read_csv(tmp_path / "a" / "history.csv")
+    best_before = h.loc[h["step"] <= 0.75 * h["step"].max(), "train_loss"].min()
+    assert row["train_loss_last_quarter_fall"] == pytest.approx((best_before - h["train_loss"].min()) / best_before)
+    assert row["train_loss_last_quarter_fall"] >= 0 and row["eval_mse"] == m["final"]["eval_mse"]
+
+
+def test_the_plateau_is_read_from_the_curve_and_the_fresh_point_mse_sits_beside_the_training_one():
+    import pandas as pd
+
+    from leaner.analysis.summary import last_quarter_fall
+    from leaner.analysis.tables import by_config
+
+    steps = list(range(10, 110, 10))
+    flat = pd.DataFrame({"step": steps, "train_loss": [1.0, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]})
+    falling = pd.DataFrame({"step": steps, "train_loss": [1.0 - 0.09 * i for i in range(10)]})
+    assert last_quarter_fall(flat) == 0.0
+    assert last_quarter_fall(falling) == pytest.approx((0.46 - 0.19) / 0.46)  # best 0.46 at step 70, 0.19 at 100
+    assert math.isnan(last_quarter_fall(flat.iloc[:1])) and math.isnan(last_quarter_fall(flat[["step"]]))
+    rows = [{"depth": 1, "heads": 2, "head_dim": 8, "tokens": 8, "seed": s, "best_train_loss": 0.5,
+             "eval_mse": 0.6 + 0.1 * s, "train_loss_last_quarter_fall": 0.01 * s} for s in range(3)]
+    table = by_config(_summary(rows)).iloc[0]
+    assert table["eval_mse_mean"] == pytest.approx(0.7) and table["eval_mse_min"] == pytest.approx(0.6)
+    assert table["last_quarter_fall_max"] == pytest.approx(0.02)
 
 
 def _summary(rows):

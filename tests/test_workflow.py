@@ -526,7 +526,7 @@ def test_tensorboard_sorts_the_runs_by_their_hyperparameters_and_shows_kappa(tin
         row = summary.loc[variant]
         assert hp == {"study": "tiny", "protocols": row["protocols"], "params": row["params_total"],
                       "seed": row["seed"], "depth": row["depth"], "heads": row["heads"], "width": 16,
-                      "head_dim": row["head_dim"], "mlp_hidden": 32}
+                      "head_dim": row["head_dim"], "mlp_hidden": 32, "qk_scale": 1.0}
         assert events.Scalars("hparams/eval_acc")[0].value == pytest.approx(row["eval_acc"], rel=1e-6)
         assert events.Scalars("hparams/kappa_final")[0].value == pytest.approx(row["kappa_final_gmean"], rel=1e-6)
         assert "train/loss" in events.Tags()["scalars"]  # the same run as the training curves

@@ -29,7 +29,8 @@ def read_summary(path) -> pd.DataFrame:
     scale) at the model's default, so that a summary of an earlier run groups as it did."""
     frame = pd.read_csv(path)
     if len(frame) and is_arch(frame["task"].iloc[0]) and "qk_scale" not in frame:
-        frame.insert(frame.columns.get_loc("mlp_hidden") + 1, "qk_scale", 1.0)
+        at = frame.columns.get_loc("mlp_hidden") + 1 if "mlp_hidden" in frame else len(frame.columns)
+        frame.insert(at, "qk_scale", 1.0)
     return frame
 
 
@@ -115,10 +116,30 @@ def write_glue_scores(metrics_paths: list[str], out_json: str) -> dict:
     return scores
 
 
+LAST_QUARTER = 0.75  # a run's plateau is read over its steps past this fraction
+
+
+def last_quarter_fall(history: pd.DataFrame, column: str = "train_loss") -> float:
+    """How far the best `column` (a loss) fell over the last quarter of a run's steps, as a share of
+    the best before it: (best up to 3/4 - best overall) / best up to 3/4. Near 0: the curve is flat
+    at the end (a plateau: more steps would not move it); NaN without a point on each side."""
+    if column not in history or "step" not in history:
+        return math.nan
+    h = history[["step", column]].dropna()
+    if not len(h):
+        return math.nan
+    before = h.loc[h["step"] <= LAST_QUARTER * h["step"].max(), column]
+    if not len(before) or len(before) == len(h) or not before.min() > 0:
+        return math.nan
+    return float((before.min() - h[column].min()) / before.min())
+
+
 def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: list[str],
-                    protocols: dict[str, list[str]], glue_paths: list[str] = ()) -> pd.DataFrame:
-    """One tidy row per variant."""
+                    protocols: dict[str, list[str]], glue_paths: list[str] = (),
+                    history_paths: list[str] = ()) -> pd.DataFrame:
+    """One tidy row per variant; with its history.csv, the training loss's last-quarter fall."""
     cond_by_dir = {str(Path(p).parent): p for p in conditioning_paths}
+    history_by_dir = {str(Path(p).parent): p for p in history_paths}
     glue_by_dir = {str(Path(p).parent): p for p in glue_paths}
     rows = []
     for mpath in metrics_paths:
@@ -160,6 +181,9 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
         for key, values in (m.get("diagnostics") or {}).items():
             if values:
                 row[f"{key}_mean"], row[f"{key}_min"] = float(np.mean(values)), float(np.min(values))
+        hpath = history_by_dir.get(str(Path(mpath).parent))
+        if hpath:
+            row["train_loss_last_quarter_fall"] = last_quarter_fall(pd.read_csv(hpath))
         cpath = cond_by_dir.get(str(Path(mpath).parent))
         if cpath:
             cond = pd.read_csv(cpath)
@@ -234,10 +258,10 @@ def not_learned(rows: pd.DataFrame) -> float:
 
 def write_summary(study: str, metrics_paths: list[str], conditioning_paths: list[str],
                   protocols: dict[str, list[str]], out_csv: str, glue_paths: list[str] = (),
-                  kappa_csv: str | None = None) -> pd.DataFrame:
+                  kappa_csv: str | None = None, history_paths: list[str] = ()) -> pd.DataFrame:
     """summary.csv, (kappa_csv) every variant's kappa at each kept checkpoint, and each variant's
     TensorBoard HParams entry in its folder (tracking.write_hparams)."""
-    frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths)
+    frame = summarize_study(study, metrics_paths, conditioning_paths, protocols, glue_paths, history_paths)
     for column in ("numerics", "kappa_numerics"):
         if column in frame and is_mixed(frame[column]):
             print(f"study {study}: {column}: {describe_mix(frame[column])}", file=sys.stderr)

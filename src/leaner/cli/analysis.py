@@ -9,7 +9,7 @@ from .args import json_arg
 def cmd_summary(a):
     from ..analysis.summary import write_summary
 
-    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue, a.kappa_out)
+    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue, a.kappa_out, a.histories)
 
 
 def cmd_glue_scores(a):
@@ -77,6 +77,7 @@ def summary_parser(sub) -> None:
     s.add_argument("--metrics", nargs="+", required=True)
     s.add_argument("--conditioning", nargs="+", required=True)
     s.add_argument("--glue", nargs="*", default=[], help="glue.json of each variant (glue studies)")
+    s.add_argument("--histories", nargs="*", default=[], help="history.csv of each variant (its plateau)")
     s.add_argument("--out", required=True)
     s.add_argument("--kappa-out", default=None, help="also write kappa at every kept checkpoint (CSV)")
     s.set_defaults(func=cmd_summary)
