@@ -12,13 +12,15 @@ import pandas as pd
 from .stats import MIN_N_INTERVAL, fmt_ci, resolve, signed
 from .tables import SUPPORTS
 
+ONE_CONFIG = ["study", "depth", "heads", "rank", "params", "qk_scale"]  # what tells two configurations apart
+
 
 def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
              within: pd.DataFrame | None = None) -> list[str]:
     """The summary paragraphs, each sentence computed from the tables (`within`: the P1 studies'
     kappa_within rows, a `study` column added)."""
     studies = list(dict.fromkeys(configs["study"]))
-    paras = [f"{len(configs.drop_duplicates(['study', 'depth', 'heads', 'rank', 'params']))} configurations of "
+    paras = [f"{len(configs.drop_duplicates(ONE_CONFIG))} configurations of "
              f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
              f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
              f"is called one only when its interval clears zero by a quarter of its half-width (else it is "
@@ -35,7 +37,7 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
     if "not_learned" in configs and configs["not_learned"].notna().any():
-        stuck = configs[configs["not_learned"] > 0].drop_duplicates(["study", "depth", "heads", "rank", "params"])
+        stuck = configs[configs["not_learned"] > 0].drop_duplicates(ONE_CONFIG)
         paras.append("Did not learn (final metric no better than ignoring the input: the majority label, the "
                      "unigram for a language model; for P2, a best training MSE at 0.95 of the zero predictor's "
                      "or above), counted and kept out of every mean and verdict: "
@@ -179,6 +181,10 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
     return paras
 
 
+def _rho(value: float) -> str:
+    return f"{value:+.2f}" if math.isfinite(value) else "n/a (too few configurations)"
+
+
 def _within_paragraph(within: pd.DataFrame) -> str:
     """kappa against the metric with the architecture removed (analysis/kappa_within.py), per P1
     study whose configurations have seeds enough: after training and at initialisation, the
@@ -199,7 +205,7 @@ def _within_paragraph(within: pd.DataFrame) -> str:
         r = rows.loc["kappa_final_gmean"] if "kappa_final_gmean" in rows.index else rows.iloc[0]
         parts.append(f"{study} ({int(r['runs'])} runs in {int(r['configurations'])} configurations; it detects |r| "
                      f"{r['r_detectable']:.2f} 80% of the time): " + "; ".join(said)
-                     + f"; across configurations rho {r['across_rho']:+.2f}, {r['across_partial_rho']:+.2f} with "
+                     + f"; across configurations rho {_rho(r['across_rho'])}, {_rho(r['across_partial_rho'])} with "
                        f"parameters and heads partialled out")
     if not parts:
         return ("kappa within a configuration: no P1 study has seeds enough in its configurations to test it "

@@ -42,7 +42,8 @@ from .tables import AS_DECLARED, CLAIMS_COLUMNS
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
 
-ARCH_GROUP = ["depth", "protocol", "mlp_ratio"]
+ARCH_GROUP = ["depth", "protocol", "mlp_ratio", "qk_scale"]
+DEFAULTS = {"qk_scale": 1.0}  # a group named without the axes at their default (the logit scale of 1)
 
 
 def _configs(summary: pd.DataFrame) -> pd.DataFrame:
@@ -67,7 +68,7 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
         replicate = replicates_of(g.assign(task=task))
         if not independent_replicates(g.assign(task=task)):  # P2's seeds share init 613 and 6 of 7 streams
             lo = hi = math.nan
-        named = list(zip(group, key[:len(group)]))
+        named = [(k, v) for k, v in zip(group, key[:len(group)]) if DEFAULTS.get(k, object()) != v]
         rows.append({"study": summary["study"].iloc[0], "task": task, "family": task_info(task).family,
                      "group": ", ".join(f"{k}={v}" for k, v in named),
                      # the same model but for its depth: the group of a depth sweep
@@ -75,6 +76,7 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
                      f", heads={g['heads'].iloc[0]}, rank={g['head_dim'].iloc[0]}",
                      "depth": int(g["depth"].iloc[0]), "heads": int(g["heads"].iloc[0]),
                      "rank": int(g["head_dim"].iloc[0]), "model_width": int(g["model_width"].iloc[0]),
+                     "qk_scale": float(g["qk_scale"].iloc[0]) if "qk_scale" in g else math.nan,
                      "rank_fraction": float(g["head_dim"].iloc[0] / g["model_width"].iloc[0]),
                      "params": int(g["params_total"].iloc[0]), "error_mean": mean, "error_lo": lo, "error_hi": hi,
                      "n": n, "errors": errors[np.isfinite(errors)],
@@ -174,7 +176,7 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
     training) over its configurations; a pooled row for each (inverse-variance on Fisher z)."""
     rows = []
     for study, g in configs.groupby("study", sort=False):
-        configs_once = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params"])
+        configs_once = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params", "qk_scale"])
         rho, lo, hi, n = spearman_ci(configs_once["kappa_final"], configs_once["error_mean"])
         rho_t, lo_t, hi_t, _ = spearman_ci(configs_once["kappa_init"], configs_once["kappa_final"])
         jac = configs_once.get("kappa_jac_final", pd.Series(math.nan, index=configs_once.index))
