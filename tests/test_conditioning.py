@@ -122,6 +122,38 @@ def test_conditioning_rows_cover_every_layer_matrix_and_checkpoint(tmp_path, dig
         assert r["cols"] == (17 * 16 if jac else 16) and r["method"] == ("exact" if jac else "svd")
         assert r["kappa_median"] >= 1.0 and r["kappa_p90"] >= r["kappa_median"]
         assert 0.0 <= r["singular_fraction"] <= 1.0
+        # the heads' structure beside Gaussian heads of the same shape, on the head outputs only
+        assert ("head_isotropy" in r) == (r["matrix"] == "heads_concat")
+    concat = [r for r in rows if r["matrix"] == "heads_concat"]
+    heads, d = spec["model"]["heads"], spec["model"]["head_dim"]
+    for r in concat:
+        assert 1 / min(17, d) <= r["head_isotropy"] <= 1.0 and 0.0 <= r["head_alignment"] <= 1.0
+        assert r["gauss_kappa"] == pytest.approx(_lower_median(
+            [np.linalg.cond(g) for g in torch.randn(256, 17, heads * d, generator=torch.Generator().manual_seed(0),
+                                                     dtype=torch.float64).numpy()]), rel=1e-9)
+        root_n, root_d = 17 ** 0.5, (heads * d) ** 0.5
+        assert r["theorem_kappa"] == pytest.approx((root_n + root_d) / abs(root_n - root_d))
+
+
+def test_head_structure_tells_rank_one_aligned_heads_from_independent_isotropic_ones():
+    """Theorem 3.2's assumptions, measured: independent Gaussian heads are far from rank one and
+    their dominant token directions nearly orthogonal; heads that output one row on every token (a
+    uniform softmax) are rank one (isotropy 1 / min(N, d)) and aligned (1), and an orthonormal head
+    is isotropic (1)."""
+    from leaner.measure.conditioning import gaussian_heads, head_structure
+
+    gen = torch.Generator().manual_seed(0)
+    gauss = torch.randn(64, 17, 4 * 16, generator=gen, dtype=torch.float64)
+    iso, align = head_structure(gauss, 16)
+    assert (iso > 0.15).all() and (iso < 0.6).all() and align.median() < 0.4
+    uniform = torch.randn(64, 1, 64, generator=gen, dtype=torch.float64).expand(64, 17, 64)
+    iso, align = head_structure(uniform, 16)
+    torch.testing.assert_close(iso, torch.full((64,), 1 / 16, dtype=torch.float64))
+    torch.testing.assert_close(align, torch.ones(64, dtype=torch.float64))
+    q = torch.linalg.qr(torch.randn(17, 16, generator=gen, dtype=torch.float64)).Q[None]
+    assert head_structure(q, 16)[0].item() == pytest.approx(1.0) and torch.isnan(head_structure(q, 16)[1]).all()
+    ref = gaussian_heads(17, 4, 16)
+    assert ref == gaussian_heads(17, 4, 16) and ref["gauss_kappa"] < ref["theorem_kappa"] * 1.5
 
 
 # ----------------------------------------------------------------------------- float64 and singular blocks

@@ -116,7 +116,7 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
     return paras
 
 
-CLAIM_WORDS = ("How the claims read (each declared in config.yaml before its runs): a verdict judges lean - baseline "
+CLAIM_WORDS = ("How the claims read (each declared in its config before its runs): a verdict judges lean - baseline "
                "(+: lean better) by its one-sided 95% Welch bounds. Superior: the lower bound above 0. Non-inferior: "
                "above -margin. Equivalent: both bounds within +-margin (a stronger verdict with its own, lower "
                "power). Inferior: the upper bound below -margin (a cost beyond the margin). The margin is fixed "
@@ -205,8 +205,8 @@ def _within_paragraph(within: pd.DataFrame) -> str:
         r = rows.loc["kappa_final_gmean"] if "kappa_final_gmean" in rows.index else rows.iloc[0]
         parts.append(f"{study} ({int(r['runs'])} runs in {int(r['configurations'])} configurations; it detects |r| "
                      f"{r['r_detectable']:.2f} 80% of the time): " + "; ".join(said)
-                     + f"; across configurations rho {_rho(r['across_rho'])}, {_rho(r['across_partial_rho'])} with "
-                       f"parameters and heads partialled out")
+                     + f"; across configurations (kappa against {r['metric']}) rho {_rho(r['across_rho'])}, "
+                       f"{_rho(r['across_partial_rho'])} with parameters and heads partialled out")
     if not parts:
         return ("kappa within a configuration: no P1 study has seeds enough in its configurations to test it "
                 "(each study's kappa_within table).")
@@ -271,7 +271,7 @@ def headline_markdown(frame: pd.DataFrame) -> str:
             params = "n/a"
         else:
             fewer = compared and round(r["param_reduction_pct"]) != 0
-            params = f"{r['params'] / 1e3:.1f}k" + (f" (-{r['param_reduction_pct']:.0f}%)" if fewer else "")
+            params = f"{r['params'] / 1e3:.1f}k" + (f" ({-r['param_reduction_pct']:+.0f}%)" if fewer else "")
         mean = "n/a" if math.isnan(r["mean"]) else f"{r['mean']:.3f}{ONE_RUN * one}"
         bounds = ("" if not compared or math.isnan(r["bound_lo"])
                   else f" [{signed(r['bound_lo'])}, {signed(r['bound_hi'])}]")

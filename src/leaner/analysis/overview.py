@@ -242,7 +242,8 @@ def _html_page(title: str, paras: list[str], tables: list[tuple[str, pd.DataFram
 def kappa_within_rows(summaries: list[pd.DataFrame]) -> pd.DataFrame:
     """Every P1 study's kappa_within table (kappa against its metric within a configuration), with
     its study."""
-    parts = [kappa_within_table(s, *task_info(s["task"].iloc[0]).metric).assign(study=s["study"].iloc[0])
+    parts = [kappa_within_table(s, *task_info(s["task"].iloc[0]).metric).assign(
+                 study=s["study"].iloc[0], metric=task_info(s["task"].iloc[0]).metric[0])
              for s in summaries if len(s) and task_info(s["task"].iloc[0]).family == "P1"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 

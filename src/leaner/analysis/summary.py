@@ -64,7 +64,16 @@ def _kappa_columns(cond: pd.DataFrame) -> dict:
             out[f"{prefix}_singular"] = float(g["singular_fraction"].mean())
         if matrix == "jacobian" and "method" in g:
             out[f"{prefix}_method"] = "+".join(sorted(set(g["method"])))  # exact | lanczos (a lower bound)
+        if matrix == "heads_concat" and "head_isotropy" in g and len(first):
+            one = g[g["layer"] == 1].iloc[0]  # layer 1's head structure (conditioning.head_structure)
+            out[f"heads_isotropy_{ckpt}_l1"], out[f"heads_alignment_{ckpt}_l1"] = one["head_isotropy"], one[
+                "head_alignment"]
+            out.update({f"{k}_l1": one[k] for k in GAUSSIAN_COLUMNS}, probe_tokens=int(one["tokens"]))
     return out
+
+
+# Theorem 3.2's heads for each configuration's shape, beside its measured ones (conditioning.gaussian_heads)
+GAUSSIAN_COLUMNS = ("theorem_kappa", "gauss_kappa", "gauss_isotropy", "gauss_alignment")
 
 
 def kappa_checkpoints(summary: pd.DataFrame, conditioning_paths: list[str]) -> pd.DataFrame:

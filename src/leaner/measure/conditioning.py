@@ -19,6 +19,7 @@ A matrix whose sigma_min cannot be told from zero is *singular* and its kappa is
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from contextlib import contextmanager
@@ -110,16 +111,64 @@ def capture_attention(model, inputs: bool = False):
             h.remove()
 
 
+def head_structure(mats: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What Theorem 3.2 assumes of the heads, measured on each (N, h*d) matrix of head outputs:
+    `isotropy`, the heads' mean stable rank ||A_i||_F^2 / ||A_i||_2^2 over min(N, d) (1: every
+    direction alike; 1 / min(N, d): the head is rank one), and `alignment`, the mean over pairs of
+    heads of |u_i . u_j|, u_i the top left singular vector of A_i (its dominant direction over the
+    tokens: near 0 for independent Gaussian heads, 1 where every head's output lies along one
+    token direction, as when a near-uniform softmax makes each head output its values' mean on
+    every token). NaN alignment with one head."""
+    mats = mats.detach().to(torch.float64)
+    b, n, cols = mats.shape
+    heads = cols // head_dim
+    blocks = mats.reshape(b, n, heads, head_dim).permute(0, 2, 1, 3)  # (B, h, N, d)
+    u, sv, _ = torch.linalg.svd(blocks, full_matrices=False)
+    stable = sv.square().sum(-1) / sv[..., 0].square().clamp_min(1e-300)
+    isotropy = (stable / min(n, head_dim)).mean(-1)
+    if heads < 2:
+        return isotropy, torch.full_like(isotropy, math.nan)
+    top = u[..., 0]  # (B, h, N)
+    gram = (top @ top.mT).abs()
+    alignment = (gram.sum((-2, -1)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)) / (heads * (heads - 1))
+    return isotropy, alignment
+
+
+GAUSSIAN_DRAWS, GAUSSIAN_SEED = 256, 0  # the Gaussian heads each measured shape is held against
+
+
+def gaussian_heads(tokens: int, heads: int, head_dim: int) -> dict[str, float]:
+    """Theorem 3.2's heads for one measured shape: kappa, isotropy and alignment (medians over
+    GAUSSIAN_DRAWS independent N x (h*d) standard Gaussian blocks from a fixed seed), and the
+    closed form's kappa for the same (N, D = h*d) (theory.kappa_formula)."""
+    from .theory import kappa_formula
+
+    gen = torch.Generator().manual_seed(GAUSSIAN_SEED)
+    blocks = torch.randn(GAUSSIAN_DRAWS, tokens, heads * head_dim, generator=gen, dtype=torch.float64)
+    isotropy, alignment = head_structure(blocks, head_dim)
+    return {"gauss_kappa": kappa(blocks).median().item(), "gauss_isotropy": isotropy.median().item(),
+            "gauss_alignment": alignment.median().item(), "theorem_kappa": kappa_formula(tokens, heads * head_dim)}
+
+
+def _by_length(fn, mats: torch.Tensor, lengths: torch.Tensor | None):
+    """fn over each (N, C) matrix's first lengths[i] rows (all of them without lengths), grouped by
+    length: its one tensor, or tuple of tensors, per sample."""
+    if lengths is None:
+        return fn(mats)
+    parts = [(idx, fn(mats[idx.to(mats.device), :n])) for n in lengths.unique().tolist()
+             for idx in [(lengths == n).nonzero().flatten()]]
+    single = isinstance(parts[0][1], torch.Tensor)
+    outs = [torch.empty(len(mats), dtype=torch.float64) for _ in range(1 if single else len(parts[0][1]))]
+    for idx, res in parts:
+        for out, r in zip(outs, [res] if single else res):
+            out[idx] = r.cpu()
+    return outs[0] if single else tuple(outs)
+
+
 def kappa_of_rows(mats: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """kappa of each (N, C) matrix, over its first lengths[i] rows only when lengths are given
     (padded sequences: padding positions are not tokens of the input)."""
-    if lengths is None:
-        return kappa(mats)
-    out = torch.empty(len(mats), dtype=torch.float64)
-    for n in lengths.unique().tolist():
-        idx = (lengths == n).nonzero().flatten()
-        out[idx] = kappa(mats[idx.to(mats.device), :n]).cpu()
-    return out
+    return _by_length(kappa, mats, lengths)
 
 
 @contextmanager
@@ -187,6 +236,14 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                 shape = tuple(mats[name][0].shape[-2:])
                 slot = out.setdefault(layer, {}).setdefault(name, {"kappas": [], "shape": shape})
                 slot["kappas"].append(kappa_of_rows(torch.cat(mats[name]), part).cpu())
+            head_dim = getattr(modules[layer], "head_dim", None)
+            if head_dim and shape_of(mats)[1] % head_dim == 0:
+                slot = out[layer]["heads_concat"]
+                slot["head_dim"] = head_dim
+                iso, align = _by_length(functools.partial(head_structure, head_dim=head_dim),
+                                        torch.cat(mats["heads_concat"]), part)
+                slot.setdefault("isotropy", []).append(iso.cpu())
+                slot.setdefault("alignment", []).append(align.cpu())
             if want_jac:
                 x, kwargs = mats["input"][0]
                 res = jacobian_kappas(modules[layer], x, kwargs, part, jacobian["samples"],
@@ -201,8 +258,15 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
         i, size = i + size, batch_size
     for mats in out.values():
         for slot in mats.values():
-            slot["kappas"] = torch.cat(slot["kappas"])
+            for key in ("kappas", "isotropy", "alignment"):
+                if key in slot:
+                    slot[key] = torch.cat(slot[key])
     return out
+
+
+def shape_of(mats: dict) -> tuple[int, int]:
+    """(tokens, columns) of a layer's captured head outputs."""
+    return tuple(mats["heads_concat"][0].shape[-2:])
 
 
 def probe_limit(device: torch.device, memory_mb: int | None, params: int) -> float | None:
@@ -240,7 +304,7 @@ def conditioning_rows(spec: dict | RunSpec, checkpoints: dict[str, tuple[int, st
     jacobian = {"samples": cond.get("jacobian_samples", 0), "exact_max": cond.get("jacobian_exact_max", 0),
                 "lanczos_steps": cond.get("lanczos_steps", 1)}
     m = spec.model
-    rows = []
+    rows, gaussians = [], {}
     for name, (step, path) in checkpoints.items():
         model = build_model(m)
         load_weights(model, path)
@@ -256,8 +320,23 @@ def conditioning_rows(spec: dict | RunSpec, checkpoints: dict[str, tuple[int, st
                              "width": m.residual_width, "cols": cols, "tokens": tokens,
                              "samples": int(slot["kappas"].numel()), **summarize(slot["kappas"]),
                              "method": slot.get("method", "svd"), "rel_residual": slot.get("rel_residual", 0.0),
-                             "converged_fraction": slot.get("converged_fraction", 1.0), "numerics": computed})
+                             "converged_fraction": slot.get("converged_fraction", 1.0), "numerics": computed,
+                             **_structure(slot, tokens, cols, gaussians)})
     return rows
+
+
+def _structure(slot: dict, tokens: int, cols: int, gaussians: dict) -> dict:
+    """A heads_concat row's head structure (medians over samples) beside Gaussian heads of its
+    shape (computed once per shape, `gaussians` the cache); nothing for the other matrices."""
+    if "isotropy" not in slot:
+        return {}
+    d = slot["head_dim"]
+    key = (tokens, cols // d, d)
+    if key not in gaussians:
+        gaussians[key] = gaussian_heads(*key)
+    finite = [t[torch.isfinite(t)] for t in (slot["isotropy"], slot["alignment"])]
+    return {"head_isotropy": finite[0].median().item() if finite[0].numel() else math.nan,
+            "head_alignment": finite[1].median().item() if finite[1].numel() else math.nan, **gaussians[key]}
 
 
 def write_conditioning(metrics_path: str, init_path: str, final_path: str, data_path: str, out_csv: str,
