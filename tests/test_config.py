@@ -566,3 +566,17 @@ def test_crossed_holds_width_and_head_dim_so_count_and_rank_each_move_alone():
     cfg["studies"]["tiny"]["grid"].pop("head_dim")
     with pytest.raises(ConfigError, match=r"grid: protocol crossed needs both width and head_dim"):
         build_plan(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
+def test_every_named_config_plans_and_its_claims_cite_a_pilot_that_is_committed(name):
+    """Each configs/*.yaml (a study of its own or an overlay on config.yaml) builds its plan, and a
+    declared claim's rationale is written (no placeholder) and names its pilot's CSV where the repo
+    holds it."""
+    plan = load_plan(REPO / "configs" / name, default=REPO / "config.yaml")
+    assert plan.studies
+    for study in plan.studies.values():
+        for claim in study.claims:
+            assert claim["rationale"].strip() and "PILOT" not in claim["rationale"], (name, claim["name"])
+            for cited in re.findall(r"pilots/[\w.-]+\.csv", claim["rationale"]):
+                assert (REPO / cited).is_file(), (name, claim["name"], cited)

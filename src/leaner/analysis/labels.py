@@ -37,7 +37,7 @@ LABELS = {
     "posn": "positions",
     "eval_mse_min": "fresh-point MSE (min)",
     "eval_mse_mean": "fresh-point MSE (mean)",
-    "last_quarter_fall_max": "best train MSE's fall over the last quarter (max)",
+    "last_quarter_fall_max": "best train loss's fall over the last quarter (max)",
     "kept_share": "share of the control's cost kept",
     "margin_share": "margin / control's cost",
     "qk_angle_deg_min": "angle(QKᵀ, I) (deg, min)",

@@ -69,16 +69,17 @@ P1 = {"family": "P1"}
         "built model), the metric's mean over seeds with its Student-t 95% interval, minimum, maximum "
         "and\n"
         "n, the number of diverged runs, and kappa at initialisation and after training (geometric "
-        "means). P2's\n"
-        "also give the fresh-point MSE beside the best training MSE, and how far the best training MSE\n"
-        "fell over a run's last quarter of steps (near 0: the curve is flat, a plateau, not a run cut short).\n"
+        "means), and\n"
+        "how far the best training loss fell over a run's last quarter of steps (near 0: the curve is\n"
+        "flat, a plateau, not a run cut short). P2's also give the fresh-point MSE beside the best\n"
+        "training MSE.\n"
     ))
 def by_config(d: StudyData) -> tuple[pd.DataFrame, str]:
-    p2 = ("; eval_mse: the MSE on fresh points (min, mean); last_quarter_fall_max: the largest fall of a run's best "
-          "training MSE over its last quarter of steps, as a share of its best before (near 0: flat, a plateau)"
-          if d.task and not task_info(d.task).grid == "arch" else "")
-    return tables.by_config(d.summary), (f"{d.study}: {d.metric[0]} per configuration over seeds "
-                                         f"(mean, 95% interval, min, max, n){p2}")
+    p2 = "; eval_mse: the MSE on fresh points (min, mean)" if task_info(d.task).grid != "arch" else ""
+    return tables.by_config(d.summary), (
+        f"{d.study}: {d.metric[0]} per configuration over seeds (mean, 95% interval, min, max, n); "
+        f"last_quarter_fall_max: the largest fall of a run's best training loss over its last quarter of steps, as a "
+        f"share of its best before (near 0: flat, a plateau){p2}")
 
 
 @table("lean_vs_baseline", requires=(BelowBaseline("depth"),), tasks=P1, caption=(

@@ -51,7 +51,7 @@ def by_config(summary: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
                     "n": n, "not_learned": stuck, "diverged": diverged})  # every run, learned or not
         if not is_arch(task) and "eval_mse" in g:  # P2: the fresh-point MSE beside the training metric
             row["eval_mse_min"], row["eval_mse_mean"] = g["eval_mse"].min(), g["eval_mse"].mean()
-        if not is_arch(task) and "train_loss_last_quarter_fall" in g:  # P2: flat at the end (a plateau) or not
+        if "train_loss_last_quarter_fall" in g:  # flat at the end (a plateau), or still falling
             row["last_quarter_fall_max"] = g["train_loss_last_quarter_fall"].max()
         for col in ("kappa_init_gmean", "kappa_final_gmean", "kappa_jac_init_gmean", "kappa_jac_final_gmean"):
             if col in g:
