@@ -159,6 +159,29 @@ def test_text_from_local_files_goes_through_datasets_and_bytes(tmp_path):
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
 
 
+def test_induction_lines_repeat_a_segment_whose_period_changes_from_line_to_line(tmp_path):
+    """The induction corpus: every line a random segment of 4-16 of the 16 letters repeated to 48,
+    so after its first period each letter is the one that followed the previous occurrence of the
+    previous letter's context; periods vary (no fixed offset gives the answer away), and the same
+    seed writes the same bytes."""
+    from leaner.data.text import INDUCTION_LENGTH, INDUCTION_LETTERS, INDUCTION_PERIODS
+
+    spec = {"kind": "text", "source": "induction", "stories": 400, "seed": 3, "text_key": "text",
+            "max_train_tokens": None, "eval_tokens": 1024}
+    manifest = prepare("induction", spec, str(tmp_path / "a" / "manifest.json"))
+    assert manifest["splits"]["train"]["documents"] == 360 and "induction" in manifest["source_note"]
+    lines = (tmp_path / "a" / "corpus" / "train.txt").read_text().splitlines()
+    periods = set()
+    for line in lines:
+        assert len(line) == INDUCTION_LENGTH and set(line) <= set(INDUCTION_LETTERS)
+        period = next(p for p in range(1, INDUCTION_LENGTH) if line[p:] == line[:-p])
+        assert INDUCTION_PERIODS[0] <= period <= INDUCTION_PERIODS[1] or len(set(line[:period])) < period
+        periods.add(period)
+    assert len(periods) >= 10
+    again = prepare("induction", spec, str(tmp_path / "b" / "manifest.json"))
+    assert again["splits"]["train"]["sha256"] == manifest["splits"]["train"]["sha256"]
+
+
 def test_text_through_the_hub_code_path_on_a_local_parquet_dataset(tmp_path):
     """`source: hub` runs datasets.load_dataset(name); a local folder of parquet files stands in
     for TinyStories (no network at test time)."""

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": ()}
+TEXT_SOURCE_REQUIRED = {"hub": ("name",), "files": ("path",), "generated": (), "induction": ()}
 
 
 def folder(path: str, base_dir: Path) -> Path:
@@ -70,8 +70,9 @@ def check_text(name: str, given: dict, out: dict, base_dir: Path) -> list[str]:
 
 
 def check_glue(name: str, given: dict, out: dict, base_dir: Path) -> list[str]:
-    if out["source"] == "generated":
-        return [f"config error: datasets.{name}.source: 'generated' is not allowed for glue (allowed: hub, files)"]
+    if out["source"] in ("generated", "induction"):
+        return [f"config error: datasets.{name}.source: {out['source']!r} is not allowed for glue (allowed: hub, "
+                f"files)"]
     if out["source"] == "files":
         root = folder(given.get("path", ""), base_dir)
         if "path" not in given or not root.is_dir():

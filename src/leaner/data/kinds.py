@@ -106,9 +106,9 @@ SHARED_KEYS: dict[str, dict] = {
     "n_train": {"$ref": "#/$defs/posint", "description": "training examples (listops: LRA's 96000)"},
     "max_length": {"$ref": "#/$defs/posint", "description": (
         "listops: maximum tokens, the padded length (LRA: 2000); glue: tokens per example")},
-    "source": {"enum": ["hub", "files", "generated"], "description": (
-        "text: a hub dataset (name), local text files (path), or the project's generated stories; glue: hub or "
-        "files")},
+    "source": {"enum": ["hub", "files", "generated", "induction"], "description": (
+        "text: a hub dataset (name), local text files (path), the project's generated stories, or its induction "
+        "lines (a task one layer cannot do); glue: hub or files")},
 }
 
 
