@@ -212,8 +212,9 @@ def _within_paragraph(within: pd.DataFrame) -> str:
                 "(each study's kappa_within table).")
     return ("kappa within a configuration, over its seeds (each run less its configuration's means, pooled; "
             "declared direction P1's: lower kappa, better metric, one-sided at 5%), the architecture held: "
-            + ". ".join(parts) + ". Only a relation within a configuration, or an intervention that moves kappa "
-            "with the architecture fixed, can say conditioning carries a gain.")
+            + ". ".join(parts) + ". A relation after training can run from training to kappa (a run that learned "
+            "more may end better conditioned); kappa at initialisation is set before training, and an intervention "
+            "that moves kappa with the architecture fixed (configs/why_kappa.yaml) is the test of a cause.")
 
 
 def _anchored(leans: pd.DataFrame, control: pd.Series, margin: float) -> str:
