@@ -112,7 +112,7 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     # (one MLP ratio: no figure against it)
     figure_names, table_names = study.outputs()
     assert figure_names == ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves")
-    assert table_names == ("by_config", "lean_vs_baseline", "paper_comparison")
+    assert table_names == ("by_config", "lean_vs_baseline", "paper_comparison", "kappa_within", "theorem_vs_real")
     tables = write_study_tables(str(summary_csv), "parity", {}, str(tmp_path / "tables"), table_names)
     assert {p.name for p in tables} >= {"parity-by_config.csv", "parity-lean_vs_baseline.csv"}
     assert len(pd.read_csv(tmp_path / "tables" / "parity-by_config.csv")) == 4

@@ -140,7 +140,7 @@ def test_head_structure_tells_rank_one_aligned_heads_from_independent_isotropic_
     their dominant token directions nearly orthogonal; heads that output one row on every token (a
     uniform softmax) are rank one (isotropy 1 / min(N, d)) and aligned (1), and an orthonormal head
     is isotropic (1)."""
-    from leaner.measure.conditioning import gaussian_heads, head_structure
+    from leaner.measure.heads import gaussian_heads, head_structure
 
     gen = torch.Generator().manual_seed(0)
     gauss = torch.randn(64, 17, 4 * 16, generator=gen, dtype=torch.float64)

@@ -41,7 +41,7 @@ def test_the_tiny_config_lists_only_what_its_grid_shows():
     # one MLP width; P2 with one d, one N, one positional encoding
     assert plan.studies["tiny"].outputs() == (
         ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves"),
-        ("by_config", "lean_vs_baseline", "paper_comparison"))
+        ("by_config", "lean_vs_baseline", "paper_comparison", "kappa_within", "theorem_vs_real"))
     assert plan.studies["tiny_nearest"].outputs() == (
         ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         ("by_config", "acceptance", "paper_comparison"))

@@ -1,11 +1,14 @@
-"""From per-variant results to what a reader sees: all 19 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 23 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved
     power           a declared claim's power from a pilot (noncentral t), and the pilot's report
     labels          readable column headers for the tables people read (the CSV keeps raw names)
     table_render    the one table writer: CSV, Markdown, LaTeX and HTML from a data frame
+    plateau         whether a run ended on a plateau: its best training loss's last-quarter fall
     summary         summary.csv (one row per variant); a configuration's axes; the headline metric
     tables          tables over configurations: by config, lean vs baseline, acceptance, claims
+    kappa_within    kappa against the metric with the architecture removed (within a configuration)
+    theorem         Theorem 3.2 against the real heads: kappa and head structure beside Gaussian heads
     job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     findings        the findings paragraphs, generated from the overview's numbers
     papers          the papers' reported numbers beside ours
@@ -16,6 +19,7 @@
     curves          training curves: loss and metric against the step, one line per configuration
     figures         a study's figures: kappa, metric vs heads and MLP, kappa in training, Pareto, theory
     figures_p2      P2's figures: MSE and kappa against head rank, the angle of one-head models
+    pareto          a claim's models on the parameter-metric plane, with its baseline, control and margin
     study_figures   what the figures rules write (a study's figures, the theory figure)
     overview_figure the overview figure: every configuration of every study on common axes
     overview        across studies: configurations, effects, correlations, the headline, findings

@@ -20,7 +20,7 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
     """The summary paragraphs, each sentence computed from the tables (`within`: the P1 studies'
     kappa_within rows, a `study` column added)."""
     studies = list(dict.fromkeys(configs["study"]))
-    paras = [f"{len(configs.drop_duplicates(ONE_CONFIG))} configurations of "
+    paras = [f"{len(configs.drop_duplicates([k for k in ONE_CONFIG if k in configs]))} configurations of "
              f"{len(studies)} studies ({', '.join(studies)}). Error is 1 - accuracy (classification), the loss "
              f"(language modelling, P2's MSE) or 1 - GLUE average; intervals are 95% over seeds, and a difference "
              f"is called one only when its interval clears zero by a quarter of its half-width (else it is "
@@ -37,7 +37,7 @@ def findings(configs: pd.DataFrame, effects: pd.DataFrame, corr: pd.DataFrame,
         paras.append(f"{label}: of {len(e)} comparison{'s' if len(e) > 1 else ''} of most against fewest heads, "
                      + ", ".join(parts) + ".")
     if "not_learned" in configs and configs["not_learned"].notna().any():
-        stuck = configs[configs["not_learned"] > 0].drop_duplicates(ONE_CONFIG)
+        stuck = configs[configs["not_learned"] > 0].drop_duplicates([k for k in ONE_CONFIG if k in configs])
         paras.append("Did not learn (final metric no better than ignoring the input: the majority label, the "
                      "unigram for a language model; for P2, a best training MSE at 0.95 of the zero predictor's "
                      "or above), counted and kept out of every mean and verdict: "

@@ -35,7 +35,15 @@ from .findings import CLAIM_WORDS, claim_findings, effects_markdown, findings, h
 from .kappa_within import kappa_within_table
 from .overview_figure import overview_figure
 from .stats import MIN_N_INTERVAL, ci95, gmean, interval_se, resolve, spearman_ci, verdicts_elsewhere, welch
-from .summary import explode_protocols, independent_replicates, learned_rows, not_learned, read_summary, replicates_of
+from .summary import (
+    complete_axes,
+    explode_protocols,
+    independent_replicates,
+    learned_rows,
+    not_learned,
+    read_summary,
+    replicates_of,
+)
 from .table_render import write_table
 from .tables import AS_DECLARED, CLAIMS_COLUMNS
 
@@ -49,7 +57,7 @@ DEFAULTS = {"qk_scale": 1.0}  # a group named without the axes at their default 
 def _configs(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration (and protocol, for P1's tasks): error values over seeds, kappa, rank."""
     task = summary["task"].iloc[0]
-    frame = summary.copy()
+    frame = complete_axes(summary).copy()
     if task_info(task).family == "P1":
         frame = explode_protocols(frame)
         frame["model_width"] = frame["width"]
@@ -176,7 +184,8 @@ def kappa_error_correlation(configs: pd.DataFrame) -> pd.DataFrame:
     training) over its configurations; a pooled row for each (inverse-variance on Fisher z)."""
     rows = []
     for study, g in configs.groupby("study", sort=False):
-        configs_once = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params", "qk_scale"])
+        configs_once = g.drop_duplicates([k for k in ("depth", "heads", "rank", "model_width", "params", "qk_scale")
+                                          if k in g])
         rho, lo, hi, n = spearman_ci(configs_once["kappa_final"], configs_once["error_mean"])
         rho_t, lo_t, hi_t, _ = spearman_ci(configs_once["kappa_init"], configs_once["kappa_final"])
         jac = configs_once.get("kappa_jac_final", pd.Series(math.nan, index=configs_once.index))

@@ -57,7 +57,7 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
     ax = axes[1][1]
     singular = False
     for study, g in configs.groupby("study", sort=False):
-        g = g.drop_duplicates(["depth", "heads", "rank", "model_width", "params", "qk_scale"])
+        g = g.drop_duplicates([k for k in ("depth", "heads", "rank", "model_width", "params", "qk_scale") if k in g])
         scaled = g["error_mean"] / g["error_mean"].median()
         r = corr[corr["study"] == study]
         tag = fmt_ci(*r[["rho_kappa_error", "lo", "hi"]].iloc[0]) if len(r) else "n/a"

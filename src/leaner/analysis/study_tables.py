@@ -12,7 +12,7 @@ from ..compute.numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS
 from ..shown import TABLE_CODE, Architectures, BelowBaseline, outputs_for, table
 from ..tasks import task_info
-from . import papers, tables
+from . import papers, tables, theorem
 from .kappa_within import kappa_within_table
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from .study_data import StudyData
@@ -181,7 +181,7 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         "every head's output lies along one direction over the tokens).\n"
     ))
 def theorem_vs_real(d: StudyData) -> tuple[pd.DataFrame, str]:
-    return tables.theorem_vs_real(d.summary), (
+    return theorem.theorem_vs_real(d.summary), (
         f"{d.study}: Theorem 3.2 against the real heads (layer 1; runs that learned): theorem_kappa, the closed "
         f"form (sqrt(D) + sqrt(N)) / (sqrt(D) - sqrt(N)) at D = h*d; gauss_*: the median over 256 Gaussian "
         f"N x (h*d) blocks; kappa_init, kappa_final: geometric means over seeds of each run's median; isotropy: "

@@ -19,16 +19,22 @@ from ..io import read_json, write_csv, write_json
 from ..models.config import model_config
 from ..tasks import GRID_AXES, task_info
 from ..training.tracking import write_hparams
+from .plateau import last_quarter_fall
 from .stats import gmean
 
 ARCH = list(GRID_AXES["arch"])  # depth x heads x width x head_dim x MLP: P1's configurations
 
 
 def read_summary(path) -> pd.DataFrame:
-    """A summary.csv, with an architecture axis it was written without (one added since: the logit
+    """A summary.csv, its axes completed (`complete_axes`)."""
+    return complete_axes(pd.read_csv(path))
+
+
+def complete_axes(frame: pd.DataFrame) -> pd.DataFrame:
+    """A summary with an architecture axis it was written without (one added since: the logit
     scale) at the model's default, so that a summary of an earlier run groups as it did."""
-    frame = pd.read_csv(path)
     if len(frame) and is_arch(frame["task"].iloc[0]) and "qk_scale" not in frame:
+        frame = frame.copy()
         at = frame.columns.get_loc("mlp_hidden") + 1 if "mlp_hidden" in frame else len(frame.columns)
         frame.insert(at, "qk_scale", 1.0)
     return frame
@@ -123,24 +129,6 @@ def write_glue_scores(metrics_paths: list[str], out_json: str) -> dict:
     scores = glue_scores(metrics_paths)
     write_json(out_json, scores)
     return scores
-
-
-LAST_QUARTER = 0.75  # a run's plateau is read over its steps past this fraction
-
-
-def last_quarter_fall(history: pd.DataFrame, column: str = "train_loss") -> float:
-    """How far the best `column` (a loss) fell over the last quarter of a run's steps, as a share of
-    the best before it: (best up to 3/4 - best overall) / best up to 3/4. Near 0: the curve is flat
-    at the end (a plateau: more steps would not move it); NaN without a point on each side."""
-    if column not in history or "step" not in history:
-        return math.nan
-    h = history[["step", column]].dropna()
-    if not len(h):
-        return math.nan
-    before = h.loc[h["step"] <= LAST_QUARTER * h["step"].max(), column]
-    if not len(before) or len(before) == len(h) or not before.min() > 0:
-        return math.nan
-    return float((before.min() - h[column].min()) / before.min())
 
 
 def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: list[str],

@@ -22,13 +22,20 @@ def kappa_formula(n: int, d_total: int) -> float:
     return (math.sqrt(big) + math.sqrt(small)) / (math.sqrt(big) - math.sqrt(small))
 
 
+def edge_ratio(blocks):
+    """sigma_max / sigma_min of each matrix of a (..., N, C) float64 tensor (Gaussian blocks are
+    never singular: no threshold, unlike the measured kappa)."""
+    import torch
+
+    sv = torch.linalg.svdvals(blocks)
+    return sv[..., 0] / sv[..., -1]
+
+
 def gaussian_kappas(n: int, heads: int, head_dim: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """kappa of `draws` matrices A = [A_1 ... A_h], A_i an N x head_dim Gaussian block."""
     import torch
 
-    blocks = rng.standard_normal((draws, n, heads * head_dim))
-    sv = torch.linalg.svdvals(torch.from_numpy(blocks))
-    return (sv[:, 0] / sv[:, -1]).numpy()
+    return edge_ratio(torch.from_numpy(rng.standard_normal((draws, n, heads * head_dim)))).numpy()
 
 
 def monte_carlo(tokens: list[int], head_dims: list[int], widths: list[int], heads: list[int],
