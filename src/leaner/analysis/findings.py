@@ -153,7 +153,8 @@ def claim_findings(heads: pd.DataFrame) -> list[str]:
         new = f"; new data: {base['runs_new']} runs" if isinstance(base.get("runs_new"), str) else ""
         text = (f"Claim {name} ({study}, {base['metric']}, margin {base['margin']:g}, "
                 f"{int(base['n'] + (base.get('not_learned') or 0))} seeds{new}"
-                + (f"; {stuck:.0f} run{'s' * (stuck != 1)} did not learn, left out" if stuck else "") + f") against "
+                + (f"; {stuck:.0f} run{'' if stuck == 1 else 's'} did not learn, left out" if stuck else "")
+                + f") against "
                 f"{base['configuration']}: " + "; ".join(parts) + ".")
         if len(leans) > 1:
             held = (leans["supported"] == "yes").all()
