@@ -41,13 +41,14 @@ GAUSSIAN_DRAWS, GAUSSIAN_SEED = 256, 0  # the Gaussian heads each measured shape
 def gaussian_heads(tokens: int, heads: int, head_dim: int) -> dict[str, float]:
     """Theorem 3.2's heads for one measured shape: kappa, isotropy and alignment (medians over
     GAUSSIAN_DRAWS independent N x (h*d) standard Gaussian blocks from a fixed seed), and the
-    closed form's kappa for the same (N, D = h*d) (theory.kappa_formula)."""
+    closed form's kappa for the same (N, D = h*d) (theory.kappa_formula). LAPACK is handed the tall
+    orientation, as conditioning.kappa hands it the measured matrices."""
     gen = torch.Generator().manual_seed(GAUSSIAN_SEED)
     blocks = torch.randn(GAUSSIAN_DRAWS, tokens, heads * head_dim, generator=gen, dtype=torch.float64)
     isotropy, alignment = head_structure(blocks, head_dim)
-    return {"gauss_kappa": edge_ratio(blocks).median().item(), "gauss_isotropy": isotropy.median().item(),
+    tall = blocks.mT if tokens < heads * head_dim else blocks
+    return {"gauss_kappa": edge_ratio(tall).median().item(), "gauss_isotropy": isotropy.median().item(),
             "gauss_alignment": alignment.median().item(), "theorem_kappa": kappa_formula(tokens, heads * head_dim)}
-
 
 
 def structure_row(slot: dict, tokens: int, cols: int, gaussians: dict) -> dict:
