@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from .models.config import ModelConfig, model_config
+from .models.config import AXIS_DEFAULTS, ModelConfig, model_config
 
 SCALING = ("fixed_width", "fixed_head_dim")  # how a head-scaling curve keeps the model as heads grow
 # `crossed`: width and head dim both given, so heads move the attention's inner width h*d (projected
@@ -70,8 +70,9 @@ def expand_image_grid(key: str, grid: dict, problems: list[str]) -> list[dict]:
                         f"(allowed: one of mlp_ratio, mlp_hidden)")
     mlps = [("ratio", r) for r in grid.get("mlp_ratio", [])] + [("hidden", h) for h in grid.get("mlp_hidden", [])]
     points = []
+    scales = grid.get("qk_scale", [AXIS_DEFAULTS["qk_scale"]])
     for depth, heads, protocol, (mlp_kind, mlp_value), qk_scale in itertools.product(
-            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)], grid.get("qk_scale", [1.0])):
+            grid["depth"], grid["heads"], protocols, mlps or [("ratio", 4.0)], scales):
         if protocol == "fixed_width":
             shapes = []
             for width in grid.get("width", []):
@@ -121,16 +122,16 @@ def expand_nearest_grid(key: str, grid: dict, problems: list[str], model: dict) 
 
 
 def variant_id(depth: int, heads: int, width: int, head_dim: int, mlp_hidden: int, seed: int,
-               qk_scale: float = 1.0) -> str:
+               qk_scale: float = AXIS_DEFAULTS["qk_scale"]) -> str:
     """L1-H4-D64-hd16-mlp128-s10; a logit scale other than 1 named before the seed (-qk8)."""
-    scale = f"-qk{qk_scale:g}" if qk_scale != 1.0 else ""
+    scale = f"-qk{qk_scale:g}" if qk_scale != AXIS_DEFAULTS["qk_scale"] else ""
     return f"L{depth}-H{heads}-D{width}-hd{head_dim}-mlp{mlp_hidden}{scale}-s{seed}"
 
 
 def image_variant(point: dict, model_base: dict) -> tuple[str, ModelConfig]:
     """Any task on the depth x heads x protocol x MLP grid (ViT, ListOps encoder, causal LM)."""
     p = point
-    scale = p.get("qk_scale", 1.0)
+    scale = p.get("qk_scale", AXIS_DEFAULTS["qk_scale"])
     model = model_config({**model_base, "depth": p["depth"], "heads": p["heads"], "width": p["width"],
                           "head_dim": p["head_dim"], "mlp_hidden": p["mlp_hidden"], "qk_scale": scale})
     return variant_id(p["depth"], p["heads"], p["width"], p["head_dim"], p["mlp_hidden"], p["seed"], scale), model

@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..compute.numerics import UNRECORDED, describe_mix, is_mixed, join_labels, split_labels
 from ..io import atomic_path
+from ..models.config import AXIS_DEFAULTS
 from ..tasks import task_info
 from .findings import CLAIM_WORDS, claim_findings, effects_markdown, findings, headline_markdown
 from .kappa_within import kappa_within_table
@@ -51,7 +52,6 @@ P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
 
 ARCH_GROUP = ["depth", "protocol", "mlp_ratio", "qk_scale"]
-DEFAULTS = {"qk_scale": 1.0}  # a group named without the axes at their default (the logit scale of 1)
 
 
 def _configs(summary: pd.DataFrame) -> pd.DataFrame:
@@ -76,7 +76,8 @@ def _configs(summary: pd.DataFrame) -> pd.DataFrame:
         replicate = replicates_of(g.assign(task=task))
         if not independent_replicates(g.assign(task=task)):  # P2's seeds share init 613 and 6 of 7 streams
             lo = hi = math.nan
-        named = [(k, v) for k, v in zip(group, key[:len(group)]) if DEFAULTS.get(k, object()) != v]
+        # an axis at its default (a logit scale of 1) is left out of the group's name
+        named = [(k, v) for k, v in zip(group, key[:len(group)]) if AXIS_DEFAULTS.get(k, object()) != v]
         rows.append({"study": summary["study"].iloc[0], "task": task, "family": task_info(task).family,
                      "group": ", ".join(f"{k}={v}" for k, v in named),
                      # the same model but for its depth: the group of a depth sweep

@@ -16,7 +16,7 @@ import pandas as pd
 from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
 from ..grid import join_protocols, split_protocols
 from ..io import read_json, write_csv, write_json
-from ..models.config import model_config
+from ..models.config import AXIS_DEFAULTS, model_config
 from ..tasks import GRID_AXES, task_info
 from ..training.tracking import write_hparams
 from .plateau import last_quarter_fall
@@ -33,10 +33,12 @@ def read_summary(path) -> pd.DataFrame:
 def complete_axes(frame: pd.DataFrame) -> pd.DataFrame:
     """A summary with an architecture axis it was written without (one added since: the logit
     scale) at the model's default, so that a summary of an earlier run groups as it did."""
-    if len(frame) and is_arch(frame["task"].iloc[0]) and "qk_scale" not in frame:
+    missing = {k: v for k, v in AXIS_DEFAULTS.items() if k not in frame}
+    if len(frame) and is_arch(frame["task"].iloc[0]) and missing:
         frame = frame.copy()
-        at = frame.columns.get_loc("mlp_hidden") + 1 if "mlp_hidden" in frame else len(frame.columns)
-        frame.insert(at, "qk_scale", 1.0)
+        for name, default in missing.items():
+            at = frame.columns.get_loc("mlp_hidden") + 1 if "mlp_hidden" in frame else len(frame.columns)
+            frame.insert(at, name, default)
     return frame
 
 
@@ -71,14 +73,14 @@ def _kappa_columns(cond: pd.DataFrame) -> dict:
         if matrix == "jacobian" and "method" in g:
             out[f"{prefix}_method"] = "+".join(sorted(set(g["method"])))  # exact | lanczos (a lower bound)
         if matrix == "heads_concat" and "head_isotropy" in g and len(first):
-            one = g[g["layer"] == 1].iloc[0]  # layer 1's head structure (conditioning.head_structure)
+            one = g[g["layer"] == 1].iloc[0]  # layer 1's head structure (measure/heads.py)
             out[f"heads_isotropy_{ckpt}_l1"], out[f"heads_alignment_{ckpt}_l1"] = one["head_isotropy"], one[
                 "head_alignment"]
             out.update({f"{k}_l1": one[k] for k in GAUSSIAN_COLUMNS}, probe_tokens=int(one["tokens"]))
     return out
 
 
-# Theorem 3.2's heads for each configuration's shape, beside its measured ones (conditioning.gaussian_heads)
+# Theorem 3.2's heads for each configuration's shape, beside its measured ones (measure/heads.py)
 GAUSSIAN_COLUMNS = ("theorem_kappa", "gauss_kappa", "gauss_isotropy", "gauss_alignment")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import unpack_outcomes
+from ..models.config import AXIS_DEFAULTS
 from ..tasks import task_info
 from .stats import (
     CLAIM_VERDICTS,
@@ -167,7 +168,7 @@ def arch_label(cfg) -> str:
     hd = cfg.get("head_dim")  # a dict or a table's row; NaN where the row has none
     shown = f"-hd{hd}" if hd is not None and hd == hd and int(hd) * int(cfg["heads"]) != int(cfg["width"]) else ""
     qk = cfg.get("qk_scale")
-    scale = f"-qk{float(qk):g}" if qk is not None and qk == qk and float(qk) != 1.0 else ""
+    scale = f"-qk{float(qk):g}" if qk is not None and qk == qk and float(qk) != AXIS_DEFAULTS["qk_scale"] else ""
     return f"L{cfg['depth']}-H{cfg['heads']}-D{cfg['width']}{shown}-mlp{cfg['mlp_hidden']}{scale}"
 
 

@@ -199,7 +199,7 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                 slot = out.setdefault(layer, {}).setdefault(name, {"kappas": [], "shape": shape})
                 slot["kappas"].append(kappa_of_rows(torch.cat(mats[name]), part).cpu())
             head_dim = getattr(modules[layer], "head_dim", None)
-            if head_dim and shape_of(mats)[1] % head_dim == 0:
+            if head_dim and mats["heads_concat"][0].shape[-1] % head_dim == 0:
                 slot = out[layer]["heads_concat"]
                 slot["head_dim"] = head_dim
                 iso, align = _by_length(functools.partial(head_structure, head_dim=head_dim),
@@ -225,10 +225,6 @@ def _layer_kappas(model, inputs: torch.Tensor, batch_size: int, lengths: torch.T
                     slot[key] = torch.cat(slot[key])
     return out
 
-
-def shape_of(mats: dict) -> tuple[int, int]:
-    """(tokens, columns) of a layer's captured head outputs."""
-    return tuple(mats["heads_concat"][0].shape[-2:])
 
 
 def probe_limit(device: torch.device, memory_mb: int | None, params: int) -> float | None:

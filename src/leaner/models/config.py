@@ -161,6 +161,11 @@ class NearestConfig(ModelConfig):
         return self.tokens
 
 
+# The grid axes a spec leaves out at their default, with that default (a logit scale of 1): where a
+# variant id, a label or a summary written before the axis existed names them only when they differ.
+AXIS_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BlockStack) if f.metadata.get("omit_at_default")}
+
+
 CONFIGS: dict[str, type[ModelConfig]] = {c.arch: c for c in (
     ViTConfig, ClassifierConfig, CausalLMConfig, MaskedLMConfig, NearestConfig)}
 

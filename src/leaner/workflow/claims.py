@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
+from ..models.config import AXIS_DEFAULTS
 from ..tasks import GRID_AXES
 
 if TYPE_CHECKING:
@@ -85,4 +86,4 @@ def _claim_config(point: dict, configs: dict) -> list:
 
 def _config_label(v: Variant, axes) -> str:
     """depth=1,heads=4,...: the configuration's axes, a logit scale named only where it is not 1."""
-    return ",".join(f"{k}={getattr(v.model, k)}" for k in axes if not (k == "qk_scale" and v.model.qk_scale == 1.0))
+    return ",".join(f"{k}={getattr(v.model, k)}" for k in axes if AXIS_DEFAULTS.get(k, object()) != getattr(v.model, k))
