@@ -120,3 +120,43 @@ def test_the_pilots_help_names_the_paths_it_uses():
     pilot = build_parser()._subparsers._group_actions[0].choices["pilot"]
     helps = {a.dest: a.help for a in pilot._actions}
     assert PILOT_CSV.format(study="STUDY") in helps["out"] and PILOT_RUNS.format(study="STUDY") in helps["work"]
+
+
+@pytest.mark.slow
+def test_tuning_trains_each_arm_at_each_rate_on_a_validation_split_and_keeps_the_best_rate(tmp_path):
+    """`leaner tune`: every arm of the claim at every rate on a copy of digits whose eval split is a
+    fifth of the training rows (the test rows never written), each value the run's own final
+    validation accuracy at its own rate, and per arm the rate of the best mean marked chosen."""
+    from leaner.planning.pilot import PilotError
+    from leaner.planning.tune import TUNE_COLUMNS, tune_config
+
+    config = _claimed(tmp_path)
+    leaner = [str(BIN / "leaner"), "tune", "tiny", "--claim", "lean", "--config", str(config), "--cores", "2"]
+    out = run([*leaner, "--lrs", "1e-3,3e-2", "--seeds", "100"], cwd=tmp_path).stdout.splitlines()
+    tuned = pd.read_csv(tmp_path / "pilots" / "tiny_lr.csv")
+    assert list(tuned.columns) == TUNE_COLUMNS and len(tuned) == 6 and (tuned["seed"] == 100).all()
+    work = tmp_path / "pilot_runs" / "tiny_lr"
+    manifest = yaml.safe_load((work / "results" / "data" / "digits_validation" / "manifest.json").read_text())
+    assert manifest["eval_split"] == "validation" and manifest["n_eval"] == 288
+    assert manifest["n_train"] == 1438 - 288
+    with np.load(work / "results" / "data" / "digits_validation" / "digits.npz") as z:
+        held = set(z["test_idx"].tolist()) | set(z["train_idx"].tolist())
+    perm = np.random.default_rng(0).permutation(1797)
+    assert held == set(perm[359:].tolist())  # the validation and training rows are the training rows; no test row
+    for _, row in tuned.iterrows():
+        i = [1e-3, 3e-2].index(row["lr"])
+        folder = work / "results" / f"tiny_lr{i}"
+        metrics = yaml.safe_load((folder / row["variant"] / "metrics.json").read_text())
+        assert metrics["final"]["eval_acc"] == pytest.approx(row["value"])
+        assert metrics["spec"]["recipe"]["lr"] == row["lr"] and metrics["spec"]["dataset"] == "digits_validation"
+    for _, part in tuned.groupby("configuration"):
+        assert part["chosen"].sum() == 1
+        assert part[part["chosen"]]["value"].iloc[0] == part["value"].max()
+    assert out[1] == "wrote pilots/tiny_lr.csv" and "overrides (each arm at its chosen rate):" in out
+    assert not (tmp_path / "results").exists()
+
+    bad = run([*leaner, "--lrs", "1e-3"], cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "--lrs: [0.001] (allowed: two or more positive learning rates)" in bad.stderr
+    with pytest.raises(PilotError, match=r"^study tiny_nearest: dataset nearest_point \(kind nearest_point\) cannot "
+                       r"carve a validation split from its training data \(allowed kinds: digits\)$"):
+        tune_config(load_yaml(TINY), "tiny_nearest", [1e-3, 1e-2], [100], 0.2)

@@ -16,7 +16,7 @@ SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order
     analysis.job_costs_parser, analysis.run_config_parser, analysis.overview_parser, analysis.figures_parser,
     analysis.theory_report_parser, planning.variants_parser, planning.check_config_parser,
     planning.check_data_parser, planning.rehearse_parser, running.status_parser, planning.cost_parser,
-    planning.pilot_parser, running.run_parser, analysis.catalogue_parser,
+    planning.pilot_parser, planning.tune_parser, running.run_parser, analysis.catalogue_parser,
 )
 
 

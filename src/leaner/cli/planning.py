@@ -282,3 +282,37 @@ def pilot_parser(sub) -> None:
     s.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
     s.add_argument("--from-csv", action="store_true", help="train nothing: report from the pilot's CSV")
     s.set_defaults(func=cmd_pilot)
+
+
+def cmd_tune(a):
+    from ..planning import tune
+    from ..workflow.config import load_configs
+
+    default = "config.yaml" if os.path.exists("config.yaml") else None
+    return tune.main(load_configs(a.config, default), a)
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list of numbers (e.g. 1e-3,3e-3,1e-2)") \
+            from None
+
+
+def tune_parser(sub) -> None:
+    s = sub.add_parser("tune", help="a declared claim's arms at several learning rates on a validation split "
+                       "carved from the training data: each arm's best rate, kept as pilots/STUDY_lr.csv before the "
+                       "claim runs")
+    s.add_argument("study")
+    s.add_argument("--claim", required=True, help="the claim's name (studies.STUDY.claims[].name)")
+    s.add_argument("--lrs", type=_rates, required=True, help="the learning rates to try, e.g. 1e-3,3e-3,1e-2")
+    s.add_argument("--seeds", type=_seed_list, default=_seed_list("100-102"),
+                   help="pilot seeds, none of the claim's (default 100-102)")
+    s.add_argument("--validation-fraction", type=float, default=0.2,
+                   help="share of the training rows held out as the validation split (default 0.2)")
+    s.add_argument("--config", nargs="+", default=["config.yaml"], help=CONFIG_FILES["help"])
+    s.add_argument("--out", default=None, help="the choice's CSV (default pilots/STUDY_lr.csv)")
+    s.add_argument("--work", default=None, help="where the runs live (default pilot_runs/STUDY_lr)")
+    s.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
+    s.set_defaults(func=cmd_tune)

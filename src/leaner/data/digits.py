@@ -2,6 +2,10 @@
 
 Preparation fixes the train/test split (a seeded permutation, recorded index by index) and the
 standardisation (one mean and std over all training pixels), and writes them once.
+
+`validation_fraction` carves a validation split out of the training rows (a second seeded
+permutation of them): the run then trains on the rest and evaluates on the validation rows, and
+the test rows are not written at all, so a recipe chosen on it (`leaner tune`) never saw them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
     perm = np.random.default_rng(spec["split_seed"]).permutation(n)
     n_test = int(round(n * spec["test_fraction"]))
     test_idx, train_idx = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    held_out, eval_split = test_idx, "test"
+    if spec.get("validation_fraction"):
+        inner = np.random.default_rng([spec["split_seed"], 1]).permutation(train_idx)
+        n_val = int(round(len(train_idx) * spec["validation_fraction"]))
+        held_out, train_idx, eval_split = np.sort(inner[:n_val]), np.sort(inner[n_val:]), "validation"
     mean, std = float(x[train_idx].mean()), float(x[train_idx].std())
     x = (x - mean) / std
 
@@ -32,16 +41,18 @@ def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
     arrays = out_manifest.with_name("digits.npz")
     with atomic_path(arrays) as tmp:
         with open(tmp, "wb") as fh:
-            np.savez(fh, x_train=x[train_idx], y_train=y[train_idx], x_test=x[test_idx], y_test=y[test_idx],
-                     train_idx=train_idx, test_idx=test_idx)
+            np.savez(fh, x_train=x[train_idx], y_train=y[train_idx], x_test=x[held_out], y_test=y[held_out],
+                     train_idx=train_idx, test_idx=held_out)
     manifest = {
         "dataset": name, "kind": "digits", "source": "sklearn.datasets.load_digits",
         "split_seed": spec["split_seed"], "test_fraction": spec["test_fraction"],
-        "n_train": int(len(train_idx)), "n_eval": int(len(test_idx)),
+        "n_train": int(len(train_idx)), "n_eval": int(len(held_out)),
         "num_classes": 10, "img_size": 8, "in_chans": 1,
         "standardise": {"mean": mean, "std": std},
         "arrays": arrays.name, "sha256": sha256_file(arrays),
     }
+    if eval_split == "validation":
+        manifest.update(validation_fraction=spec["validation_fraction"], eval_split="validation")
     write_json(out_manifest, manifest)
     return manifest
 
@@ -70,8 +81,9 @@ DIGITS_ROWS = 1797  # scikit-learn's bundled digits
 
 
 def digits_rows(entry: dict, manifest: dict | None, spec: RunSpec) -> int:
-    """What the test fraction leaves of the bundled digits."""
-    return DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
+    """What the test fraction (and a validation fraction) leave of the bundled digits."""
+    train = DIGITS_ROWS - int(round(DIGITS_ROWS * entry["test_fraction"]))
+    return train - int(round(train * (entry.get("validation_fraction") or 0)))
 
 
 def digits_sample(name: str, entry: dict, folder: Path) -> dict:
@@ -86,5 +98,8 @@ add_kind(DatasetKind(
     tasks_read="splits.Splits of two InMemorySplits (standardised 8x8 images, labels)",
     prepare=prepare_digits, open=open_digits, sample=digits_sample, rows=digits_rows,
     keys={"test_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+          "validation_fraction": {"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 1,
+                                  "description": "carve this share of the training rows as the eval split "
+                                                 "(the test rows are then not written; leaner tune's split)"},
           "split_seed": {"$ref": "#/$defs/nonnegint"}, **shared("num_classes", "img_size", "in_chans")},
     about="scikit-learn's bundled 8x8 digits (no download)."))

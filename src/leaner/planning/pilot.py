@@ -62,7 +62,7 @@ def pilot_runs(plan: Plan, study: str, claim: dict, seeds: list[int]) -> list[tu
     return runs
 
 
-def _value(metrics: dict, metric: str) -> float:
+def value_of(metrics: dict, metric: str) -> float:
     """A run's value of a claim's metric: a final metric, or best_X (the best epoch's X, as the
     summaries name it: P2's best_train_loss)."""
     if metric in metrics["final"]:
@@ -95,22 +95,27 @@ def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: st
     overlay = pilot_config(config, study, seeds)
     runs = pilot_runs(build_plan(overlay), study, claim, seeds)
     folder = Path(work or PILOT_RUNS.format(study=study))
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text(folder / "pilot.yaml", yaml.safe_dump(overlay, sort_keys=False))
-    snakefile = Path("Snakefile") if Path("Snakefile").exists() else SOURCE_ROOT / "Snakefile"
     targets = [f"results/{study}/{variant}/metrics.json" for _, variant, _ in runs]
-    cmd = [snakemake_command(), "-s", str(snakefile.resolve()), "-d", str(folder), "--configfile",
-           str((folder / "pilot.yaml").resolve()), "--cores", str(cores), "--rerun-incomplete", *targets]
     print(f"leaner pilot: {len(runs)} runs of claim {claim_name} in {folder}", flush=True)
-    if subprocess.run(cmd).returncode:
-        raise PilotError(f"the pilot's Snakemake run failed (its logs: {folder / 'logs'})")
+    train_pilot(folder, overlay, targets, cores)
     rows = [{"study": study, "configuration": point_label(dict(claim_arms(claim))[role]), "variant": variant,
              "seed": seed, "metric": claim["metric"],
-             "value": _value(read_json(folder / f"results/{study}/{variant}/metrics.json"), claim["metric"])}
+             "value": value_of(read_json(folder / f"results/{study}/{variant}/metrics.json"), claim["metric"])}
             for role, variant, seed in runs]
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     write_csv(out_csv, merged(pd.read_csv(out_csv) if Path(out_csv).exists() else None, rows))
     return [f"wrote {out_csv}", *report(pd.read_csv(out_csv), claim, point_label)]
+
+
+def train_pilot(folder: Path, overlay: dict, targets: list[str], cores: str) -> None:
+    """Run the workflow in `folder` on `overlay` (written there as pilot.yaml) for `targets`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(folder / "pilot.yaml", yaml.safe_dump(overlay, sort_keys=False))
+    snakefile = Path("Snakefile") if Path("Snakefile").exists() else SOURCE_ROOT / "Snakefile"
+    cmd = [snakemake_command(), "-s", str(snakefile.resolve()), "-d", str(folder), "--configfile",
+           str((folder / "pilot.yaml").resolve()), "--cores", str(cores), "--rerun-incomplete", *targets]
+    if subprocess.run(cmd).returncode:
+        raise PilotError(f"the pilot's Snakemake run failed (its logs: {folder / 'logs'})")
 
 
 def point_label(point: dict) -> str:
