@@ -303,7 +303,8 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
                                        "mlp_ratio": [2], "seeds": [0]}]
     path = tmp_path / "claimed.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    targets = ["results/tables/tiny-claims.csv", "results/tables/all_studies-headline.csv"]
+    targets = ["results/tables/tiny-claims.csv", "results/tables/all_studies-headline.csv",
+               "results/tables/all_studies-where_trade_holds.csv"]
     snakemake(tmp_path, *targets, "--cores", "2", configfile=path)
     digest = build_plan(cfg).studies["tiny"].claims_digest
     metrics = sorted((tmp_path / "results" / "tiny").glob("*/metrics.json"))
@@ -316,6 +317,9 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
     table = pd.read_csv(tmp_path / "results" / "tables" / "tiny-claims.csv")
     assert list(table["role"]) == ["baseline", "lean", "control"] and (table["declaration"] == "as declared").all()
     assert len(pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv")) == 3
+    trade = pd.read_csv(tmp_path / "results" / "tables" / "all_studies-where_trade_holds.csv")
+    assert trade[["study", "kind", "changed", "reading"]].values.tolist() == [
+        ["tiny", "depth trade", "layers 2 -> 1, heads 1 -> 2", "descriptive (one seed)"]]
     trained = {m: m.stat().st_mtime_ns for m in metrics}
 
     cfg["studies"]["tiny"]["claims"][0]["rationale"] = "rewritten after the runs"

@@ -47,7 +47,7 @@ def study_outputs(task: str, points: list[dict], baseline: dict | None = None,
 
 
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).
-OVERVIEW_TABLES = ("kappa_rank_error", "heads_effect", "kappa_error_correlation", "headline")
+OVERVIEW_TABLES = ("kappa_rank_error", "heads_effect", "kappa_error_correlation", "headline", "where_trade_holds")
 
 
 THEORY_TABLES = ("gaussian_conditioning", "paper_comparison")

@@ -47,6 +47,7 @@ from .summary import (
 )
 from .table_render import write_table
 from .tables import AS_DECLARED, CLAIMS_COLUMNS
+from .trade import trade_paragraph, trade_table
 
 P2_GROUP = ["depth", "modules", "dim", "tokens", "posn"]
 
@@ -288,8 +289,15 @@ def write_overview(summary_csvs: list[str], fig_dir: str, table_dir: str, findin
                          "baseline first, then the lean models and the control: the difference from the baseline "
                          "(+: better), its one-sided 95% bounds, the margin, the verdict and whether it supports "
                          "the declared hypothesis")
+    trade = trade_table(heads, {s["study"].iloc[0]: s["task"].iloc[0] for s in summaries if len(s)})
+    paths += write_table(trade, Path(table_dir) / "all_studies-where_trade_holds",
+                         "Where P1's rule holds: each declared test of the trade as judged. A depth trade (lean "
+                         "models of more heads and fewer layers, with a control) held where the control is inferior "
+                         "and every lean model non-inferior, failed where a lean model is inferior too, is not "
+                         "testable where the control is not inferior; a P2 heads or rank test held where the lean "
+                         "models are non-inferior, failed where one is inferior (analysis/trade.py)")
     paras = (findings(configs, effects, corr, kappa_within_rows(summaries)) + [CLAIM_WORDS] * bool(len(heads))
-             + claim_findings(heads) + [note])
+             + claim_findings(heads) + trade_paragraph(trade) + [note])
     sections = [("Declared claims", heads, headline_markdown(heads) if len(heads) else "No study declares claims.\n"),
                 ("Most against fewest heads", effects, effects_markdown(effects))]
     prefix = Path(findings_prefix)

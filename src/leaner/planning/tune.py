@@ -78,7 +78,9 @@ def report(rows: list[dict], claim: dict) -> list[str]:
         chosen = float(part[part["chosen"]]["lr"].iloc[0])
         cells = ", ".join(f"{lr:g}: {m:.4f} (sd {s:.4f})" if not math.isnan(s) else f"{lr:g}: {m:.4f}"
                           for lr, (m, s) in by_lr.iterrows())
-        lines.append(f"  {cfg}: {cells}; chosen {chosen:g}")
+        edge = {min(by_lr.index): "smallest", max(by_lr.index): "largest"}.get(chosen)
+        lines.append(f"  {cfg}: {cells}; chosen {chosen:g}"
+                     + (f" (the {edge} rate tried: the best may lie beyond it; try one past it)" if edge else ""))
         where = ", ".join(f"{k}: {v}" for k, v in points[cfg].items())
         overrides.append(f"  - {{where: {{{where}}}, recipe: {{lr: {chosen:g}}}}}")
     return [*lines, "overrides (each arm at its chosen rate):", *overrides]

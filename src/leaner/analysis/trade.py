@@ -1,0 +1,94 @@
+"""Where P1's rule holds: one row per test of the trade, read from the declared claims as judged
+(overview.headline), so that every study says in the same words whether the trade held, failed,
+or could not be tested.
+
+A *depth trade* is a claim with a control whose lean models have fewer layers than its baseline:
+lean models of more heads and fewer layers against the conventional baseline, the control the
+lean models without their added heads (the lost layer alone). It is read:
+- held: the control is inferior (the lost layer costs) and every lean model is non-inferior;
+- failed: the control is inferior and a lean model is inferior too (the heads do not win the
+  layer back);
+- not testable: the control is not inferior (the lost layer costs nothing measurable, so a match
+  says nothing about heads);
+- descriptive: a side has one run (no interval, no verdict);
+- inconclusive: otherwise.
+A claim of a P2 study (P2's task) is a *heads test* where its lean models have more heads in all
+(heads x attention modules) than the baseline, a *rank test* where the count is the same and the
+head rank lower: either held where the lean models are non-inferior, failed where one is
+inferior. `changed` says what moved, from the configurations' names."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ..tasks import task_info
+
+TRADE_COLUMNS = ["study", "task", "claim", "kind", "changed", "baseline", "lean", "control", "lean_verdicts",
+                 "control_verdict", "reading"]
+NON_INFERIOR = ("non-inferior", "equivalent", "superior")
+ONE_SEED = "one seed, no interval"
+
+
+def _reading(leans: pd.Series, control: str | None) -> str:
+    if (leans == ONE_SEED).any() or control == ONE_SEED:
+        return "descriptive (one seed)"
+    if control is not None and control != "inferior":
+        return "not testable (the lost layer does not cost)"
+    if leans.isin(NON_INFERIOR).all():
+        return "held"
+    if (leans == "inferior").any():
+        return "failed"
+    return "inconclusive"
+
+
+def _shape(label: str) -> tuple[int, int, int]:
+    """(depth, heads in all, head rank) of a configuration's name (L1-H4-W1-r4-d16-N8, L2-H4-D64-mlp128)."""
+    got = {k: int(v) for k, v in re.findall(r"(?:^|-)(L|H|W|r)(\d+)", label)}
+    return got.get("L", 0), got.get("H", 0) * got.get("W", 1), got.get("r", 0)
+
+
+def _changed(base: str, lean: str) -> str:
+    names = ("layers", "heads", "rank")
+    moved = [f"{n} {a} -> {b}" for n, a, b in zip(names, _shape(base), _shape(lean)) if a != b and a and b]
+    return ", ".join(moved)
+
+
+def _kind(base: str, leans: pd.Series, control: bool) -> str:
+    if control:
+        return "depth trade"
+    more = all(_shape(x)[1] > _shape(base)[1] for x in leans)
+    return "heads test (P2)" if more else "rank test (P2)"
+
+
+def trade_table(heads: pd.DataFrame, tasks: dict[str, str]) -> pd.DataFrame:
+    """The trade's tests among `heads` (overview.headline's rows), `tasks` each study's task."""
+    rows = []
+    for (study, name), part in heads.groupby(["study", "claim"], sort=False):
+        family = task_info(tasks[study]).family
+        leans, control = part[part["role"] == "lean"], part[part["role"] == "control"]
+        base = part[part["role"] == "baseline"]["configuration"].iloc[0]
+        shallower = len(leans) and all(_shape(x)[0] < _shape(base)[0] for x in leans["configuration"])
+        if family != "P2" and not (len(control) and shallower):
+            continue
+        ctrl = control["verdict"].iloc[0] if len(control) else None
+        rows.append({
+            "study": study, "task": tasks[study], "claim": name,
+            "kind": _kind(base, leans["configuration"], ctrl is not None),
+            "changed": "; ".join(_changed(base, x) for x in leans["configuration"]), "baseline": base,
+            "lean": "; ".join(leans["configuration"]), "control": control["configuration"].iloc[0] if ctrl else "",
+            "lean_verdicts": "; ".join(leans["verdict"]), "control_verdict": ctrl or "",
+            "reading": _reading(leans["verdict"], ctrl)})
+    return pd.DataFrame(rows, columns=TRADE_COLUMNS)
+
+
+def trade_paragraph(table: pd.DataFrame) -> list[str]:
+    """The findings' sentence: each test of the trade and how it reads."""
+    if not len(table):
+        return []
+    parts = [f"{r['study']} {r['claim']} ({r['lean']} against {r['baseline']}): {r['reading']}"
+             for _, r in table.iterrows()]
+    return ["Where P1's rule holds (table where_trade_holds; a depth trade holds where the lost layer costs "
+            "and the lean models of more heads win it back, a P2 heads test where more heads do not hurt): "
+            + "; ".join(parts) + "."]

@@ -1,0 +1,52 @@
+"""Where P1's rule holds (analysis/trade.py): each declared test of the trade read in the same words,
+from claims rows as the headline holds them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from leaner.analysis.trade import trade_paragraph, trade_table
+
+pytestmark = pytest.mark.fast
+
+
+def _claim(study, name, base, leans, control=None):
+    rows = [{"study": study, "claim": name, "role": "baseline", "configuration": base, "verdict": None}]
+    rows += [{"study": study, "claim": name, "role": "lean", "configuration": c, "verdict": v} for c, v in leans]
+    if control:
+        rows.append({"study": study, "claim": name, "role": "control", "configuration": control[0],
+                     "verdict": control[1]})
+    return rows
+
+
+@pytest.mark.parametrize("leans,control,reading", [
+    (["equivalent", "superior"], "inferior", "held"),
+    (["non-inferior", "inferior"], "inferior", "failed"),
+    (["equivalent"], "non-inferior", "not testable (the lost layer does not cost)"),
+    (["inconclusive"], "inferior", "inconclusive"),
+    (["one seed, no interval"], "one seed, no interval", "descriptive (one seed)"),
+])
+def test_a_depth_trade_reads_from_its_control_and_its_lean_models(leans, control, reading):
+    configs = ["L1-H8-D64-mlp128", "L1-H16-D64-mlp128"][:len(leans)]
+    heads = pd.DataFrame(_claim("s", "c", "L2-H4-D64-mlp128", list(zip(configs, leans)),
+                                ("L1-H4-D64-mlp128", control)))
+    table = trade_table(heads, {"s": "image_classification"})
+    assert table[["kind", "reading"]].values.tolist() == [["depth trade", reading]]
+    assert table["changed"].iloc[0].startswith("layers 2 -> 1, heads 4 -> 8")
+    assert trade_paragraph(table)[0].endswith(f"s c ({'; '.join(configs)} against L2-H4-D64-mlp128): {reading}.")
+
+
+def test_only_depth_trades_and_p2s_claims_are_tests_of_the_trade():
+    """A P1 claim without a control, or whose lean model keeps its depth, is not a trade; a P2 claim
+    is a heads test where the count grows, a rank test where only the rank falls."""
+    heads = pd.DataFrame(
+        _claim("v", "depth_costs", "L2-H4-D64-mlp128", [("L1-H4-D64-mlp128", "inferior")])
+        + _claim("v", "conditioned", "L1-H16-D64-mlp128", [("L1-H4-D64-mlp128-qk8", "inferior")],
+                 ("L1-H4-D64-mlp128", "inferior"))
+        + _claim("p", "count", "L1-H1-W1-r16-d16-N8", [("L1-H1-W2-r16-d16-N8", "superior")])
+        + _claim("p", "rank", "L1-H1-W2-r16-d16-N8", [("L1-H2-W1-r8-d16-N8", "inferior")]))
+    table = trade_table(heads, {"v": "image_classification", "p": "nearest_point"})
+    assert table[["claim", "kind", "changed", "reading"]].values.tolist() == [
+        ["count", "heads test (P2)", "heads 1 -> 2", "held"], ["rank", "rank test (P2)", "rank 16 -> 8", "failed"]]
+    assert trade_paragraph(table.iloc[:0]) == []
