@@ -163,6 +163,37 @@ def claims_brief(frame) -> str:
     return "\n".join(lines) + "\n"
 
 
+NAMED = {"why_heads": "configs/why_heads.yaml", "why_kappa": "configs/why_kappa.yaml",
+         "why_rank_p2": "configs/why_rank_p2.yaml", "depth_floor": "configs/depth_floor.yaml",
+         "fair_recipe": "configs/fair_recipe.yaml"}  # the named configs' references (tests/reference/NAME)
+
+
+def where_brief() -> str:
+    """The README's one view of where P1's rule holds: every test of the trade in the default
+    study's reference and in each named config's (analysis/trade.py over each run's declared claims
+    as judged, overview.headline), in that order."""
+    import pandas as pd
+
+    from leaner.analysis.overview import headline
+    from leaner.analysis.trade import trade_table
+
+    read = {"keep_default_na": False, "na_values": [""]}
+    lines = ["| config | study | task | test | what moved | lean; control | reading |", "|" + "---|" * 7]
+    runs = [("config.yaml", REFERENCE)] + [(c, REPO / "tests" / "reference" / n) for n, c in NAMED.items()]
+    for config, folder in runs:
+        if not folder.exists():
+            continue
+        claims = [pd.read_csv(p, **read).assign(study=p.name[:-len("-claims.csv")])
+                  for p in sorted((folder / "tables").glob("*-claims.csv"))]
+        tasks = {s["study"].iloc[0]: s["task"].iloc[0]
+                 for s in (pd.read_csv(p) for p in sorted((folder / "summaries").glob("*.csv")))}
+        for _, r in trade_table(headline(claims), tasks).iterrows():
+            verdicts = r["lean_verdicts"] + (f"; control {r['control_verdict']}" if r["control"] else "")
+            lines.append(f"| `{config}` | `{r['study']}` | {r['task']} | {r['claim']} ({r['kind']}) | {r['changed']} | "
+                         f"{verdicts} | **{r['reading']}** |")
+    return "\n".join(lines) + "\n"
+
+
 def readme_blocks() -> dict[tuple[Path, str], str]:
     """What the generated blocks must hold, rendered from the reference's files: (file, block name)
     -> text."""
@@ -174,7 +205,7 @@ def readme_blocks() -> dict[tuple[Path, str], str]:
     findings = (REFERENCE / "findings.md").read_text()
     body = findings.split("\n## ")[0].split("\n", 1)[1].strip()  # the paragraphs before the tables
     headline = pd.read_csv(REFERENCE / "tables" / "all_studies-headline.csv", **read)
-    return {(README, "claims"): claims_brief(headline),
+    return {(README, "claims"): claims_brief(headline), (README, "where the trade holds"): where_brief(),
             (RESULTS, "claims table"): headline_markdown(headline),
             (RESULTS, "heads effect table"): effects_markdown(
                 pd.read_csv(REFERENCE / "tables" / "all_studies-heads_effect.csv", **read)),

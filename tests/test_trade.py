@@ -26,6 +26,7 @@ def _claim(study, name, base, leans, control=None):
     (["equivalent"], "non-inferior", "not testable (the lost layer does not cost)"),
     (["inconclusive"], "inferior", "inconclusive"),
     (["one seed, no interval"], "one seed, no interval", "descriptive (one seed)"),
+    (["did not learn (lean)"], "did not learn (control)", "no verdict (did not learn (lean))"),
 ])
 def test_a_depth_trade_reads_from_its_control_and_its_lean_models(leans, control, reading):
     configs = ["L1-H8-D64-mlp128", "L1-H16-D64-mlp128"][:len(leans)]
@@ -48,5 +49,5 @@ def test_only_depth_trades_and_p2s_claims_are_tests_of_the_trade():
         + _claim("p", "rank", "L1-H1-W2-r16-d16-N8", [("L1-H2-W1-r8-d16-N8", "inferior")]))
     table = trade_table(heads, {"v": "image_classification", "p": "nearest_point"})
     assert table[["claim", "kind", "changed", "reading"]].values.tolist() == [
-        ["count", "heads test (P2)", "heads 1 -> 2", "held"], ["rank", "rank test (P2)", "rank 16 -> 8", "failed"]]
+        ["count", "P2 heads test", "heads 1 -> 2", "held"], ["rank", "P2 rank test", "rank 16 -> 8", "failed"]]
     assert trade_paragraph(table.iloc[:0]) == []

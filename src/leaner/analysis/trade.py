@@ -10,7 +10,8 @@ lean models without their added heads (the lost layer alone). It is read:
   layer back);
 - not testable: the control is not inferior (the lost layer costs nothing measurable, so a match
   says nothing about heads);
-- descriptive: a side has one run (no interval, no verdict);
+- descriptive: a side has one run (no interval, no verdict); no verdict where a side has none
+  (its runs did not learn, or there are none);
 - inconclusive: otherwise.
 A claim of a P2 study (P2's task) is a *heads test* where its lean models have more heads in all
 (heads x attention modules) than the baseline, a *rank test* where the count is the same and the
@@ -24,6 +25,7 @@ import re
 import pandas as pd
 
 from ..tasks import task_info
+from .stats import CLAIM_VERDICTS
 
 TRADE_COLUMNS = ["study", "task", "claim", "kind", "changed", "baseline", "lean", "control", "lean_verdicts",
                  "control_verdict", "reading"]
@@ -32,6 +34,9 @@ ONE_SEED = "one seed, no interval"
 
 
 def _reading(leans: pd.Series, control: str | None) -> str:
+    odd = [v for v in [*leans, *([control] if control is not None else [])] if v not in CLAIM_VERDICTS]
+    if odd:
+        return f"no verdict ({odd[0]})"
     if (leans == ONE_SEED).any() or control == ONE_SEED:
         return "descriptive (one seed)"
     if control is not None and control != "inferior":
@@ -59,7 +64,7 @@ def _kind(base: str, leans: pd.Series, control: bool) -> str:
     if control:
         return "depth trade"
     more = all(_shape(x)[1] > _shape(base)[1] for x in leans)
-    return "heads test (P2)" if more else "rank test (P2)"
+    return "P2 heads test" if more else "P2 rank test"
 
 
 def trade_table(heads: pd.DataFrame, tasks: dict[str, str]) -> pd.DataFrame:
@@ -90,5 +95,6 @@ def trade_paragraph(table: pd.DataFrame) -> list[str]:
     parts = [f"{r['study']} {r['claim']} ({r['lean']} against {r['baseline']}): {r['reading']}"
              for _, r in table.iterrows()]
     return ["Where P1's rule holds (table where_trade_holds; a depth trade holds where the lost layer costs "
-            "and the lean models of more heads win it back, a P2 heads test where more heads do not hurt): "
+            "and the lean models of more heads win it back; a P2 heads or rank test holds where the model with "
+            "more heads, or a lower rank, does not fall short): "
             + "; ".join(parts) + "."]
