@@ -1,4 +1,4 @@
-"""From per-variant results to what a reader sees: all 23 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 24 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved
     power           a declared claim's power from a pilot (noncentral t), and the pilot's report
@@ -11,6 +11,7 @@
     theorem         Theorem 3.2 against the real heads: kappa and head structure beside Gaussian heads
     job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     findings        the findings paragraphs, generated from the overview's numbers
+    trade           where P1's rule holds: each declared test of the trade as held, failed, not testable
     papers          the papers' reported numbers beside ours
     study_data      what a study's figures and tables are made from (its summary and its plan)
     study_tables    what the tables rules write (a study's tables, the theory tables)
