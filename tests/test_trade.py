@@ -23,7 +23,8 @@ def _claim(study, name, base, leans, control=None):
 @pytest.mark.parametrize("leans,control,reading", [
     (["equivalent", "superior"], "inferior", "held"),
     (["non-inferior", "inferior"], "inferior", "failed"),
-    (["equivalent"], "non-inferior", "not testable (the lost layer does not cost)"),
+    (["equivalent"], "non-inferior", "not testable (the lost layer costs nothing measurable)"),
+    (["superior"], "inconclusive", "not testable (the lost layer's cost not shown)"),
     (["inconclusive"], "inferior", "inconclusive"),
     (["one seed, no interval"], "one seed, no interval", "descriptive (one seed)"),
     (["did not learn (lean)"], "did not learn (control)", "no verdict (did not learn (lean))"),

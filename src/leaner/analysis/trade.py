@@ -8,8 +8,8 @@ lean models without their added heads (the lost layer alone). It is read:
 - held: the control is inferior (the lost layer costs) and every lean model is non-inferior;
 - failed: the control is inferior and a lean model is inferior too (the heads do not win the
   layer back);
-- not testable: the control is not inferior (the lost layer costs nothing measurable, so a match
-  says nothing about heads);
+- not testable: the control is not inferior, so a match says nothing about heads: the lost layer
+  costs nothing measurable (the control non-inferior) or its cost is not shown (inconclusive);
 - descriptive: a side has one run (no interval, no verdict); no verdict where a side has none
   (its runs did not learn, or there are none);
 - inconclusive: otherwise.
@@ -39,8 +39,10 @@ def _reading(leans: pd.Series, control: str | None) -> str:
         return f"no verdict ({odd[0]})"
     if (leans == ONE_SEED).any() or control == ONE_SEED:
         return "descriptive (one seed)"
+    if control in NON_INFERIOR:
+        return "not testable (the lost layer costs nothing measurable)"
     if control is not None and control != "inferior":
-        return "not testable (the lost layer does not cost)"
+        return "not testable (the lost layer's cost not shown)"
     if leans.isin(NON_INFERIOR).all():
         return "held"
     if (leans == "inferior").any():
