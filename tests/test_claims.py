@@ -318,8 +318,11 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
     assert list(table["role"]) == ["baseline", "lean", "control"] and (table["declaration"] == "as declared").all()
     assert len(pd.read_csv(tmp_path / "results" / "tables" / "all_studies-headline.csv")) == 3
     trade = pd.read_csv(tmp_path / "results" / "tables" / "all_studies-where_trade_holds.csv")
-    assert trade[["study", "kind", "changed", "reading"]].values.tolist() == [
-        ["tiny", "depth trade", "layers 2 -> 1, heads 1 -> 2", "descriptive (one seed)"]]
+    assert trade[["study", "kind", "changed"]].values.tolist() == [
+        ["tiny", "depth trade", "layers 2 -> 1, heads 1 -> 2"]]
+    verdicts = set(table["verdict"].dropna())  # one seed a side: no verdict, or none where a side did not learn
+    assert trade["reading"].iloc[0] == ("descriptive (one seed)" if verdicts == {"one seed, no interval"} else
+                                        f"no verdict ({table['verdict'].dropna().iloc[0]})")
     trained = {m: m.stat().st_mtime_ns for m in metrics}
 
     cfg["studies"]["tiny"]["claims"][0]["rationale"] = "rewritten after the runs"

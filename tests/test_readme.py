@@ -123,7 +123,7 @@ def test_every_repository_path_the_readme_names_exists():
     for page in PAGES:
         for path in set(REPO_PATH.findall(page.read_text())):
             path = path.rstrip(".,;:")
-            placeholder = any(c in path for c in "{*<") or re.search(r"/[A-Z]+\.", path)  # pilots/STUDY.csv
+            placeholder = any(c in path for c in "{*<") or re.search(r"/[A-Z]+(_\w+)?\.", path)  # pilots/STUDY_lr.csv
             if not placeholder and not (REPO / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert not missing, missing
