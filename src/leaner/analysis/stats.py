@@ -206,7 +206,8 @@ def fmt_ci(value: float, lo: float, hi: float) -> str:
 # Declared claims (a study's `claims:`): a lean configuration against a baseline on one metric,
 # at a margin fixed before the run. The difference is oriented so that positive means the lean
 # model is better (accuracy up, or a loss down), and judged by one-sided Welch bounds at 95%.
-CLAIM_VERDICTS = ("superior", "equivalent", "non-inferior", "inferior", "inconclusive", "one seed, no interval")
+ONE_SEED = "one seed, no interval"  # the verdict where a side has fewer than two values
+CLAIM_VERDICTS = ("superior", "equivalent", "non-inferior", "inferior", "inconclusive", ONE_SEED)
 
 
 def claim_verdict(lean, base, margin: float, mode: str = "max") -> dict:
@@ -229,7 +230,7 @@ def claim_verdict(lean, base, margin: float, mode: str = "max") -> dict:
         return {"diff": math.nan, "lo": math.nan, "hi": math.nan, "verdict": "no data"}
     diff = float(a.mean() - b.mean())
     if len(a) < 2 or len(b) < 2:
-        return {"diff": diff, "lo": math.nan, "hi": math.nan, "verdict": "one seed, no interval"}
+        return {"diff": diff, "lo": math.nan, "hi": math.nan, "verdict": ONE_SEED}
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         lo = hi = diff
     else:

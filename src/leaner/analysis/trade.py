@@ -25,12 +25,11 @@ import re
 import pandas as pd
 
 from ..tasks import task_info
-from .stats import CLAIM_VERDICTS
+from .findings import NON_INFERIOR
+from .stats import CLAIM_VERDICTS, ONE_SEED
 
 TRADE_COLUMNS = ["study", "task", "claim", "kind", "changed", "baseline", "lean", "control", "lean_verdicts",
                  "control_verdict", "reading"]
-NON_INFERIOR = ("non-inferior", "equivalent", "superior")
-ONE_SEED = "one seed, no interval"
 
 
 def _reading(leans: pd.Series, control: str | None) -> str:

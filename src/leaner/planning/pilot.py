@@ -62,6 +62,14 @@ def pilot_runs(plan: Plan, study: str, claim: dict, seeds: list[int]) -> list[tu
     return runs
 
 
+def refuse_declared_seeds(claim: dict, seeds: list[int]) -> None:
+    """A pilot's seeds must be ones the claim never uses: its runs are not the claim's data."""
+    used = sorted(set(seeds) & set(claim["declared_seeds"]))
+    if used:
+        raise PilotError(f"--seeds: {used} are seeds claim {claim['name']} declares (allowed: seeds it never uses, "
+                         f"not {claim['declared_seeds']})")
+
+
 def value_of(metrics: dict, metric: str) -> float:
     """A run's value of a claim's metric: a final metric, or best_X (the best epoch's X, as the
     summaries name it: P2's best_train_loss)."""
@@ -86,10 +94,7 @@ def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: st
         if not Path(out_csv).exists():
             raise PilotError(f"--from-csv: {out_csv} does not exist (run the pilot first, without --from-csv)")
         return report(pd.read_csv(out_csv), claim, point_label)
-    used = sorted(set(seeds) & set(claim["declared_seeds"]))
-    if used:
-        raise PilotError(f"--seeds: {used} are seeds claim {claim_name} declares (allowed: seeds it never uses, "
-                         f"not {claim['declared_seeds']})")
+    refuse_declared_seeds(claim, seeds)
     if len(seeds) < 2:
         raise PilotError(f"--seeds: {seeds} gives no standard deviation (allowed: two seeds or more)")
     overlay = pilot_config(config, study, seeds)

@@ -19,7 +19,16 @@ from ..analysis.power import claim_arms
 from ..io import read_json, write_csv
 from ..workflow.config import ConfigError
 from ..workflow.plan import build_plan
-from .pilot import PilotError, find_claim, pilot_config, pilot_runs, point_label, train_pilot, value_of
+from .pilot import (
+    PilotError,
+    find_claim,
+    pilot_config,
+    pilot_runs,
+    point_label,
+    refuse_declared_seeds,
+    train_pilot,
+    value_of,
+)
 
 TUNE_CSV = "pilots/{study}_lr.csv"
 TUNE_RUNS = "pilot_runs/{study}_lr"
@@ -90,10 +99,10 @@ def run(config: dict, study: str, claim_name: str, lrs: list[float], seeds: list
         out_csv: str | None = None, work: str | None = None, cores: str = "all") -> list[str]:
     """Train the claim's arms at each rate on `seeds` and return the report's lines. Raises
     PilotError or ConfigError."""
+    import pandas as pd
+
     claim = find_claim(build_plan(config), study, claim_name)
-    used = sorted(set(seeds) & set(claim["declared_seeds"]))
-    if used:
-        raise PilotError(f"--seeds: {used} are seeds claim {claim_name} declares (allowed: seeds it never uses)")
+    refuse_declared_seeds(claim, seeds)
     if len(lrs) < 2 or min(lrs) <= 0:
         raise PilotError(f"--lrs: {lrs} (allowed: two or more positive learning rates)")
     if not 0 < fraction < 1:
@@ -114,8 +123,6 @@ def run(config: dict, study: str, claim_name: str, lrs: list[float], seeds: list
     rows = choose(rows, claim["mode"])
     out_csv = out_csv or TUNE_CSV.format(study=study)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    import pandas as pd
-
     write_csv(out_csv, pd.DataFrame(rows, columns=TUNE_COLUMNS))
     return [f"wrote {out_csv}", *report(rows, claim)]
 
