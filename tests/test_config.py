@@ -513,15 +513,16 @@ def test_a_run_reads_its_recipe_typed_with_the_schemas_defaults_and_refuses_a_ke
 
 
 def test_the_plan_builds_each_variants_model_typed_per_architecture_and_its_recipe_typed():
-    """Every variant of config.yaml and paper.yaml carries a typed model config (one class per
-    architecture, its study keys defaulted from the schema) and a typed Recipe; its spec holds them
-    as plain dicts that read back to the same config. A model dict with a key its architecture does
-    not have, or without one it needs, is one line."""
+    """Every variant of config.yaml, paper.yaml and the timm backbones' tiny config carries a typed
+    model config (one class per architecture, its study keys defaulted from the schema) and a typed
+    Recipe; its spec holds them as plain dicts that read back to the same config. A model dict with
+    a key its architecture does not have, or without one it needs, is one line."""
     from leaner.models.config import CONFIGS, ClassifierConfig, ModelConfig, ViTConfig, model_config
     from leaner.schema import Recipe, defaults
 
     archs = set()
-    for path in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
+    for path in (REPO / "config.yaml", REPO / "configs" / "paper.yaml",
+                 REPO / "tests" / "config" / "tiny_backbones.yaml"):
         plan = load_plan(path)
         for study in plan.studies.values():
             for v in study.variants.values():

@@ -1,5 +1,8 @@
 """scikit-learn's bundled 8x8 digits: the default study's data, no download needed.
 
+`img_size` a multiple of 8 repeats each pixel to that side (e.g. 32 for a timm backbone's
+stride-8 or stride-4 stem); the images are the same.
+
 Preparation fixes the train/test split (a seeded permutation, recorded index by index) and the
 standardisation (one mean and std over all training pixels), and writes them once.
 
@@ -24,6 +27,11 @@ def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
 
     bunch = load_digits()
     x = bunch.data.astype(np.float32).reshape(-1, 1, 8, 8)
+    size = spec.get("img_size", 8)
+    if size % 8:
+        raise ValueError(f"datasets.{name}.img_size: {size} is not a multiple of the digits' 8 pixels "
+                         f"(allowed: 8, 16, 24, 32, ...: each pixel repeated img_size/8 times a side)")
+    x = np.kron(x, np.ones((1, 1, size // 8, size // 8), dtype=np.float32))  # larger backbones' stems
     y = bunch.target.astype(np.int64)
     n = len(y)
     perm = np.random.default_rng(spec["split_seed"]).permutation(n)
@@ -47,7 +55,7 @@ def prepare_digits(name: str, spec: dict, out_manifest: str) -> dict:
         "dataset": name, "kind": "digits", "source": "sklearn.datasets.load_digits",
         "split_seed": spec["split_seed"], "test_fraction": spec["test_fraction"],
         "n_train": int(len(train_idx)), "n_eval": int(len(held_out)),
-        "num_classes": 10, "img_size": 8, "in_chans": 1,
+        "num_classes": 10, "img_size": size, "in_chans": 1,
         "standardise": {"mean": mean, "std": std},
         "arrays": arrays.name, "sha256": sha256_file(arrays),
     }

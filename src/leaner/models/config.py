@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -135,6 +136,36 @@ class MaskedLMConfig(SequenceConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TimmConfig(ModelConfig):
+    """One of timm's own backbones (`backbone`, a timm model name) with its depth, heads, width and
+    MLP width set through its family's own arguments (models/backbones.py)."""
+
+    arch: ClassVar[str] = "timm"
+    backbone: str
+    width: int
+    mlp_hidden: int
+    img_size: int
+    in_chans: int
+    num_classes: int
+    drop_path_rate: float = _schema("drop_path_rate")
+    qk_scale: float = field(default=1.0, metadata={"omit_at_default": True})  # only 1: leaner's own ViT's knob
+
+    @property
+    def residual_width(self) -> int:
+        return self.width
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens of the first attention: DaViT's stride-4 stem's positions; XCiT's patches (8 or 16
+        pixels, as the model's name says; its class token joins after the XCA blocks); TNT's and
+        its class token."""
+        if self.backbone.startswith("davit"):
+            return (self.img_size // 4) ** 2
+        patch = 8 if re.search(r"_p8_|patch8", self.backbone) else 16
+        return (self.img_size // patch) ** 2 + self.backbone.startswith("tnt")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NearestConfig(ModelConfig):
     """P2's encoder (models/nearest.py): `modules` averaged attentions of `heads` heads of rank
     `head_dim` = d_model / heads, on `tokens` points in R^`dim` (plus `posn` positions)."""
@@ -167,7 +198,7 @@ AXIS_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BlockStack) if f.
 
 
 CONFIGS: dict[str, type[ModelConfig]] = {c.arch: c for c in (
-    ViTConfig, ClassifierConfig, CausalLMConfig, MaskedLMConfig, NearestConfig)}
+    ViTConfig, ClassifierConfig, CausalLMConfig, MaskedLMConfig, NearestConfig, TimmConfig)}
 
 
 def model_config(values: dict | ModelConfig) -> ModelConfig:

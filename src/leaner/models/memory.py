@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 
 from ..io import write_json
-from .config import ModelConfig, model_config
+from .config import ModelConfig, TimmConfig, model_config
 
 MIB = 2**20
 STATE_BYTES = 16  # per parameter, training: fp32 weights, gradients, AdamW's two moments
@@ -105,9 +105,22 @@ def _one_layer(shape_json: str) -> tuple[int, int]:
     return total, block
 
 
+@functools.cache
+def _built_params(spec_json: str) -> int:
+    import torch
+
+    from . import build_model
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_model(model_config(json.loads(spec_json))).parameters())
+
+
 def model_params(model: ModelConfig | dict) -> int:
-    """Parameters of `model` (built once per architecture without its depth)."""
+    """Parameters of `model` (built once per architecture without its depth; a timm backbone,
+    whose blocks differ by stage, built as it is)."""
     model = model_config(model)
+    if isinstance(model, TimmConfig):
+        return _built_params(json.dumps(model.to_spec(), sort_keys=True))
     total, block = _one_layer(model.shape_key())
     return total + (model.depth - 1) * block
 

@@ -63,8 +63,28 @@ class TaskInfo:
         return GRID_KEYS[self.grid]
 
 
+# the ViT's own settings, which a timm backbone (`model: {timm: NAME}`) takes from its timm model instead
+_VIT_ONLY = ("patch_size", "qkv_bias", "global_pool")
+
+
 def _vit(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
-    model = {"arch": "vit", **given}
+    if given.get("timm"):
+        from ..models.backbones import family_of  # timm's registry (imports torch): only for a timm study
+        from ..schema import defaults
+
+        try:
+            family_of(given["timm"])
+        except ValueError as exc:
+            problem(str(exc))
+        schema = defaults("model")
+        for key in _VIT_ONLY:
+            if given.get(key, schema[key]) != schema[key]:
+                problem(f"model.{key}: {given[key]} is a setting of leaner's own ViT (allowed: leave it out "
+                        f"with timm: {given['timm']}, which keeps its own)")
+        return {"arch": "timm", "backbone": given["timm"], "drop_path_rate": given["drop_path_rate"],
+                "img_size": given.get("img_size", ds["img_size"]), "in_chans": ds["in_chans"],
+                "num_classes": ds["num_classes"]}
+    model = {"arch": "vit", **{k: v for k, v in given.items() if k != "timm"}}
     model.setdefault("img_size", ds["img_size"])
     model["in_chans"] = ds["in_chans"]
     model["num_classes"] = ds["num_classes"]
@@ -108,7 +128,7 @@ def add_task(info: TaskInfo) -> TaskInfo:
 for _info in (
     TaskInfo(
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
-        model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool"), model_base=_vit,
+        model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool", "timm"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
         recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
