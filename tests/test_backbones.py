@@ -138,3 +138,140 @@ def test_xcit_trains_end_to_end(tmp_path):
         assert heads["kappa_median"].between(1, float("inf"), inclusive="left").all()
     assert len(pd.read_csv(tmp_path / "results" / "tables" / "tiny_xcit-by_config.csv")) == 4
     assert (tmp_path / "results" / "overview" / "findings.md").exists()
+
+
+# What each family's projection reads, written out from the definitions in docs/kappa.md ("timm's
+# backbones"), independently of timm's forward: (B, N, C) heads side by side, head i's columns
+# i*d .. (i+1)*d. q, k, v: (B, heads, N, d) from the module's own weights.
+def _qkv(attn, x):
+    b, n, c = x.shape
+    if hasattr(attn, "qk"):  # TNT: q and k from one projection, v from another
+        qk = attn.qk(x).reshape(b, n, 2, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+        return qk[0], qk[1], attn.v(x).reshape(b, n, attn.num_heads, -1).transpose(1, 2)
+    qkv = attn.qkv(x).reshape(b, n, 3, attn.num_heads, c // attn.num_heads).permute(2, 0, 3, 1, 4)
+    return qkv[0], qkv[1], qkv[2]
+
+
+def _token_heads(attn, x):
+    """Attention over tokens (TNT's inner and outer, DaViT's windows): softmax(q k^T / sqrt(d)) v."""
+    q, k, v = _qkv(attn, x)
+    weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+    return (weights @ v).transpose(1, 2).flatten(2)
+
+
+def _xca_heads(attn, x):
+    """XCiT's XCA: per head a d x d softmax over channels, of the l2-normalised (over tokens) q and k
+    times the head's learned temperature, applied to v's channels: (A v^T)^T, N x d."""
+    q, k, v = (t.transpose(-2, -1) for t in _qkv(attn, x))  # (B, heads, d, N)
+    q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    weights = (q @ k.transpose(-2, -1) * attn.temperature).softmax(-1)  # (B, heads, d, d)
+    return (weights @ v).permute(0, 3, 1, 2).flatten(2)
+
+
+def _davit_channel_heads(attn, x):
+    """DaViT's channel attention: per head a d x d softmax over channels of k^T v / sqrt(d) (timm's
+    scale), applied to q: q A^T, N x d (the roles of q and v swapped against XCA)."""
+    q, k, v = _qkv(attn, x)
+    weights = (k.transpose(-2, -1) @ v / q.shape[-1] ** 0.5).softmax(-1)  # (B, heads, d, d)
+    return (q @ weights.transpose(-2, -1)).transpose(1, 2).flatten(2)
+
+
+FAMILY_HEADS = {
+    "xcit": (config("xcit_nano_12_p8_224", 2, 4, 32, 2, img=32), {"XCA": _xca_heads}),
+    "tnt": (config("tnt_s_patch16_224", 2, 4, 32, 2, img=32), {"Attention": _token_heads}),
+    "davit": (config("davit_tiny", 4, 2, 32, 2, img=56),
+              {"WindowAttention": _token_heads, "ChannelAttention": _davit_channel_heads}),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_HEADS))
+def test_the_captured_matrix_is_what_each_familys_projection_reads(family):
+    """The conditioning stage's heads_concat at every attention of a family equals that attention's
+    heads recomputed by hand from its input and weights, as docs/kappa.md defines them: XCiT's
+    channel attention, TNT's inner and outer attention, DaViT's windows and channel attention."""
+    from leaner.measure.conditioning import capture_attention
+
+    c, formulas = FAMILY_HEADS[family]
+    torch.manual_seed(0)
+    model = build_model(c).double().eval()
+    for p in model.parameters():  # larger weights than timm's init, so no softmax is near-uniform
+        p.data.normal_(0, 0.3)
+    x = torch.randn(2, 3, c.img_size, c.img_size, dtype=torch.float64)
+    with torch.no_grad(), capture_attention(model, inputs=True) as captured:
+        model(x)
+    kinds = []
+    for layer, attn in attention_modules(model):
+        (inputs, kwargs), = captured[layer]["input"]
+        heads, = captured[layer]["heads_concat"]
+        assert not kwargs and heads.shape[-1] == attn.proj.in_features
+        expected = formulas[type(attn).__name__](attn, inputs)
+        torch.testing.assert_close(heads, expected, rtol=1e-10, atol=1e-12)
+        kinds.append(type(attn).__name__)
+    assert set(kinds) == set(formulas) and len(kinds) == {"xcit": 2, "tnt": 4, "davit": 8}[family]
+
+
+def test_the_paper_comparison_sets_p1s_backbone_row_beside_the_run():
+    """A study of one of P1's five backbones gets P1's own row of it (top-1 and parameters of the
+    original and the lean model) beside the run's; a backbone P1 did not run gets none."""
+    from leaner.analysis.papers import paper_comparison
+
+    rows = []
+    for depth, heads, hd, params, accs in ((24, 8, 64, 84_395_752, (0.810, 0.812)),
+                                           (16, 16, 32, 59_066_152, (0.820, 0.822))):
+        for seed, acc in enumerate(accs):
+            rows.append({"study": "xcit_m_imagenet", "task": "image_classification", "dataset": "imagenet1k",
+                         "variant": f"L{depth}-H{heads}-s{seed}", "depth": depth, "heads": heads, "width": 512,
+                         "head_dim": hd, "mlp_hidden": 2048, "qk_scale": 1.0, "seed": seed, "protocols": "fixed_width",
+                         "status": "ok", "params_total": params, "eval_acc": acc, "steps": 500_800, "learned": True,
+                         "kappa_init_gmean": 1e4 / heads, "kappa_final_gmean": 1e3 / heads,
+                         "backbone": "xcit_medium_24_p16_224"})
+    summary = pd.DataFrame(rows)
+    table = paper_comparison(summary, {"depth": 24, "heads": 8, "width": 512, "mlp_hidden": 2048}, None)
+    row, = table[table["quantity"].str.startswith("P1's XCiT-M row")].to_dict("records")
+    assert row["paper"] == "81.4 -> 81.7 (84.4M -> 59.0M, -30%)"
+    assert row["ours"].endswith("81.1 -> 82.1 (84.4M -> 59.1M, -30%)")
+    assert row["difference"] == "-0.7 points (P1's change less ours)"
+    other = paper_comparison(summary.assign(backbone="xcit_nano_12_p8_224"), {"depth": 24, "heads": 8}, None)
+    assert not other["quantity"].str.startswith("P1's").any()
+
+
+def test_training_flops_of_the_backbones_are_three_forwards_and_extend_exactly_in_depth():
+    """leaner cost's FLOPs of a backbone: forward and backward at three times the forward (torch's
+    own count makes a depthwise convolution's weight gradient C times too large: XCiT's LPI, DaViT's
+    position convolutions), P1's forward counts (XCiT-M 16.2 and DaViT-B 15.5 GMACs at 224 pixels,
+    their papers'), and the count measured at two depths extended to any depth as the full model
+    counts it (a DaViT grows in its deepest stage)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from leaner.models.footprint import footprint, repeated, sample, training_flops
+
+    for c, gmacs in ((config("xcit_medium_24_p16_224", 24, 8, 512, 4), 16.2),
+                     (config("davit_base", 12, 4, 128, 4), 15.5), (config("davit_base", 8, 8, 128, 4), None)):
+        with torch.device("meta"):
+            model = build_model(c)
+        with FlopCounterMode(display=False) as counter:
+            model(sample(c, 1, "meta"))
+        forward = counter.get_total_flops()
+        full, _ = training_flops(model, sample(c, 1, "meta"), repeated(c)[1])
+        assert full == footprint(c, "bf16").flops
+        assert abs(full / (3 * forward) - 1) < 0.01, (c.backbone, full / forward)
+        if gmacs:
+            assert abs(forward / 2e9 / gmacs - 1) < 0.01, (c.backbone, forward / 2e9)
+
+
+@pytest.mark.slow
+def test_match_lists_lean_variants_of_a_backbone():
+    """`leaner match` on paper.yaml's backbone studies, as for the ViT: P1's lean XCiT-M among the
+    configurations that fit, and a DaViT's search starting at the fewest layers it can be built with."""
+    leaner = str(REPO / ".venv" / "bin" / "leaner")
+    proc = run([leaner, "match", "configs/paper.yaml", "--study", "xcit_m_imagenet", "--depths", "16,12",
+                "--heads", "16", "--protocols", "fixed_width", "--reduction", "0.25"], cwd=REPO)
+    assert "baseline L24-H8-D512-mlp2048: 84,395,752 parameters" in proc.stdout
+    assert "59,066,152" in proc.stdout and "2 of 2 configurations" in proc.stdout
+    proc = run([leaner, "match", "configs/paper.yaml", "--study", "davit_b_imagenet", "--heads", "8", "--protocols",
+                "fixed_width", "--reduction", "0.25"], cwd=REPO)
+    depths = [int(line.split("|")[2]) for line in proc.stdout.splitlines() if line.startswith("| fixed_width")]
+    assert sorted(depths) == list(range(4, 12)) and "62,653,416" in proc.stdout
+    proc = run([leaner, "match", "configs/paper.yaml", "--study", "davit_b_imagenet", "--depths", "3", "--heads", "8",
+                "--reduction", "0.25"], cwd=REPO, check=False)
+    assert proc.returncode != 0 and "depth 3 leaves no block in davit_base's deepest stage" in proc.stderr

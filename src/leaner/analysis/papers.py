@@ -23,6 +23,10 @@ COLUMNS = ["quantity", "paper", "paper setting", "ours", "our setting", "differe
 # P1 (papers.md 1.4): the clean ImageNet rows (only depth and heads change), top-1 and params.
 P1_IMAGENET_ROWS = {"XCiT-M": (81.4, 81.7, -30), "TNT-B": (82.3, 82.3, -53), "DaViT-B": (83.3, 83.5, -30),
                     "XCiT-L": (82.1, 82.4, -45), "DaViT-L": (83.6, 83.6, -29)}
+# each row's timm model (the original's name: configs/paper.yaml) and its parameters in millions, original -> lean
+P1_BACKBONES = {"xcit_medium_24_p16_224": ("XCiT-M", 84.4, 59.0), "xcit_large_24_p16_224": ("XCiT-L", 189.1, 103.8),
+                "tnt_b_patch16_224": ("TNT-B", 65.4, 30.9), "davit_base": ("DaViT-B", 88.0, 62.0),
+                "davit_large": ("DaViT-L", 196.8, 140.0)}
 P1_LISTOPS = {"heads": (2, 8), "acc": (36.4, 37.4)}  # 2 layers, LRA ListOps, Nystromformer
 P1_GLUE = {"baseline": ("16 L / 12 H", 119e6, 78.6), "lean": ("10 L / 24 H", 84e6, 78.6)}
 # P2 fig1 (papers.md 2.5, [V-fig]): MSE by (layers, W) at rank 64 (one head) and 32 (two heads).
@@ -133,7 +137,24 @@ def image_rows(summary: pd.DataFrame, baseline: dict, checks) -> list[dict]:
                          best["verdict"]))
         rows.append(_row("parameter change of that variant", f"{min(cuts)}% to {max(cuts)}%", setting_paper,
                          f"{-best['param_reduction_pct']:+.0f}%", setting))
-    return rows + _kappa_trend(summary)
+    return rows + _backbone_rows(summary, metric, best, setting) + _kappa_trend(summary)
+
+
+def _backbone_rows(summary: pd.DataFrame, metric: str, best, setting: str) -> list[dict]:
+    """A study of one of P1's five timm backbones: P1's own row of it, top-1 and parameters of the
+    original and the lean model, beside the run's."""
+    backbone = summary["backbone"].iloc[0] if "backbone" in summary else None
+    if backbone not in P1_BACKBONES or best is None:
+        return []
+    name, orig_m, lean_m = P1_BACKBONES[backbone]
+    orig, lean, cut = P1_IMAGENET_ROWS[name]
+    ours = (f"{100 * best[f'baseline_{metric}']:.1f} -> {100 * best[f'{metric}_mean']:.1f} "
+            f"({best['baseline_params'] / 1e6:.1f}M -> {best['params'] / 1e6:.1f}M, "
+            f"{-best['param_reduction_pct']:+.0f}%)")
+    return [_row(f"P1's {name} row: top-1 (%) and parameters, original -> lean", f"{orig} -> {lean} "
+                 f"({orig_m}M -> {lean_m}M, {cut:+d}%)", f"ImageNet-1k, {name}, recipe [UNK], 1 seed",
+                 f"{best['baseline']} -> L{best['depth']}-H{best['heads']}: {ours}", setting,
+                 f"{(lean - orig) - 100 * best[f'delta_{metric}']:+.1f} points (P1's change less ours)")]
 
 
 @paper_rows("listops")

@@ -160,6 +160,8 @@ def summarize_study(study: str, metrics_paths: list[str], conditioning_paths: li
             glue = read_json(gpath)
             row.update({f"glue_{t}": v["score"] for t, v in glue["tasks"].items()})
             row["glue_avg"] = glue["glue_avg"]
+        if getattr(model, "backbone", None):
+            row["backbone"] = model.backbone  # a timm backbone's own name (models/backbones.py)
         if is_arch(task):
             row["mlp_ratio"] = model.mlp_hidden / model.width
             metric, mode = task_info(task).metric

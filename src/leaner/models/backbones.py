@@ -64,6 +64,30 @@ def own_stages(name: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, 
             tuple(s.blocks[0][0].attn.proj.in_features for s in model.stages))
 
 
+def deepest_stage(depths: tuple[int, ...]) -> int:
+    """The stage a DaViT's change of depth goes to: its deepest (the first of equals)."""
+    return max(range(len(depths)), key=lambda i: (depths[i], -i))
+
+
+def min_depth(name: str) -> int:
+    """The fewest layers timm model `name` can be built with as a grid's depth: 1, or for a DaViT its
+    other stages' blocks and one in its deepest."""
+    if family_of(name) != "davit":
+        return 1
+    depths = own_stages(name)[0]
+    return sum(depths) - depths[deepest_stage(depths)] + 1
+
+
+def repeated_block(c: TimmConfig) -> tuple[int, str]:
+    """Where one more layer of the variant `c` goes: (a depth at which that block exists twice, the
+    path of its second copy in the model built at that depth). Each layer beyond adds one more copy of
+    it, so a quantity measured there extends to any depth (models/footprint.py): XCiT's and TNT's
+    second block; a DaViT's second pair of blocks in its deepest stage, the others at their own depths."""
+    if family_of(c.backbone) != "davit":
+        return 2, "blocks.1"
+    return min_depth(c.backbone) + 1, f"stages.{deepest_stage(own_stages(c.backbone)[0])}.blocks.1"
+
+
 def timm_kwargs(c: TimmConfig) -> dict:
     """The arguments of `timm.create_model(c.backbone, ...)` that make the variant `c`."""
     family = family_of(c.backbone)
@@ -79,11 +103,11 @@ def timm_kwargs(c: TimmConfig) -> dict:
     if family == "tnt":
         return {**out, "depth": c.depth, "num_heads_outer": c.heads, "embed_dim": c.width}
     depths, heads, widths = own_stages(c.backbone)
-    deepest = max(range(len(depths)), key=lambda i: (depths[i], -i))
+    deepest = deepest_stage(depths)
     grown = depths[deepest] + c.depth - sum(depths)
     if grown < 1:
         raise ValueError(f"model: depth {c.depth} leaves no block in {c.backbone}'s deepest stage (its stages: "
-                         f"{'-'.join(map(str, depths))}; allowed: depth {sum(depths) - depths[deepest] + 1} or more)")
+                         f"{'-'.join(map(str, depths))}; allowed: depth {min_depth(c.backbone)} or more)")
     stage_depths = tuple(grown if i == deepest else d for i, d in enumerate(depths))
     return {**out, "depths": stage_depths,
             "num_heads": tuple(c.heads * h // heads[0] for h in heads),

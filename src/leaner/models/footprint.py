@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import build_model
-from .config import ModelConfig, NearestConfig, ViTConfig, model_config
+from .config import ModelConfig, NearestConfig, TimmConfig, ViTConfig, model_config
 from .memory import model_params
 
 CUDA = torch.device("cuda", 0)  # an explicit index: nothing asks torch.cuda for the current device
@@ -59,12 +59,13 @@ def footprint(model: ModelConfig | dict, precision: str, flops: bool = True) -> 
     """The footprint of `model` (a variant's model) trained at `precision` (bf16 or fp32);
     `flops=False` skips counting FLOPs (memory alone, as the onstart check needs)."""
     model = model_config(model)
-    two = dataclasses.replace(model, depth=2)
+    at, _ = repeated(model)
+    two = dataclasses.replace(model, depth=at)
     memory = _memory_two_blocks(two, precision)
     work = _flops_two_blocks(two) if flops else {"flops": (math.nan, math.nan)}
 
-    def extend(parts: tuple[float, float]) -> float:  # all but the second block, and depth - 1 of that
-        return parts[0] + (model.depth - 1) * parts[1]
+    def extend(parts: tuple[float, float]) -> float:  # all but the repeated block's second copy, and the copies beyond
+        return parts[0] + (model.depth - at + 1) * parts[1]
 
     return Footprint(params=model_params(model), flops=extend(work["flops"]), saved=extend(memory["saved"]),
                      working=memory["working"], largest=memory["largest"], fixed=extend(memory["fixed"]))
@@ -73,6 +74,16 @@ def footprint(model: ModelConfig | dict, precision: str, flops: bool = True) -> 
 # Each quantity of the model built at depth 2, split as (all but its second block, the second block):
 # blocks 2.. of a deeper model are copies of the second (the first can differ: it has no stochastic
 # depth, its drop-path rate is 0). Cached per block configuration (the model at depth 2), whatever the depth.
+# A DaViT grows in its deepest stage, so it is built where that stage holds two blocks (`repeated`).
+
+def repeated(model: ModelConfig) -> tuple[int, str]:
+    """The depth the model is measured at and the path of the block each further layer copies."""
+    if isinstance(model, TimmConfig):
+        from .backbones import repeated_block
+
+        return repeated_block(model)
+    return 2, "blocks.1"
+
 
 def _meta_model(model: ModelConfig) -> torch.nn.Module:
     with torch.device("meta"):
@@ -81,7 +92,7 @@ def _meta_model(model: ModelConfig) -> torch.nn.Module:
 
 @functools.cache
 def _flops_two_blocks(model: ModelConfig) -> dict:
-    total, in_second = training_flops(_meta_model(model), sample(model, 1, "meta"))
+    total, in_second = training_flops(_meta_model(model), sample(model, 1, "meta"), repeated(model)[1])
     return {"flops": (total - in_second, in_second)}
 
 
@@ -92,25 +103,37 @@ def _memory_two_blocks(model: ModelConfig, precision: str) -> dict:
 
 
 def sample(model: ModelConfig | dict, batch: int, device) -> torch.Tensor:
-    """A batch of the model's real input shape: images, P2's (N, d) points, or token sequences of
-    the full context (the longest a batch can be)."""
+    """A batch of the model's real input shape: images (leaner's ViT, a timm backbone), P2's (N, d)
+    points, or token sequences of the full context (the longest a batch can be)."""
     model = model_config(model)
-    if isinstance(model, ViTConfig):
+    if isinstance(model, (ViTConfig, TimmConfig)):
         return torch.zeros(batch, model.in_chans, model.img_size, model.img_size, device=device)
     if isinstance(model, NearestConfig):
         return torch.zeros(batch, model.tokens, model.dim, device=device)
     return torch.ones(batch, model.seq_len, dtype=torch.long, device=device)  # token ids, no padding
 
 
-def training_flops(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
+def training_flops(model: torch.nn.Module, x: torch.Tensor, block: str = "blocks.1") -> tuple[float, float]:
     """Forward and backward FLOPs of `model` on `x` (meta tensors: nothing is computed): in all,
-    and in its second block (`model.blocks[1]`)."""
+    and in its module `block` (the second block, `model.blocks[1]`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    grouped = {torch.ops.aten.convolution_backward: _conv_backward_flop}
+    with FlopCounterMode(display=False, custom_mapping=grouped) as counter:
         model(x).float().sum().backward()
     by_module = counter.get_flop_counts()
-    return float(counter.get_total_flops()), float(sum(by_module[f"{type(model).__name__}.blocks.1"].values()))
+    return float(counter.get_total_flops()), float(sum(by_module[f"{type(model).__name__}.{block}"].values()))
+
+
+def _conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
+                        _output_padding, _groups, output_mask, out_shape=None, **kwargs) -> int:
+    """A convolution's backward: each gradient asked for (of the input, of the weight) takes the
+    forward's multiplications. torch's own formula counts a grouped convolution's weight gradient as
+    if it were not grouped, a depthwise one (XCiT's LPI, DaViT's position convolutions) C times over:
+    31 times the forward's convolutions in XCiT-M, 1.45x its whole training FLOPs."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    return conv_flop_count(x_shape, w_shape, grad_out_shape, transposed) * (int(output_mask[0]) + int(output_mask[1]))
 
 
 def saved_tensors(meta_model: torch.nn.Module, config: ModelConfig | dict, precision: str) -> dict:
@@ -136,7 +159,7 @@ def saved_tensors(meta_model: torch.nn.Module, config: ModelConfig | dict, preci
                 largest[0] = max(largest[0], min(t.numel() * t.element_size(), storage.nbytes()))
         return t
 
-    second = model.blocks[1]
+    second = model.get_submodule(repeated(model_config(config))[1])
     hooks = [second.register_forward_pre_hook(lambda *_: inside.__setitem__(0, True)),
              second.register_forward_hook(lambda *_: inside.__setitem__(0, False))]
     try:

@@ -71,6 +71,16 @@ def candidates(base: dict, depths=None, heads=None, protocols=SCALING, mlp_ratio
     return out
 
 
+def shallowest(model_base: dict) -> int:
+    """The fewest layers the study's model can be built with: 1, or a DaViT's other stages' blocks
+    and one (models/backbones.py)."""
+    if model_base.get("arch") != "timm":
+        return 1
+    from ..models.backbones import min_depth
+
+    return min_depth(model_base["backbone"])
+
+
 def _spec(model_base: dict, point: dict) -> ModelConfig:
     return model_config({**model_base, **{k: point[k] for k in ("depth", "heads", "width", "head_dim", "mlp_hidden")}})
 
@@ -85,6 +95,7 @@ def match(model_base: dict, baseline: dict, budget: int | None = None, reduction
         raise ValueError(f"reduction {reduction} is not a fraction (allowed: 0 < reduction < 1)")
     base = baseline_point(baseline)
     base_params = count_params(_spec(model_base, base))
+    depths = depths or list(range(shallowest(model_base), base["depth"]))
     limit = int(budget) if budget is not None else int(base_params * (1 - reduction))
     rows = []
     for point in candidates(base, depths, heads, protocols, mlp_ratios):
