@@ -221,8 +221,9 @@ def test_a_bf16_study_on_a_gpu_without_bf16_is_one_line_per_study():
     from leaner.workflow.scheduling import bf16_problems
 
     problems = bf16_problems(load_plan(REPO / "configs" / "paper.yaml"), "Tesla V100-SXM2-32GB")
-    assert [p.split(":")[0] for p in problems] == ["study vit_imagenet", "study lra_listops", "study lm_tinystories",
-                                                   "study bert_glue"]
+    backbones = ["xcit_m_imagenet", "xcit_l_imagenet", "tnt_b_imagenet", "davit_b_imagenet", "davit_l_imagenet"]
+    assert [p.split(":")[0] for p in problems] == [f"study {s}" for s in ["vit_imagenet", *backbones, "lra_listops",
+                                                                          "lm_tinystories", "bert_glue"]]
     assert problems[0] == ("study vit_imagenet: recipe.precision bf16 (28 variant(s), e.g. "
                            "L12-H12-D768-hd64-mlp1536-s0), but Tesla V100-SXM2-32GB does not support bf16 "
                            "(allowed here: precision fp32)")

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.fast
 def _models() -> list[dict]:
     """The shallowest and the deepest model of every study of config.yaml and paper.yaml (every
     model family: ViT, P2's encoder, the ListOps classifier, causal and masked LMs), and a GLUE
-    fine-tuning model."""
+    fine-tuning model (timm's backbones of P1's headline table among them)."""
     out = []
     for config in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
         plan = load_plan(config)
@@ -39,7 +39,7 @@ def _models() -> list[dict]:
 def test_the_count_is_the_built_models_for_every_family_and_depth():
     models = _models()
     assert {m["arch"] for m in models} == {"vit", "nearest_point_encoder", "sequence_classifier", "causal_lm",
-                                           "masked_lm"}
+                                           "masked_lm", "timm"}
     for model in models:
         assert model_params(model) == count_params(model), model
     for depth in (1, 2, 5):  # P2's encoder with positions, whose parameters sit outside its blocks too
