@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -31,7 +32,8 @@ def _ceiling() -> str:
 
 
 # A machine whose CPU stops at AVX2 (Intel or AMD without AVX-512), as each library can be told.
-AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
 # Below that: no AVX at all (what lowering an AVX2 machine can still show, unpinned).
 SSE_MACHINE = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
@@ -46,6 +48,26 @@ def test_the_pinned_environment_lowers_and_never_raises():
         == "default"  # a machine (or a user) below AVX2 stays there: the record then says so
     arm = pinned_environment(environ={}, machine="aarch64")
     assert "ATEN_CPU_CAPABILITY" not in arm and "MKL_CBWR" not in arm  # x86-64's settings only
+
+
+def _numpy_features(env: dict) -> dict:
+    """numpy's dispatch targets in force in a fresh process that imports leaner's CLI first."""
+    code = ("import json, leaner.cli, numpy._core._multiarray_umath as m; "
+            "print(json.dumps({k: m.__cpu_features__[k] for k in ('X86_V3', 'X86_V4')}))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not X86, reason="numpy's x86-64 dispatch targets")
+def test_numpy_runs_its_avx2_kernels_in_every_leaner_process():
+    """An Intel AVX-512 host and an AMD AVX2 one derived geometric-mean kappas one bit apart
+    (numpy's AVX-512 log and exp): leaner caps numpy's dispatch at AVX2 before numpy loads, and a
+    value the user set is kept (here lowering numpy below AVX2, which it then obeys)."""
+    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    assert _numpy_features(env) == {"X86_V3": _ceiling() in ("avx2", "avx512"), "X86_V4": False}
+    lowered = _numpy_features({**env, "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"})
+    assert lowered == {"X86_V3": False, "X86_V4": False}
 
 
 def test_labels_and_mixes():

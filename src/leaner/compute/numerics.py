@@ -13,6 +13,10 @@ docs/numerics.md):
 - oneDNN (convolutions, and GELU while it is enabled) picks its kernels by instruction set and
   blocks them by cache size: a pinned job switches it off, so those ops run in ATen and MKL.
 - the number of threads splits reductions: fixed per job (the study's `threads`).
+- numpy (the analysis: geometric means of kappa, log-kappa regressions, Fisher's z) has AVX-512
+  kernels for exp, log and their kin whose results differ from its AVX2 ones in the last bit:
+  `cap_numpy` caps its dispatch at AVX2 in every leaner process, before numpy loads
+  (leaner/__init__.py), whatever the study's mode.
 
 `pin` must run before torch is imported (the CLI does it first thing for the stages that compute:
 train, conditioning, theory); `in_effect` reads back what the process really runs under, pinned or
@@ -42,6 +46,9 @@ MKL_BRANCHES = {1: "off", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: 
 
 _ASKED: dict = {}  # what pin() set in this process
 
+NUMPY_ENV = "NPY_DISABLE_CPU_FEATURES"  # read once, when numpy loads
+NUMPY_ABOVE_AVX2 = "X86_V4 AVX512_ICL AVX512_SPR"  # numpy's dispatch targets above X86_V3 (AVX2 with FMA3)
+
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
@@ -62,6 +69,14 @@ def pinned_environment(threads: int | None = None, environ: dict | None = None,
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
+
+
+def cap_numpy(environ: dict | None = None) -> None:
+    """Keep numpy's kernels at AVX2 on an AVX-512 CPU, so that the tables a run derives are the
+    same bytes on both (an Intel AVX-512 host and an AMD AVX2 one gave geometric-mean kappas one
+    bit apart). Takes effect only where numpy is not loaded yet; a value the user set is kept."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault(NUMPY_ENV, NUMPY_ABOVE_AVX2)
 
 
 def pin(mode: str, threads: int | None = None) -> None:
