@@ -18,6 +18,8 @@ Uses:
   and heads-effect tables, the numbers behind them and the findings) and the README's headline
   figure; `.venv/bin/python tests/reference_run.py --quick WORKDIR` (of config.yaml with
   configs/quick.yaml) the quick one's files;
+- a named config's run (NAMED: configs/NAME.yaml's studies, kept for the README's where-the-trade-holds
+  table): `.venv/bin/python tests/reference_run.py --named NAME WORKDIR [WALL] [--same-code WHY]`;
 - the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
   docs/headline.png from the reference's summaries with the overview's own code (the figure
   `leaner overview` draws as results/figures/all_studies-overview.png).
@@ -30,6 +32,7 @@ import io
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +168,9 @@ def claims_brief(frame) -> str:
 
 NAMED = {"why_heads": "configs/why_heads.yaml", "why_kappa": "configs/why_kappa.yaml",
          "why_rank_p2": "configs/why_rank_p2.yaml", "depth_floor": "configs/depth_floor.yaml",
+         "depth_floor_long": "configs/depth_floor_long.yaml", "depth_floor_tasks": "configs/depth_floor_tasks.yaml",
          "fair_recipe": "configs/fair_recipe.yaml"}  # the named configs' references (tests/reference/NAME)
+CONFIGS.update({REPO / "tests" / "reference" / name: [config] for name, config in NAMED.items()})
 
 
 def where_brief() -> str:
@@ -241,28 +246,37 @@ def marked(text: str, name: str) -> tuple[int, int]:
     return start, text.index(end, start)
 
 
-def write_reference(workdir: Path, wall: str | None = None, folder: Path = REFERENCE) -> None:
+def write_reference(workdir: Path, wall: str | None = None, folder: Path = REFERENCE,
+                    same_code: str | None = None) -> None:
     """Keep a finished run as the reference in `folder`; for the default study's, render the
-    README's blocks and its headline figure from it."""
+    README's blocks and its headline figure from it. A run whose variants record more than one
+    code state is refused unless `same_code` says why their numbers are one code's (what differed
+    and the re-run that showed it); the provenance then lists every state with its count."""
     labels = numerics_labels(workdir)
     if len(labels) != 1:
         raise SystemExit(f"the run mixes numerics ({sorted(labels)}): a reference is made under one")
     runs = [json.loads(p.read_text()) for p in (Path(workdir) / "results").glob("*/*/metrics.json")]
-    states = {(m["code"]["commit"], m["code"]["dirty"]) for m in runs}
-    if len(states) != 1:
-        raise SystemExit(f"the run's variants come from {len(states)} code states: a reference comes from one")
+    counts = Counter((m["code"]["commit"], m["code"]["dirty"]) for m in runs)
+    if len(counts) != 1 and not same_code:
+        raise SystemExit(f"the run's variants come from {len(counts)} code states: a reference comes from one "
+                         "(or say why their numbers are one code's: --same-code WHY)")
     for old in folder.rglob("*"):
         if old.is_file():
             old.unlink()
     for name, text in comparable(workdir).items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
-    (commit, dirty), = states
+    (commit, dirty), _ = counts.most_common(1)[0]
     record = runs[0]["numerics"]
-    (folder / "provenance.json").write_text(json.dumps({
-        "numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
-        "commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%d"),
-        "command": f"snakemake --cores 2 --configfile {' '.join(CONFIGS[folder])}", "wall": wall}, indent=1) + "\n")
+    made = {"numerics": labels.pop(), "cpu": f"{record['cpu_vendor']} {record['cpu_model']} ({record['cpu_ceiling']})",
+            "commit": commit, "dirty": dirty}
+    if len(counts) > 1:
+        made["code_states"] = [f"{c[:10]}{' with local changes' if d else ''}: {n} runs"
+                               for (c, d), n in counts.most_common()]
+        made["same_code"] = same_code
+    made |= {"date": time.strftime("%Y-%m-%d"),
+             "command": f"snakemake --cores 2 --configfile {' '.join(CONFIGS[folder])}", "wall": wall}
+    (folder / "provenance.json").write_text(json.dumps(made, indent=1) + "\n")
     if folder != REFERENCE:
         return
     for (path, name), block in readme_blocks().items():
@@ -277,5 +291,10 @@ if __name__ == "__main__":
         print(headline_figure())
     elif sys.argv[1:2] == ["--quick"]:
         write_reference(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, QUICK)
+    elif sys.argv[1:2] == ["--named"]:  # --named NAME WORKDIR [WALL [--same-code WHY]]: a named config's run
+        same = sys.argv[sys.argv.index("--same-code") + 1] if "--same-code" in sys.argv else None
+        rest = sys.argv[3:sys.argv.index("--same-code")] if same else sys.argv[3:]
+        write_reference(Path(rest[0]), rest[1] if len(rest) > 1 else None, REPO / "tests" / "reference" / sys.argv[2],
+                        same)
     else:
         write_reference(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
