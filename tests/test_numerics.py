@@ -33,7 +33,7 @@ def _ceiling() -> str:
 
 # A machine whose CPU stops at AVX2 (Intel or AMD without AVX-512), as each library can be told.
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
+                "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Haswell"}
 # Below that: no AVX at all (what lowering an AVX2 machine can still show, unpinned).
 SSE_MACHINE = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
@@ -68,6 +68,54 @@ def test_numpy_runs_its_avx2_kernels_in_every_leaner_process():
     assert _numpy_features(env) == {"X86_V3": _ceiling() in ("avx2", "avx512"), "X86_V4": False}
     lowered = _numpy_features({**env, "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"})
     assert lowered == {"X86_V3": False, "X86_V4": False}
+
+
+def _blas_in_a_leaner_process(env: dict) -> str:
+    code = "import leaner; from leaner.compute.numerics import analysis_blas; print(analysis_blas())"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+@pytest.mark.skipif(not X86, reason="OpenBLAS's x86-64 kernels")
+def test_numpys_and_scipys_openblas_run_their_avx2_kernels_in_every_leaner_process():
+    """An AMD AVX-512 host's OpenBLAS (SkylakeX kernels) made the default study's within-
+    configuration correlation of kappa one bit apart from an AVX2 host's: every leaner process
+    loads OpenBLAS's Haswell kernels where the CPU has AVX2, and a value the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    blas = _blas_in_a_leaner_process(env)
+    if blas.startswith("openblas") and _ceiling() in ("avx2", "avx512"):
+        assert blas.endswith(" Haswell"), blas
+        assert _blas_in_a_leaner_process({**env, "OPENBLAS_CORETYPE": "Sandybridge"}).endswith(" Sandybridge")
+
+
+KAPPA_WITHIN = """
+import leaner, json, pandas as pd
+from leaner.analysis.kappa_within import kappa_within_table
+summary = pd.read_csv("tests/reference/default_study/summaries/vit_digits.csv")
+table = kappa_within_table(summary, "eval_acc", "max")
+print(json.dumps({c: [repr(v) for v in table[c]] for c in table.columns if table[c].dtype.kind == "f"}))
+"""
+
+
+@pytest.mark.skipif(not X86, reason="pinning covers x86-64 CPUs with AVX2")
+def test_the_statistics_through_blas_are_the_same_bits_whatever_the_instruction_ceiling():
+    """The default study's kappa_within statistics (dot products and least squares through numpy's
+    and scipy's BLAS), recomputed from its reference summary here and with the machine told it
+    stops at AVX2: the same bits, and the committed reference's."""
+    if _ceiling() not in ("avx2", "avx512"):
+        pytest.skip("this CPU has no AVX2")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")}
+    runs = []
+    for extra in ({}, AVX2_MACHINE):
+        proc = subprocess.run([sys.executable, "-c", KAPPA_WITHIN], env={**env, **extra}, cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout))
+    assert runs[0] == runs[1]
+    reference = pd.read_csv(REPO / "tests" / "reference" / "default_study" / "tables" / "vit_digits-kappa_within.csv")
+    for column, values in runs[0].items():
+        assert values == [repr(v) for v in reference[column]], column
 
 
 def test_labels_and_mixes():

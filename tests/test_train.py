@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -328,9 +329,35 @@ def test_the_log_and_metrics_say_which_code_ran(tmp_path, digits_manifest, capsy
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    assert metrics["code"]["commit"] == head.stdout.strip() and isinstance(metrics["code"]["dirty"], bool)
+    assert metrics["code"]["commit"] == head.stdout.strip(), metrics["code"]
+    assert isinstance(metrics["code"]["dirty"], bool) and metrics["code"]["why"] is None, metrics["code"]
     version = subprocess.run([str(BIN / "leaner"), "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith(f"leaner 0.1.0 (commit {head.stdout[:10]}")
+
+
+PROVENANCE = ("import json, leaner.provenance as p; s = p.code_state(); "
+              "print(json.dumps({**s, 'described': p.describe()}))")
+
+
+def test_the_commit_is_the_checkouts_whatever_git_variables_say_and_a_missing_one_says_why(tmp_path):
+    """A caller's GIT_DIR or GIT_CEILING_DIRECTORIES (a git hook's, a CI's) does not move the
+    recorded commit; where git cannot answer, the record and `leaner --version` say why."""
+    from conftest import REPO
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    env = {**os.environ, "GIT_DIR": str(tmp_path / "elsewhere"), "GIT_CEILING_DIRECTORIES": str(REPO.parent)}
+    run = subprocess.run([sys.executable, "-c", PROVENANCE], env=env, capture_output=True, text=True, check=True)
+    state = json.loads(run.stdout)
+    assert state["commit"] == head.stdout.strip() and state["why"] is None, state
+    empty = tmp_path / "bin"  # a PATH without git
+    empty.mkdir()
+    run = subprocess.run([sys.executable, "-c", PROVENANCE], env={**os.environ, "PATH": str(empty)},
+                         capture_output=True, text=True, check=True)
+    state = json.loads(run.stdout)
+    assert state["commit"] is None and state["dirty"] is None and state["why"] == "no git on PATH", state
+    assert state["described"] == "leaner 0.1.0 (commit unknown: no git on PATH)"
 
 
 def test_progress_in_a_log_file_is_lines_not_carriage_return_frames(tmp_path, digits_manifest):

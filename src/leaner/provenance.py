@@ -4,8 +4,9 @@ whether the working tree differed from it (recorded in every metrics.json, shown
 
 from __future__ import annotations
 
-import functools
+import os
 import subprocess
+import time
 from pathlib import Path
 
 from . import __version__
@@ -13,22 +14,56 @@ from . import __version__
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout holding src/leaner, if it is one
 
 
-@functools.cache
-def code_state() -> dict:
-    """{"version", "commit", "dirty"}: commit and dirty are None outside a git checkout (an
-    installed copy) or without git; dirty means tracked files differ from the commit."""
-    state = {"version": __version__, "commit": None, "dirty": None}
+# Variables that point git at another repository, index or stopping place than the one asked for:
+# a caller's (a git hook's GIT_DIR, a CI's GIT_CEILING_DIRECTORIES) must not decide which commit a
+# result records.
+GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+                 "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_NAMESPACE")
+GIT_TIMEOUT_S = 30
+
+
+def _git(*args: str) -> tuple[subprocess.CompletedProcess | None, str | None]:
+    """(git's answer, None), or (None, why it gave none) for `git -C SOURCE_ROOT *args`."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_REDIRECTS}
+    command = f"git {' '.join(args)}"
     try:
-        commit = subprocess.run(["git", "-C", str(SOURCE_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10)
-        if commit.returncode != 0:
-            return state
-        changed = subprocess.run(["git", "-C", str(SOURCE_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return state
-    state["commit"] = commit.stdout.strip()
-    state["dirty"] = bool(changed.stdout.strip()) if changed.returncode == 0 else None
+        done = subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env=env, timeout=GIT_TIMEOUT_S)
+    except FileNotFoundError:
+        return None, "no git on PATH"
+    except subprocess.TimeoutExpired:
+        return None, f"{command} took over {GIT_TIMEOUT_S} s"
+    except OSError as exc:
+        return None, f"{command} could not start: {exc}"
+    if done.returncode != 0:
+        said = " ".join(done.stderr.split())[:300] or "nothing on stderr"
+        return None, f"{command} in {SOURCE_ROOT} exited {done.returncode}: {said}"
+    return done, None
+
+
+_KNOWN: dict = {}  # the answer once git gave one (a failure is asked again next time)
+
+
+def code_state() -> dict:
+    """{"version", "commit", "dirty", "why"}: the commit of the checkout holding this package and
+    whether its tracked files differ from it; commit and dirty are None outside a git checkout (an
+    installed copy), without git, or where git failed, and `why` then says which (None otherwise).
+    A failure is not remembered: the next call asks git again (the first answer is kept)."""
+    if _KNOWN:
+        return dict(_KNOWN)
+    state = {"version": __version__, "commit": None, "dirty": None, "why": None}
+    if not (SOURCE_ROOT / ".git").exists():
+        return {**state, "why": f"not a git checkout: {SOURCE_ROOT} has no .git (an installed copy)"}
+    head, why = _git("rev-parse", "HEAD")
+    if head is None:
+        time.sleep(0.2)  # once more: a transient failure must not stand in a run's record
+        head, again = _git("rev-parse", "HEAD")
+        if head is None:
+            return {**state, "why": why if why == again else f"{why}; then {again}"}
+    changed, why = _git("status", "--porcelain", "--untracked-files=no")
+    state.update(commit=head.stdout.strip(), dirty=bool(changed.stdout.strip()) if changed else None, why=why)
+    if changed is not None:
+        _KNOWN.update(state)
     return state
 
 
@@ -36,7 +71,7 @@ def describe() -> str:
     """'leaner 0.1.0 (commit 1a2b3c4d, with local changes)', for --version and log headers."""
     s = code_state()
     if s["commit"] is None:
-        return f"leaner {s['version']}"
+        return f"leaner {s['version']} (commit unknown: {s['why']})"
     return f"leaner {s['version']} (commit {s['commit'][:10]}{', with local changes' if s['dirty'] else ''})"
 
 

@@ -14,9 +14,13 @@ docs/numerics.md):
   blocks them by cache size: a pinned job switches it off, so those ops run in ATen and MKL.
 - the number of threads splits reductions: fixed per job (the study's `threads`).
 - numpy (the analysis: geometric means of kappa, log-kappa regressions, Fisher's z) has AVX-512
-  kernels for exp, log and their kin whose results differ from its AVX2 ones in the last bit:
-  `cap_numpy` caps its dispatch at AVX2 in every leaner process, before numpy loads
-  (leaner/__init__.py), whatever the study's mode.
+  kernels for exp, log and their kin whose results differ from its AVX2 ones in the last bit;
+  and the OpenBLAS that numpy and scipy each bundle (dot products, least squares: the
+  within-configuration correlation of kappa) picks its kernels by CPU at load (SkylakeX on an
+  AVX-512 CPU, Intel or AMD; Haswell or Zen, whose kernels are Haswell's, on an AVX2 one): a
+  dot product of 92 runs came out one bit apart. `cap_numpy` caps numpy's dispatch at AVX2 and
+  sets both OpenBLAS copies to their Haswell kernels (OPENBLAS_CORETYPE, read when each loads) in
+  every leaner process, before numpy loads (leaner/__init__.py), whatever the study's mode.
 
 `pin` must run before torch is imported (the CLI does it first thing for the stages that compute:
 train, conditioning, theory); `in_effect` reads back what the process really runs under, pinned or
@@ -48,6 +52,8 @@ _ASKED: dict = {}  # what pin() set in this process
 
 NUMPY_ENV = "NPY_DISABLE_CPU_FEATURES"  # read once, when numpy loads
 NUMPY_ABOVE_AVX2 = "X86_V4 AVX512_ICL AVX512_SPR"  # numpy's dispatch targets above X86_V3 (AVX2 with FMA3)
+OPENBLAS_ENV = "OPENBLAS_CORETYPE"  # read once, when an OpenBLAS (numpy's, scipy's) loads
+OPENBLAS_AVX2 = "Haswell"  # OpenBLAS's AVX2 kernels (its Zen target uses them too)
 
 
 def check_mode(mode: str) -> str:
@@ -71,12 +77,17 @@ def pinned_environment(threads: int | None = None, environ: dict | None = None,
     return env
 
 
-def cap_numpy(environ: dict | None = None) -> None:
-    """Keep numpy's kernels at AVX2 on an AVX-512 CPU, so that the tables a run derives are the
-    same bytes on both (an Intel AVX-512 host and an AMD AVX2 one gave geometric-mean kappas one
-    bit apart). Takes effect only where numpy is not loaded yet; a value the user set is kept."""
+def cap_numpy(environ: dict | None = None, ceiling: str | None = None) -> None:
+    """Keep numpy's kernels and its and scipy's OpenBLAS at AVX2 on an AVX-512 CPU, so that the
+    tables a run derives are the same bytes on both (an Intel AVX-512 host and an AMD AVX2 one gave
+    geometric-mean kappas one bit apart; an AMD AVX-512 host's OpenBLAS a within-configuration
+    correlation one bit apart). Takes effect only where numpy is not loaded yet; a value the user
+    set is kept. OpenBLAS is told Haswell only on a CPU that has AVX2 (`ceiling`, read from
+    /proc/cpuinfo when not given): forced onto an older CPU it would run instructions it lacks."""
     environ = os.environ if environ is None else environ
     environ.setdefault(NUMPY_ENV, NUMPY_ABOVE_AVX2)
+    if platform.machine() in X86 and (ceiling or _cpu_identity()[2]) in ("avx2", "avx512"):
+        environ.setdefault(OPENBLAS_ENV, OPENBLAS_AVX2)
 
 
 def pin(mode: str, threads: int | None = None) -> None:
@@ -159,6 +170,20 @@ def _blas(torch) -> str:
     return blas
 
 
+def analysis_blas() -> str:
+    """The BLAS numpy computes with and the kernels it loaded ('openblas 0.3.31 Haswell'), read
+    back through threadpoolctl: what the analysis's dot products and least squares ran on."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    np.ones(2) @ np.ones(2)  # numpy's BLAS loaded
+    numpy_dir = os.path.dirname(os.path.dirname(np.__file__))
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas" and lib.get("filepath", "").startswith(numpy_dir + os.sep + "numpy"):
+            return " ".join(str(v) for v in (lib["internal_api"], lib.get("version"), lib.get("architecture")) if v)
+    return "unknown"
+
+
 def in_effect(device: str = "cpu", precision: str | None = None) -> dict:
     """What this process computes under, read back from torch and MKL (not what was asked):
     for metrics.json and conditioning.csv, with `label`, the key two results must share to be
@@ -170,7 +195,8 @@ def in_effect(device: str = "cpu", precision: str | None = None) -> dict:
               "cpu_model": model, "cpu_ceiling": ceiling, "capability": torch.backends.cpu.get_cpu_capability(),
               "blas": _blas(torch), "mkl_branch": _mkl_branch(torch),
               "onednn": "on" if torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available() else "off",
-              "threads": torch.get_num_threads(), "torch": torch.__version__.split("+")[0], "device": str(device)}
+              "threads": torch.get_num_threads(), "torch": torch.__version__.split("+")[0], "device": str(device),
+              "numpy_blas": analysis_blas()}
     if str(device).startswith("cuda"):
         record["device_name"] = torch.cuda.get_device_name(torch.device(device))
         record["precision"] = precision
