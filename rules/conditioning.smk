@@ -25,6 +25,7 @@ rule conditioning:
         gpu_share=gpu_resource("gpu_share", max_gpus=1),
         gpu_model=gpu_resource("gpu_model", max_gpus=1),
         gres=gpu_resource("gres", max_gpus=1),
+        tasks_per_gpu=gpu_resource("tasks_per_gpu", max_gpus=1),
         runtime=study_resource("conditioning_runtime"),
         mem_mb=conditioning_memory,
     params:

@@ -28,6 +28,7 @@ rule finetune:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         nodes=gpu_resource("nodes"),
+        tasks_per_gpu=gpu_resource("tasks_per_gpu"),
         runtime=study_resource("runtime"),
         attempt=attempt_number,
         mem_mb=finetune_memory,

@@ -3,7 +3,8 @@
 # scheduler's signal reaches (a shell between them would die on SIGTERM, and Snakemake with it,
 # before the resume state is saved: training/stopping.py).
 # A study asking for more than one GPU per variant trains it on that many processes (DDP under
-# torchrun, launched by `leaner train --nproc`).
+# torchrun, launched by `leaner train --nproc`); on Slurm the job is one task that sees all its
+# GPUs (tasks_per_gpu 0: leaner/workflow/scheduling.py).
 # The rolling checkpoint lives in results/{study}/{variant}/.resume/ (not an output: it survives
 # a killed job, and a re-run resumes from it). checkpoints/ holds the weights kept at the study's
 # conditioning.steps (possibly none), for kappa through training.
@@ -34,6 +35,7 @@ rule train:
         gpu_model=gpu_resource("gpu_model"),
         gres=gpu_resource("gres"),
         nodes=gpu_resource("nodes"),
+        tasks_per_gpu=gpu_resource("tasks_per_gpu"),
         runtime=study_resource("runtime"),
         attempt=attempt_number,
         mem_mb=training_memory,

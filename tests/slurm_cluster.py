@@ -1,7 +1,8 @@
 """A real single-node Slurm (Debian's slurmctld, slurmd, munge) for the tests, started from a
 private folder: its own slurm.conf (SLURM_CONF), ports, state and spool folders, munge socket and
-two fake GPUs in gres.conf. It never touches /etc/slurm and stops only the daemons it started, by
-pid. Needs root; installs the Debian packages when they are missing.
+fake GPUs in gres.conf (`gpus`, two by default: links in the folder to /dev/null, so Slurm sets
+CUDA_VISIBLE_DEVICES as for real ones). It never touches /etc/slurm and stops only the daemons it
+started, by pid. Needs root; installs the Debian packages when they are missing.
 
 It tracks a job's processes as most clusters do, with proctrack/cgroup (cgroup v1's freezer, where
 this machine has it mounted): a signal other than SIGKILL then reaches a step's own process only,
@@ -64,7 +65,15 @@ class SlurmCluster:
         if self.proctrack == "cgroup":
             (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
                                            "ConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n")
-        devices = ",".join(["/dev/null", "/dev/zero", "/dev/full", "/dev/random"][:self.gpus])
+        # the GPUs' device files: links in the test folder to /dev/null, one per GPU (Slurm wants a
+        # character device behind each, counts them and numbers them for CUDA_VISIBLE_DEVICES;
+        # ConstrainDevices=no, so no cgroup ever touches the device)
+        (r / "dev").mkdir(exist_ok=True)
+        for i in range(self.gpus):
+            link = r / "dev" / f"fakegpu{i}"
+            if not link.is_symlink():
+                link.symlink_to("/dev/null")
+        devices = f"{r / 'dev'}/fakegpu[0-{self.gpus - 1}]" if self.gpus > 1 else f"{r / 'dev'}/fakegpu0"
         (r / "gres.conf").write_text(f"NodeName={self.host} Name=gpu Type=fake File={devices}\n")
         self.conf.write_text("\n".join([
             "ClusterName=leanertest", f"SlurmctldHost={self.host}", "SlurmUser=root", "SlurmdUser=root",

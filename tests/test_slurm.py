@@ -1,7 +1,9 @@
-"""The SLURM profile against a real single-node Slurm (tests/slurm_cluster.py), started once for
-the module: every training job goes through sbatch with a GPU request, results equal a local run of
-the same config, and a failing job is reported with its log while the others finish. Snakemake is
-the real one with the real plugin, which looks at Slurm every 2 s here (tests/slurm_snakemake.py)."""
+"""The SLURM profile against a real single-node Slurm (tests/slurm_cluster.py) of eight fake GPUs,
+started once for the module: every training job goes through sbatch with a GPU request, results
+equal a local run of the same config, a failing job is reported with its log while the others
+finish, and a variant of eight GPUs is one Slurm task that sees all eight and runs one torchrun of
+eight ranks. Snakemake is the real one with the real plugin, which looks at Slurm every 2 s here
+(tests/slurm_snakemake.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +34,7 @@ FAILING = "L1-H2-D16-hd8-mlp32-s1"
 NO_ACCOUNTING = ["--slurm-status-command", "squeue", "--slurm-no-account",
                  "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
                  "--latency-wait", "5"]
+GPUS = 8  # the test Slurm's fake GPUs
 
 
 def _config(tmp_path):
@@ -57,7 +61,7 @@ def _snakemake(workdir, config, *args, env=None):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), gpus=GPUS) as c:
         yield c
 
 
@@ -92,7 +96,7 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     assert len(train_jobs) == 4 and sum(j.endswith("|FAILED") for j in train_jobs) == 1, jobs
     for v in ok:  # each training ran inside its own Slurm job, on the (fake) GPU Slurm gave it
         meta = json.loads((remote / "results" / "tiny" / v / "metrics.json").read_text())["run"]
-        assert meta["slurm_job_id"] and meta["cuda_visible_devices"] in ("0", "1"), meta
+        assert meta["slurm_job_id"] and meta["cuda_visible_devices"] in map(str, range(GPUS)), meta
 
     # the failure is reported with its log; the other variants finished
     assert f"logs/train/tiny/{FAILING}.log" in out
@@ -181,7 +185,8 @@ def _shared_config(tmp_path):
 def test_k_shared_variants_are_one_slurm_job_of_one_gpu(cluster, tmp_path):
     """jobs_per_gpu: 2 -> the two variants (training and conditioning) are one Snakemake group,
     submitted as one Slurm job that asks for one GPU; inside it both train at once, each on a seat
-    of that GPU, with the job's own lock folder."""
+    of that GPU (the same device: both see the one GPU Slurm gave the job), with the job's own lock
+    folder."""
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in cluster.env.items() if k != "LEANER_DEVICE"}
@@ -200,12 +205,74 @@ def test_k_shared_variants_are_one_slurm_job_of_one_gpu(cluster, tmp_path):
     assert len(job_ids) == 1 and None not in job_ids
     claims = [m["run"]["gpu_claim"] for m in runs]
     assert sorted(c["seat"] for c in claims) == [0, 1] and all(c["seats"] == 2 for c in claims), claims
+    # k jobs on ONE device: both were shown the same single GPU, and both claimed a seat on it
+    (visible,) = {m["run"]["cuda_visible_devices"] for m in runs}
+    assert visible in map(str, range(GPUS)) and all(c["gpus"] == [visible] for c in claims), runs
     (job_id,) = job_ids
     assert all(c["lock_dir"].endswith(f"slurm-{job_id}") for c in claims), claims
     first, second = sorted(runs, key=lambda m: m["run"]["gpu_claim"]["at_unix"])
     assert second["run"]["gpu_claim"]["at_unix"] < first["run"]["finished_unix"], "the two did not train at once"
     for m in runs:
         assert (work / "results" / "tiny" / m["variant"] / "conditioning.csv").exists()
+
+
+def test_a_variant_of_eight_gpus_is_one_slurm_task_that_sees_eight_and_runs_one_torchrun(cluster, tmp_path):
+    """resources: {gpu: 8} -> one Slurm job of one task (squeue's NumTasks; the step the training
+    ran in had one task: SLURM_STEP_NUM_TASKS) that sees all eight GPUs (CUDA_VISIBLE_DEVICES) and
+    runs one torchrun of eight ranks (the run's processes; one launch in its log). Even where the
+    user's default resources say `tasks: 1`, as many cluster profiles do: the plugin would turn it
+    into --ntasks-per-gpu=1, eight tasks of --cpus-per-task each (snakemake-executor-plugin-slurm
+    #459), which the rule's tasks_per_gpu 0 leaves out. The fake GPUs train on the CPU (gloo)."""
+    cfg = yaml.safe_load(TINY.read_text())
+    del cfg["studies"]["tiny_nearest"]
+    study = cfg["studies"]["tiny"]
+    study["grid"] = {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [2], "mlp_ratio": [2],
+                     "seeds": [0]}
+    study["recipe"].update(epochs=1, max_steps=2, eval_every=100)
+    study["conditioning"] = {"samples": 32, "steps": []}
+    study["resources"] = {"gpu": GPUS, "threads": 1, "runtime": 15, "mem_mb": 1000}
+    config = tmp_path / "eight.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    variant = "L1-H2-D16-hd8-mlp32-s0"
+    work = tmp_path / "work"
+    work.mkdir()
+    started = time.time()
+    proc = _on_slurm(cluster, work, config, f"results/tiny/{variant}/metrics.json",
+                     "--default-resources", "runtime=30", "mem_mb=4000", "tasks=1")
+    said: list[str] = []  # read as it comes: a full pipe would stop Snakemake
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.time() + 600
+    while proc.poll() is None:  # a job of several tasks would wait forever for 2 CPUs per task: fail at once
+        jobs = subprocess.run(["squeue", "-h", "-t", "pending,running", "-O", "Comment:|,NumTasks:|,State"],
+                              env=cluster.env, capture_output=True, text=True).stdout.splitlines()  # may time out
+        wrong = [j for j in jobs if j.startswith("rule_train_") and j.split("|")[1].strip() != "1"]
+        if wrong or time.time() > deadline:
+            proc.kill()
+            subprocess.run(["scancel", "-u", "root"], env=cluster.env)
+            pytest.fail(f"the training job is not one task: {wrong}" if wrong else f"not done in 600 s: {jobs}")
+        time.sleep(2)
+    reader.join()
+    out = "".join(said)
+    assert proc.returncode == 0, out[-4000:]
+
+    calls = [line.split("--wrap")[0] for line in out.splitlines() if "sbatch call:" in line and "rule_train_" in line]
+    assert len(calls) == 1 and f"--gpus={GPUS}" in calls[0] and "--nodes=1" in calls[0], calls
+    assert "--ntasks" not in calls[0], calls  # neither --ntasks nor --ntasks-per-gpu: one task
+    metrics = json.loads((work / "results" / "tiny" / variant / "metrics.json").read_text())
+    run = metrics["run"]
+    job = subprocess.run(["squeue", "-h", "-t", "all", "-j", run["slurm_job_id"], "-O",
+                          "NumTasks:|,tres-per-job:|,State"], env=cluster.env, capture_output=True, text=True,
+                         check=True).stdout
+    assert [part.strip() for part in job.split("|")] == ["1", f"gres:gpu:{GPUS}", "COMPLETED"], job  # one task
+    assert run["slurm_step_tasks"] == "1", run  # and one task in the step that trained
+    assert run["cuda_visible_devices"] == ",".join(map(str, range(GPUS))), run  # all eight, in that one task
+    assert metrics["status"] == "ok" and metrics["steps"] == 2, {k: metrics[k] for k in ("status", "steps")}
+    assert metrics["processes"] == GPUS and metrics["backend"] == "gloo" and metrics["device"] == "cpu"
+    log = (work / "logs" / "train" / "tiny" / f"{variant}.log").read_text()
+    launches = [line for line in log.splitlines() if line.startswith("launching:")]
+    assert len(launches) == 1 and f"--nproc-per-node={GPUS}" in launches[0], log[-2000:]  # one torchrun
+    print(f"eight-GPU job: {time.time() - started:.0f} s")
 
 
 HOLD_GPU_0 = """

@@ -86,13 +86,15 @@ def test_a_study_the_machine_cannot_run_is_one_line_naming_where_the_gpus_came_f
 def test_a_shared_gpu_is_a_fraction_a_group_and_one_gres_and_a_whole_one_is_counted():
     shared = {"gpu": 1, "jobs_per_gpu": 4, "gpu_model": "a100"}
     assert job_resources(shared) == {"gpu": 0, "gpu_share": SHARE_UNITS // 4, "gpu_model": "",
-                                     "gres": "gpu:a100:1", "nodes": None}
+                                     "gres": "gpu:a100:1", "nodes": None, "tasks_per_gpu": 0}
     whole = {"gpu": 2, "jobs_per_gpu": 1, "gpu_model": "h100"}
+    # one node: DDP's processes together; one Slurm task that sees both GPUs (no --ntasks-per-gpu)
     assert job_resources(whole) == {"gpu": 2, "gpu_share": 2 * SHARE_UNITS, "gpu_model": "h100", "gres": "",
-                                    "nodes": 1}  # one node: DDP's processes together
+                                    "nodes": 1, "tasks_per_gpu": 0}
     assert job_resources(whole, max_gpus=1)["gpu"] == 1  # conditioning uses one GPU
     assert job_resources(whole, max_gpus=1)["nodes"] is None
-    assert job_resources({"gpu": 0, "jobs_per_gpu": 4, "gpu_model": ""})["gpu_share"] == 0
+    cpu = job_resources({"gpu": 0, "jobs_per_gpu": 4, "gpu_model": ""})
+    assert cpu["gpu_share"] == 0 and cpu["tasks_per_gpu"] is None
     assert gpu_share_group("s", shared) == "gpu_share_s" and gpu_share_group("s", whole) is None
     assert wanted_group_components({"s": shared, "w": whole}, {}) == {"gpu_share_s": 4}
     assert wanted_group_components({"s": shared}, {"gpu_share_s": 2}) == {"gpu_share_s": 2}  # the user's

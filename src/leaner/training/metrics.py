@@ -69,6 +69,7 @@ def cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str
                      "numpy": np.__version__, "leaner": __version__},
         "code": code_state(),  # the commit that produced this run, and whether the tree differed
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "slurm_step_tasks": os.environ.get("SLURM_STEP_NUM_TASKS"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_claim": claimed(),
                 "started_unix": started, "finished_unix": time.time()},
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

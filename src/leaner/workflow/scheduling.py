@@ -15,6 +15,11 @@ declare:
              string that all its jobs agree on, so the allocation asks for one GPU.
   nodes      1 for a job of several GPUs (its DDP processes talk over one node's NVLink/shared
              memory: --nodes=1); unset (None) otherwise, since a group would sum it.
+  tasks_per_gpu  0 for every GPU job: the SLURM plugin then asks for no --ntasks-per-gpu, and the
+             allocation is one task that sees all its GPUs, in which `leaner train --nproc g`
+             runs one torchrun of g ranks. Without it, a `tasks` in the user's default resources
+             (many cluster profiles set `tasks: 1`) becomes --ntasks-per-gpu=1: g tasks of
+             --cpus-per-task each (snakemake-executor-plugin-slurm #459). Unset for a CPU job.
 
 On a cluster the shared jobs of a study form the Snakemake group `gpu_share_group(study)`, which
 spans k connected components (`--group-components <group>=k`; the Snakefile sets it from the
@@ -40,9 +45,9 @@ def job_resources(resources: Mapping, max_gpus: int | None = None) -> dict:
     model = resources["gpu_model"]
     if k > 1:
         return {"gpu": 0, "gpu_share": share_of(1, k), "gpu_model": "",
-                "gres": f"gpu:{model}:1" if model else "gpu:1", "nodes": None}
+                "gres": f"gpu:{model}:1" if model else "gpu:1", "nodes": None, "tasks_per_gpu": 0}
     return {"gpu": gpus, "gpu_share": share_of(gpus), "gpu_model": model if gpus else "", "gres": "",
-            "nodes": 1 if gpus > 1 else None}
+            "nodes": 1 if gpus > 1 else None, "tasks_per_gpu": 0 if gpus else None}
 
 
 def gpu_share_group(study: str, resources: Mapping) -> str | None:
