@@ -3,13 +3,14 @@
 Sections, in this order, each in a process of its own with its own time limit (a hang or a failure
 stops only its section), and a one-screen summary at the end (the limits and what each section
 proves or adds: sections/plan.py). First the sections that prove what a sweep relies on; their
-limits (435 s) fit the default budget, so each of them runs whatever the others take:
+limits (525 s) fit the default budget, so each of them runs whatever the others take:
 
-  decode     (45 s) the image path on CUDA, never yet run there: the batched device augmentation
-             against the CPU's, nvJPEG's fallback to Pillow on odd files, and the decode-ordering
-             test (nvJPEG's stream against queued training kernels), and a training batch on the
-             side stream against the plain path, the host not waiting for the training stream;
-             the gpu tests of those names
+  decode     (45 s) the image path on CUDA: the batched device augmentation against the CPU's,
+             nvJPEG's fallback to Pillow on odd files, the decode-ordering test (nvJPEG's stream
+             against queued training kernels; nvJPEG against libjpeg-turbo on 4:4:4 and natural
+             4:2:0 JPEGs), and training batches read ahead on a thread and stream of their own
+             against those made when asked, the host not waiting for the training stream; the gpu
+             tests of those names
   stop       (40 s) `leaner train` on CUDA sent SIGTERM after its first checkpoint: exit status 75
              within 30 s, its resume state at the step it reached, and the run resumed from there
              to its end; seconds from the signal to the exit
@@ -21,12 +22,15 @@ limits (435 s) fit the default budget, so each of them runs whatever the others 
              it (recipe.cuda_graph, fp32, TF32 off), the same with its step eager, and in bf16: it
              passes when all end finite and record their precision, the graph's eval MSE is within
              5% of the eager step's, bf16's at most 1.5 x fp32's, and the graph at least 2 x as fast
+  e2e        (90 s) the DAG on the GPU: one variant of each task family through Snakemake to its
+             summary (training, fine-tuning, conditioning on the GPU, four jobs sharing it), the
+             end-to-end gpu test; its folders and logs kept in the output folder
   vit        (165 s) vit_imagenet's ViT-B/16, compiled, bf16, at the recipe's per-GPU batch (128)
              through `leaner train` on JPEGs of ImageNet's sizes (~400 x 350 px, made by the
              benchmark) read by the real loader (Pillow, `num_workers: auto`):
-             images/s of the run, of the step alone (data on the GPU) and of the loader alone; it
-             passes when the run ends finite at >= 0.8 x the slower of the two (as `leaner cost`
-             prices it)
+             images/s of the run, of the step alone (data on the GPU) and of the loader alone (from
+             its start, over 10 batches a worker); it passes when the run ends finite at >= 0.9 x
+             the slower of the two (as `leaner cost` prices it)
   p2         (50 s) P2's attention at the paper's largest shapes (fig1 L5-H64-W64 N16, figN W64 at N
              64 and 256): the kernel it takes, one training step's peak GPU memory and time at the
              paper's per-step batch (figN's H64 N-256 in its 4 micro-batches of 64) in fp32 (TF32
@@ -40,23 +44,23 @@ Then the sections that add coverage, run with what is left of the budget:
              low-rank Triton kernel (models/lowrank.py) and FlexAttention, against the card's
              exponential limit; each form's output and gradients against the math form. It passes
              when today's form and the low-rank kernel were timed at every shape and are exact
-  vitdevice  (165 s) the same run with `decode: device`: nvJPEG and the batched augmentation on
-             a side stream the step waits for by an event; images/s of the run, of the step alone
-             and of decode and augmentation alone: the device path's rate, which `leaner cost`
-             prices by and which decides whether paper.yaml turns it on
+  vitdevice  (165 s) the same run with `decode: device`: nvJPEG and the batched augmentation read
+             two batches ahead on a thread and stream of their own; images/s of the run, of the
+             step alone and of decode and augmentation alone, and each part's milliseconds an
+             image (read, decode, crop, flip, RandAugment, normalise, erase): the device path's
+             rate, which `leaner cost` prices by, and where its time goes
   ddp        (120 s) where two GPUs or more exist: `leaner train --nproc 2` (DDP, NCCL) with a
              resume checkpoint inside the run, killed after it and resumed
-  tests      (480 s) the `gpu`-marked tests but the decode ones (the fast ones first, the end-to-end
-             Snakemake run last, where 300 s of the section are left)
+  tests      (240 s) the other `gpu`-marked tests
   bench      (150 s) the GPU benchmark rows (benchmarks/run.py --quick --gpu-only)
 
---budget SECONDS (default 450: one 10-minute GPU job with its start-up) leaves out what would not
+--budget SECONDS (default 540: one 10-minute GPU job with its start-up) leaves out what would not
 fit; the summary and check.json say what each section left out would add and the --budget that
-runs it (1,500 s runs them all). The exit status is 0 when every proving section (or, with --only,
+runs it (1,310 s runs them all). The exit status is 0 when every proving section (or, with --only,
 every section named) ran and passed and no section that ran failed: an adding section left out
 for the budget, or DDP on one GPU, does not fail the check. --cpu rehearses the whole command on
 the CPU, each section with a stand-in of CPU size (fewer inputs, smaller batches, eager;
-benchmarks/results.md row 15). Logs and check.json go to $OUT/gpu-check when $OUT is set, else to
+benchmarks/results.md rows 15 and 33). Logs and check.json go to $OUT/gpu-check when $OUT is set, else to
 --out; check.json is rewritten after every section, so a job stopped midway keeps what it measured.
 """
 
@@ -78,6 +82,7 @@ from sections.commands import (  # noqa: E402
     run_logged,
     section_bench,
     section_decode,
+    section_e2e,
     section_tests,
 )
 from sections.common import REPO  # noqa: E402
@@ -132,6 +137,8 @@ def run_section(name: str, out: Path, limit: float, selected: list[str]) -> dict
     its own (the others); a limit reached or a crash is its failure."""
     if name == "decode":
         return section_decode(out, limit)
+    if name == "e2e":
+        return section_e2e(out, limit)
     if name == "tests":  # the decode tests ran in their own section
         return section_tests(out, limit, DECODE_TESTS if "decode" in selected else ())
     if name == "bench":

@@ -14,7 +14,9 @@ number is the median of --repeats runs with its spread (min-max). Rows:
    1c: `decode: device`'s batched augmentation against the per-image one it replaced (commit
    PER_IMAGE_REV), the same images: images/s and image-sized tensor ops (GPU kernels) per image.
    1d: the read path (Arrow rows, tar shards) against decoding. 1e: what each stage's job imports
-   before it works, against STARTUP_REV's tree.
+   before it works, against STARTUP_REV's tree. 1f: the loader feeding `leaner train` at 2, 8 and 24
+   steps an epoch (a stand-in step as fast as the loader) against the loader alone and the step
+   alone, this tree against FEED_REV's (--feed: this row alone).
 2. conditioning: the conditioning stage of one trained variant as a fraction of its training
    time (target <= 5%); batched float64 SVD against a per-sample loop; cost vs tokens and width.
 3. DAG resolution: `snakemake -n` for generated grids of 100-2000 variants, and the paper config.
@@ -45,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows.common import REPO, machine  # noqa: E402
 from rows.conditioning import bench_conditioning  # noqa: E402
+from rows.feed import FEED_REV, bench_feed, feed_figures  # noqa: E402
 from rows.gpu import (  # noqa: E402
     _p2_bare,
     bench_gpu,
@@ -77,6 +80,11 @@ def main(argv=None) -> int:
                         "'' for none)")
     p.add_argument("--augment-rate", nargs=5, help=argparse.SUPPRESS)  # a row 1c process
     p.add_argument("--p2-bare", nargs=2, metavar=("SPEC", "STEPS"), help=argparse.SUPPRESS)  # a row 6b process
+    p.add_argument("--feed-figures", nargs=3, help=argparse.SUPPRESS)  # a row 1f process
+    p.add_argument("--feed", action="store_true", help="only row 1f: the loader feeding `leaner train` by the "
+                                                       "epoch's length, against --feed-baseline's tree")
+    p.add_argument("--feed-baseline", default=FEED_REV,
+                   help=f"commit whose loader row 1f compares against (default {FEED_REV}; '' for none)")
     p.add_argument("--loader-rate", action="store_true",
                    help="only this machine's Pillow loader rate per worker at 224 px (decode: pil, row 1b's "
                         "ImageNet-sized JPEGs), for `leaner cost --loader-rate`")
@@ -93,6 +101,11 @@ def main(argv=None) -> int:
     if a.p2_bare:
         _p2_bare(a.p2_bare[0], int(a.p2_bare[1]))
         return 0
+    if a.feed_figures:
+        torch.set_num_threads(1)
+        work, quick, steps = a.feed_figures
+        print(json.dumps(feed_figures(Path(work), quick == "1", int(steps))))
+        return 0
     repeats = a.repeats or (1 if a.quick else 7)
     if a.kernel_sass:
         print(bench_kernel_sass())
@@ -100,6 +113,11 @@ def main(argv=None) -> int:
     if a.loader_rate:
         torch.set_num_threads(1)
         print(f"{loader_rate_per_worker(repeats if a.repeats else 3):.0f}")
+        return 0
+    if a.feed:
+        with tempfile.TemporaryDirectory() as tmp:
+            text = bench_feed(repeats, Path(tmp), a.quick, a.feed_baseline or None)[0]
+        print(text)
         return 0
     torch.set_num_threads(1)  # as the pipeline runs each job (threads: 1 per job on the default study)
     from leaner.data import prepare
@@ -119,6 +137,10 @@ def main(argv=None) -> int:
             text, loader_rates = bench_loading(manifest, repeats, trained, work, a.quick)
             parts.append(text)
             print(text, flush=True)
+            if not a.quick:  # minutes: its own smoke test runs it at quick sizes (--feed --quick)
+                text = bench_feed(repeats, work, False, a.feed_baseline or None)[0]
+                parts.append(text)
+                print(text, flush=True)
             for text in (bench_augment(repeats, work, a.quick, None if a.quick else a.augment_baseline or None),
                          bench_read(repeats, work, a.quick),
                          bench_startup(min(repeats, 5), work, a.quick, None if a.quick else STARTUP_REV),

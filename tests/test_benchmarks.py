@@ -38,6 +38,20 @@ def test_benchmark_script_writes_its_tables(tmp_path):
     assert "| nearest_fig1 | 315 | 315 | " in text
 
 
+def test_the_feed_row_measures_the_loader_feeding_leaner_train_at_each_epoch_length():
+    """Row 1f at quick sizes (`run.py --feed --quick`, no baseline tree): the loader alone, the step
+    alone and `leaner train` at 2, 8 and 24 steps an epoch, each a measured rate, and a verdict
+    against the declared target."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--feed", "--quick",
+                           "--feed-baseline", ""], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| this tree |")]
+    assert [int(r[1]) for r in rows] == [2, 8, 24]
+    for r in rows:
+        assert all(float(cell.split()[0]) > 0 for cell in r[2:6]) and r[6].strip() in ("holds", "misses 0.9")
+    assert "Target: >= 0.9 of the slower bound at every epoch length." in proc.stdout
+
+
 def _bench_module():
     import importlib.util
 

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from leaner.data import batch_indices, load_splits, prepare
 from leaner.schema import Recipe
@@ -105,6 +106,99 @@ def test_the_training_loader_keeps_its_workers_across_epochs_and_follows_each_ep
     assert worker_count("auto", cores=16, local_world=8) == 1 and worker_count("auto", cores=1) == 0
 
 
+class _Slow:
+    """A toy dataset whose samples take `seconds` each to make (a worker's decode), recording when."""
+
+    def __init__(self, n: int, seconds: float):
+        self.n, self.seconds = n, seconds
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(self.seconds)
+        return torch.tensor(i), torch.tensor(time.time(), dtype=torch.float64)
+
+
+def test_the_training_loader_prefetches_across_an_epochs_end_and_restarts_where_it_is_asked():
+    """One stream of batches over the epochs: while the step of an epoch's last batch runs, the
+    workers already build the next epoch's first batches, so that batch comes without a wait;
+    every epoch still follows its own order, and a stream asked for another place (a resume)
+    starts there."""
+    import time
+
+    from leaner.data.splits import LoaderSplit
+
+    split = LoaderSplit(_Slow(8, 0.15), num_workers=2, persistent=True)  # 2 samples a batch: 0.3 s each
+    first = list(split.train_batches(2, seed=3, epoch=0))
+    assert np.array_equal(torch.cat([x for x, _ in first]).numpy(), np.concatenate(batch_indices(8, 2, 3, 0)))
+    time.sleep(1.0)  # the last batch's step
+    t0 = time.perf_counter()
+    nxt = split.train_batches(2, seed=3, epoch=1)
+    x, made = next(nxt)
+    waited = time.perf_counter() - t0
+    assert waited < 0.15, f"the next epoch's first batch took {waited:.2f} s: nothing was read ahead"
+    assert float(made.max()) < time.time() - 0.5  # made during the step, before it was asked for
+    rest = [x] + [b for b, _ in nxt]
+    assert np.array_equal(torch.cat(rest).numpy(), np.concatenate(batch_indices(8, 2, 3, 1)))
+    resumed = [b for b, _ in split.train_batches(2, seed=3, epoch=5, skip=2)]  # not where the stream is
+    assert np.array_equal(torch.cat(resumed).numpy(), np.concatenate(batch_indices(8, 2, 3, 5)[2:]))
+    again = [b for b, _ in split.train_batches(2, seed=3, epoch=6)]  # and on from there
+    assert np.array_equal(torch.cat(again).numpy(), np.concatenate(batch_indices(8, 2, 3, 6)))
+
+
+def test_batches_finished_ahead_on_a_thread_are_the_bits_of_those_finished_when_asked(tmp_path):
+    """The read-ahead (compute/side_stream.py) on a thread of its own, two batches ahead, gives
+    the bits of the batches finished one by one when asked: each is a function of its own seed."""
+    from leaner.compute.side_stream import read_ahead
+
+    _write_image_folder(tmp_path / "imgs", size=24, fmt="jpg")
+    cpu = torch.device("cpu")
+    for decode in ("pil", "device"):
+        spec = {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": decode}
+        prepare("tiny_imgs", spec, str(tmp_path / decode / "manifest.json"))
+        splits = load_splits(str(tmp_path / decode / "manifest.json"), Recipe.of({"augment": True, "num_workers": 0}))
+        loaded = [(x, y, 100 + k) for k, (x, y) in enumerate(splits.train.train_batches(4, seed=0, epoch=0))]
+        finish = splits.finish
+        made = [list(read_ahead(lambda b: finish.train(b[0], b[1], cpu, b[2]), iter(loaded), cpu, depth))  # noqa: B023
+                for depth in (0, 2)]
+        assert len(made[0]) == len(made[1]) == 5
+        for (a, ya), (b, yb) in zip(*made):
+            assert torch.equal(a, b) and torch.equal(ya, yb)
+        failing = read_ahead(lambda b: 1 / 0, iter(loaded), cpu, 2)
+        with pytest.raises(ZeroDivisionError):
+            next(failing)
+
+
+@pytest.mark.parametrize("decode", ["pil", "device"])
+def test_an_augmented_image_run_resumed_after_a_stop_ends_as_an_uninterrupted_one(tmp_path, decode):
+    """Every random draw of a training batch comes from its place in the run (a sample's in the
+    workers, a batch's on the device), so a run stopped after a checkpoint and resumed ends with
+    the same weights, bit for bit, as one that ran through, and the workers' count changes no bit."""
+    from leaner.training.resume import RESUME_DIR
+
+    _write_image_folder(tmp_path / "imgs", fmt="jpg")
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("tiny_imgs", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": decode},
+            str(manifest))
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    run["recipe"].update(epochs=3, batch_size=4, augment=True, checkpoint_every=4, num_workers=2)
+    run["conditioning"]["samples"] = 4
+    through = train(run, str(manifest), tmp_path / "through", progress=False)
+    assert train(run, str(manifest), tmp_path / "stopped", progress=False, stop_after=8) == {}
+    assert (tmp_path / "stopped" / RESUME_DIR).is_dir()
+    resumed = train(run, str(manifest), tmp_path / "stopped", progress=False)
+    assert resumed["steps"] == through["steps"] == 15 and resumed["resumed_at"] == [8]
+    weights = (tmp_path / "through" / "model.safetensors").read_bytes()
+    assert (tmp_path / "stopped" / "model.safetensors").read_bytes() == weights
+    run["recipe"]["num_workers"] = 0
+    train(run, str(manifest), tmp_path / "in_process", progress=False)
+    ours, theirs = (load_file(tmp_path / name / "model.safetensors") for name in ("in_process", "through"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 def test_the_image_task_draws_its_batches_with_the_recipes_repeats(digits_manifest):
     from leaner.tasks.trainers import make_task
     from leaner.workflow.config import RECIPE_DEFAULTS
@@ -142,10 +236,17 @@ def test_image_folder_through_datasets_with_deit_transforms(tmp_path):
     assert (manifest["n_train"], manifest["n_eval"]) == (18, 18)
     splits = load_splits(str(tmp_path / "data" / "manifest.json"), Recipe.of({"augment": True, "num_workers": 0}))
     x, y = next(splits.train.train_batches(8, seed=0, epoch=0))
-    assert x.shape == (8, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
+    # the workers stop at uint8 (a quarter of float32's bytes across processes); the device finishes
+    assert x.shape == (8, 3, 16, 16) and x.dtype == torch.uint8 and y.dtype == torch.int64
     assert set(y.tolist()) <= {0, 1, 2}
+    cpu = torch.device("cpu")
+    xf, yf = splits.finish.train(x, y, cpu, seed=5)
+    assert xf.dtype == torch.float32 and torch.equal(yf, y) and torch.equal(splits.finish.train(x, y, cpu, 5)[0], xf)
+    plain = (x.float() / 255 - 0.5) / 0.25
+    assert not torch.equal(xf, splits.finish.train(x, y, cpu, 6)[0]) or torch.allclose(xf, plain, atol=1e-5)
     xe, ye = next(splits.eval.eval_batches(18))
-    assert xe.shape == (18, 3, 16, 16)
+    assert xe.shape == (18, 3, 16, 16) and xe.dtype == torch.uint8
+    assert torch.allclose(splits.finish.eval(xe, ye, cpu)[0], (xe.float() / 255 - 0.5) / 0.25, atol=1e-5)
     # eval transform is deterministic; labels follow the class folders
     xe2, _ = next(splits.eval.eval_batches(18))
     assert torch.equal(xe, xe2) and sorted(set(ye.tolist())) == [0, 1, 2]
@@ -250,16 +351,18 @@ def test_decoding_on_the_device_gives_the_same_batches_as_pillow(tmp_path, fmt):
         loaded[decode] = load_splits(str(tmp_path / decode / "manifest.json"),
                                      Recipe.of({"augment": True, "num_workers": 0}))
     pil, dev = loaded["pil"], loaded["device"]
-    assert pil.finish is None and dev.finish is not None
+    assert type(pil.finish).__name__ == "Normalized" and type(dev.finish).__name__ == "DeviceTransforms"
     cpu = torch.device("cpu")
     batches = (split.train.train_batches(8, seed=0, epoch=1) for split in (pil, dev))
-    for (xp, yp), (xd, yd) in zip(*batches):
+    for k, ((xp, yp), (xd, yd)) in enumerate(zip(*batches)):
         assert torch.equal(yp, yd)
-        x, y = dev.finish.train(xd, yd, cpu)
+        xp, _ = pil.finish.train(xp, yp, cpu, k)
+        x, y = dev.finish.train(xd, yd, cpu, k)
         assert torch.equal(y, yd)
         assert x.shape == xp.shape == (len(yp), 3, 16, 16) and x.dtype == xp.dtype == torch.float32
         assert torch.isfinite(x).all()
     (xp, yp), (xd, yd) = next(pil.eval.eval_batches(18)), next(dev.eval.eval_batches(18))
+    xp, _ = pil.finish.eval(xp, yp, cpu)
     xe, ye = dev.finish.eval(xd, yd, cpu)
     assert torch.equal(yp, yd) and xe.shape == xp.shape
     grey_levels = (xe - xp).abs() * 0.25 * 255  # std 0.25
@@ -277,7 +380,7 @@ def test_each_randaugment_op_on_tensors_matches_timms_on_pillow():
     import timm.data.auto_augment as aa
     from PIL import Image
 
-    from leaner.data.tensor_augment import AFFINE_OPS, apply_op, rand_augment_ops
+    from leaner.data.rand_augment import AFFINE_OPS, apply_op, rand_augment_ops
 
     base = np.random.default_rng(0).integers(0, 255, (6, 6, 3), dtype=np.uint8)
     pixels = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))[:40, :44]
@@ -305,7 +408,7 @@ def test_randaugment_draws_each_samples_ops_as_timm_does():
     different versions, a quarter of them untouched (both steps skipped)."""
     from scipy import stats
 
-    from leaner.data.tensor_augment import draw_rand_augment, rand_augment
+    from leaner.data.rand_augment import draw_rand_augment, rand_augment
 
     torch.manual_seed(0)
     ops, applied, magnitude = draw_rand_augment(20000)
@@ -393,7 +496,7 @@ def test_decoding_on_the_device_survives_imagenets_odd_files(tmp_path, monkeypat
     splits = load_splits(str(manifest), Recipe.of({"augment": True, "num_workers": 0}))
     (x, y), = splits.train.train_batches(len(splits.train), seed=0, epoch=0)
     assert len(x) == 15 and x.images.count(None) == 1  # the noise: no worker decoder reads it
-    images, labels = splits.finish.train(x, y, torch.device("cpu"))
+    images, labels = splits.finish.train(x, y, torch.device("cpu"), 0)
     assert images.shape == (13, 3, 16, 16) and torch.isfinite(images).all()
     kept = [i for i, name in enumerate(x.names) if name not in ("cut.JPEG", "noise.JPEG")]
     assert torch.equal(labels, y[kept])
@@ -494,7 +597,7 @@ def test_webdataset_shards_are_read_in_sequence_each_sample_once_an_epoch_in_a_s
         for x, y in splits.train.train_batches(8, seed=1, epoch=e, skip=skip, rank=rank, world=world):
             if decode == "device":
                 names += x.names
-                x, y = splits.finish.train(x, y, torch.device("cpu"))
+            x, y = splits.finish.train(x, y, torch.device("cpu"), 0)
             assert x.shape == (len(y), 3, 16, 16)
             labels.append(y.tolist())
         return labels, names

@@ -27,7 +27,7 @@ def test_an_unknown_section_is_one_line(tmp_path):
     proc = _check("--only", "p2,speed", tmp_path=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout.strip() == ("gpu-check: error: --only speed: unknown (allowed: decode, stop, conditioning, "
-                                   "p2train, vit, p2, p2kernel, vitdevice, ddp, tests, bench)")
+                                   "p2train, e2e, vit, p2, p2kernel, vitdevice, ddp, tests, bench)")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA runs the check itself")
@@ -102,19 +102,20 @@ def test_the_stop_rule_can_fail():
 
 
 def test_the_proving_sections_come_first_and_their_limits_fit_the_default_budget():
-    """Each section a sweep relies on runs within 450 s even where every one takes its whole limit;
-    those that only add coverage come after them, and --budget 1200 runs them all."""
+    """Each section a sweep relies on, the end-to-end Snakemake run on the GPU among them, runs
+    within 540 s even where every one takes its whole limit; those that only add coverage come
+    after them, and --budget 1310 runs them all."""
     gc = _module()
     plan = sys.modules["sections.plan"]
-    assert set(gc.PROVING) == {"decode", "stop", "conditioning", "p2train", "vit", "p2"}
+    assert set(gc.PROVING) == {"decode", "stop", "conditioning", "p2train", "e2e", "vit", "p2"}
     assert gc.SECTIONS[:len(gc.PROVING)] == gc.PROVING and set(gc.SECTIONS[len(gc.PROVING):]) == {
         "p2kernel", "vitdevice", "ddp", "tests", "bench"}
-    assert sum(gc.LIMITS[n] for n in gc.PROVING) + plan.SLACK <= plan.DEFAULT_BUDGET == 450
+    assert sum(gc.LIMITS[n] for n in gc.PROVING) + plan.SLACK <= plan.DEFAULT_BUDGET == 540
     assert all(0 < gc.NEEDS[n] <= gc.LIMITS[n] for n in gc.SECTIONS)
-    assert plan.budget_to_run("p2", gc.SECTIONS) == 450
-    assert 450 < plan.budget_to_run("ddp", gc.SECTIONS) < plan.budget_to_run("tests", gc.SECTIONS)
-    assert plan.budget_to_run("bench", gc.SECTIONS) == 1500  # all of them, DDP included
-    assert plan.budget_to_run("bench", [n for n in gc.SECTIONS if n != "ddp"]) == 1350  # one GPU
+    assert plan.budget_to_run("p2", gc.SECTIONS) == 540
+    assert 540 < plan.budget_to_run("ddp", gc.SECTIONS) < plan.budget_to_run("tests", gc.SECTIONS)
+    assert plan.budget_to_run("bench", gc.SECTIONS) == 1310  # all of them, DDP included
+    assert plan.budget_to_run("bench", [n for n in gc.SECTIONS if n != "ddp"]) == 1190  # one GPU
     # the command's help says the same limits, in the same order
     import re
 
@@ -147,7 +148,7 @@ def test_in_the_default_budget_every_proving_section_runs_and_what_is_left_out_i
     rest are reported (check.json and the summary) with what they add and the budget that runs
     them, and the check exits 0: what was left out was not required."""
     gc = _module()
-    results, given, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450)
+    results, given, code, lines = _plan_run(gc, monkeypatch, tmp_path, 540)
     assert given == {n: gc.LIMITS[n] for n in gc.PROVING}
     assert {n: r["status"] for n, r in results.items()} == {
         **{n: "pass" for n in gc.PROVING}, "p2kernel": "not run", "vitdevice": "not run", "ddp": "skipped",
@@ -155,35 +156,35 @@ def test_in_the_default_budget_every_proving_section_runs_and_what_is_left_out_i
     assert code == 0 and lines[0].startswith("gpu-check: passed")
     check = json.loads((tmp_path / "check.json").read_text())
     assert [(e["section"], e["budget"]) for e in check["longer_budget"]] == [
-        ("p2kernel", 550), ("vitdevice", 750), ("tests", 1200), ("bench", 1350)]
-    assert check["longer_budget"][2]["adds"].startswith("the `gpu`-marked tests")
-    assert "not in this budget (450 s); --budget 1350 runs them all:" in lines
-    assert any(line.startswith("  bench (--budget 1350): the GPU benchmark rows") for line in lines)
+        ("p2kernel", 630), ("vitdevice", 800), ("tests", 1040), ("bench", 1190)]
+    assert check["longer_budget"][2]["adds"].startswith("the other `gpu`-marked tests")
+    assert "not in this budget (540 s); --budget 1190 runs them all:" in lines
+    assert any(line.startswith("  bench (--budget 1190): the GPU benchmark rows") for line in lines)
     assert any(line.startswith("skipped here: ddp (1 GPU here; needs two)") for line in lines)
-    # two GPUs: DDP is one more section left out, and 1200 s run them all
-    results, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450, gpus=2)
+    # two GPUs: DDP is one more section left out, and 1310 s run them all
+    results, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 540, gpus=2)
     assert results["ddp"]["status"] == "not run" and code == 0
-    assert "not in this budget (450 s); --budget 1500 runs them all:" in lines
-    # at --budget 1500 every section runs, even where each takes its whole limit
-    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 1500, gpus=2)
+    assert "not in this budget (540 s); --budget 1310 runs them all:" in lines
+    # at --budget 1310 every section runs, even where each takes its whole limit
+    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 1310, gpus=2)
     assert given == gc.LIMITS and all(r["status"] == "pass" for r in results.values()) and code == 0
 
 
 def test_the_exit_status_fails_on_a_failed_section_or_a_required_one_not_run(tmp_path, monkeypatch):
     gc = _module()
-    # every section takes 40% of its limit: p2kernel, vitdevice, then the gpu tests run with what is left
-    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 450, share=0.4)
+    # every section takes half its limit: p2kernel, vitdevice, then the gpu tests run with what is left
+    results, given, code, _ = _plan_run(gc, monkeypatch, tmp_path, 540, share=0.5)
     assert given["p2kernel"] == gc.LIMITS["p2kernel"] and given["vitdevice"] == gc.LIMITS["vitdevice"]
     before = (*gc.PROVING, "p2kernel", "vitdevice")
-    assert given["tests"] == pytest.approx(450 - 0.4 * sum(gc.LIMITS[n] for n in before)) and code == 0
+    assert given["tests"] == pytest.approx(540 - 0.5 * sum(gc.LIMITS[n] for n in before)) and code == 0
     assert results["bench"]["status"] == "not run"
     # an adding section that ran and failed fails the check; so does a proving one
-    assert _plan_run(gc, monkeypatch, tmp_path, 450, share=0.4, fail=("tests",))[2] == 1
-    _, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 450, fail=("stop",))
+    assert _plan_run(gc, monkeypatch, tmp_path, 540, share=0.5, fail=("tests",))[2] == 1
+    _, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 540, fail=("stop",))
     assert code == 1 and lines[0] == "gpu-check: FAILED: failed: stop"
     # a budget too small for the proving sections: one it leaves out fails the check (vit needs
-    # 100 s left, 80 are; p2 after it needs 35 and runs)
-    results, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 300)
+    # 100 s left, 75 are; p2 after it needs 35 and runs)
+    results, _, code, lines = _plan_run(gc, monkeypatch, tmp_path, 400)
     assert code == 1 and results["vit"]["status"] == "not run" and results["p2"]["status"] == "pass"
     assert lines[0] == "gpu-check: FAILED: required, not passed: vit (not run)"
     # a section named by --only is required: left out, it fails the check
@@ -193,31 +194,30 @@ def test_the_exit_status_fails_on_a_failed_section_or_a_required_one_not_run(tmp
     assert code == 1  # DDP asked for on one GPU
 
 
-def test_the_gpu_tests_leave_the_end_to_end_run_out_where_the_section_lacks_its_time(tmp_path, monkeypatch):
-    """The fast tests run; the end-to-end test starts only with 300 s of the section left, else it
-    is listed with what it adds; one that runs into the limit fails the section."""
+def test_the_end_to_end_run_is_a_section_of_its_own_and_the_gpu_tests_leave_it_out(tmp_path, monkeypatch):
+    """The end-to-end Snakemake run is its own section, its folders kept in the output folder; the
+    gpu tests section runs the others (not it, not the decode section's); a run that hits its limit
+    fails its section."""
     _module()
     commands = sys.modules["sections.commands"]
-    calls, cmds = [], []
+    cmds = []
 
     def fake_run(cmd, log, timeout, env=None):
-        calls.append((cmd[-1], timeout))
-        cmds.append(cmd)
-        return (None, "") if cmd[-1] == commands.E2E_TEST and "hang" in str(log.parent) else (0, "3 passed")
+        cmds.append((cmd, timeout))
+        return (None, "") if "hang" in str(log.parent) else (0, "3 passed")
 
     monkeypatch.setattr(commands, "run_logged", fake_run)
     res = commands.section_tests(tmp_path, 200, skip=commands.DECODE_TESTS)
-    assert res["status"] == "pass" and [p["part"] for p in res["left_out"]] == ["end to end"]
-    assert [c for c, _ in calls] == ["tests"] and calls[0][1] == pytest.approx(200, abs=1)
-    assert "end to end: not run (needs ~300 s" in res["summary"]
-    deselected = {cmds[0][i + 1] for i, a in enumerate(cmds[0]) if a == "--deselect"}
-    assert deselected == {commands.E2E_TEST, *commands.DECODE_TESTS}  # the decode section ran those
-    res = commands.section_tests(tmp_path, 480)
-    assert res["status"] == "pass" and res["left_out"] == [] and calls[-1][0] == commands.E2E_TEST
+    assert res["status"] == "pass" and cmds[-1][1] == 200
+    deselected = {cmds[-1][0][i + 1] for i, a in enumerate(cmds[-1][0]) if a == "--deselect"}
+    assert deselected == {commands.E2E_TEST, *commands.DECODE_TESTS}  # the e2e and decode sections run those
+    res = commands.section_e2e(tmp_path, 90)
+    cmd = cmds[-1][0]
+    assert res["status"] == "pass" and cmd[-1] == commands.E2E_TEST and cmds[-1][1] == 90
+    assert cmd[cmd.index("--basetemp") + 1] == str(tmp_path / "e2e")
     (tmp_path / "hang").mkdir()
-    res = commands.section_tests(tmp_path / "hang", 480)
-    assert res["status"] == "fail" and "end to end: 3 passed" not in res["summary"]
-    assert "(time limit)" in res["summary"]
+    res = commands.section_e2e(tmp_path / "hang", 90)
+    assert res["status"] == "fail" and "(time limit)" in res["summary"]
 
 
 def test_the_decode_section_names_tests_that_exist():

@@ -63,7 +63,7 @@ def test_every_family_loads_the_configured_revision(monkeypatch, tmp_path):
     import datasets
 
     from leaner.data.glue import _load as load_glue
-    from leaner.data.images import _load_split as load_images
+    from leaner.data.image_prep import load_split as load_images
     from leaner.data.text import load_text_split
 
     asked = []

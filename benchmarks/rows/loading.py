@@ -103,25 +103,30 @@ def _image_manifest(root: Path, n: int, stored: int | str, img_size: int, fmt: s
     return manifests
 
 
-def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu") -> float:
+def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu", batches: int | None = None) -> float:
     """Images per second out of the training loader (read, decode, DeiT augmentation, collate), as
-    model input on `device` (for `decode: device`, decoded and augmented there); from the second
-    batch on, so that the workers' start is not in it."""
+    model input on `device` (finished there: normalised and erased, or for `decode: device` decoded
+    and augmented), timed from the loader's start (its workers' start-up included) over `batches`
+    batches (default: 10 a worker, at least 10), across epochs where one is shorter: a rate over a
+    stretch that holds many of each worker's batches, not the arrival of batches built before the
+    clock started."""
+    import itertools
+
     from leaner.data import load_splits
     from leaner.schema import Recipe
 
     splits = load_splits(manifest, Recipe.of({"augment": True, "num_workers": workers}))
-    dev = torch.device(device)
-    t0, n = None, 0
-    for x, y in splits.train.train_batches(batch, seed=0, epoch=0):
-        if splits.finish is not None:
-            x, y = splits.finish.train(x, y, dev)
-        if t0 is None:
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-        else:
-            n += len(x)
+    dev, want = torch.device(device), batches or max(10, 10 * workers)
+    t0, n, k = time.perf_counter(), 0, 0
+    for epoch in itertools.count():
+        for x, y in splits.train.train_batches(batch, seed=0, epoch=epoch):
+            if splits.finish is not None:  # a tree whose workers finished the batch has none (row 1f's baseline)
+                x, y = splits.finish.train(x, y, dev, k)
+            n, k = n + len(x), k + 1
+            if k == want:
+                break
+        if k == want:
+            break
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return n / (time.perf_counter() - t0)
@@ -215,22 +220,33 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
     splits = _splits_of_any_tree(manifest, {"augment": True, "num_workers": 0})
     batches = list(itertools.islice(splits.train.train_batches(batch, seed=0, epoch=0), n_batches))
     dev, rates = torch.device(device), []
-    splits.finish.train(*batches[0], dev)  # warm: lazy imports, first allocations
+    finish = _finisher(splits.finish)
+    finish(*batches[0], dev, 0)  # warm: lazy imports, first allocations
     for _ in range(repeats):
         torch.manual_seed(0)
         random.seed(0)
         t0, n = time.perf_counter(), 0
-        for x, y in batches:
-            n += len(splits.finish.train(x, y, dev)[0])
+        for k, (x, y) in enumerate(batches):
+            n += len(finish(x, y, dev, k)[0])
         if dev.type == "cuda":
             torch.cuda.synchronize()
         rates.append(n / (time.perf_counter() - t0))
     torch.manual_seed(0)
     random.seed(0)
     with Count():
-        for x, y in batches:
-            splits.finish.train(x, y, dev)
+        for k, (x, y) in enumerate(batches):
+            finish(x, y, dev, k)
     return {"rates": rates, "ops_per_image": Count.ops / n}
+
+
+def _finisher(finish):
+    """finish.train(x, y, device, seed) of this tree, or of an older one whose batches drew from the
+    process's generators (row 1c's baseline: no seed)."""
+    import inspect
+
+    if "seed" in inspect.signature(finish.train).parameters:
+        return finish.train
+    return lambda x, y, device, seed: finish.train(x, y, device)
 
 
 def _splits_of_any_tree(manifest: str, recipe: dict):

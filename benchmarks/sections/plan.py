@@ -2,8 +2,9 @@
 to start, and what it proves or adds; which budget runs a section; and the rule of the exit status.
 
 The sections that prove something a sweep relies on come first and their limits, with the
-driver's slack, fit the default budget (450 s: one 10-minute GPU job with its start-up), so each
-of them runs even where every one takes its whole limit. The sections that add coverage come
+driver's slack, fit the default budget (540 s: one 10-minute GPU job with its start-up), so each
+of them runs even where every one takes its whole limit; the end-to-end Snakemake run on the GPU is
+one of them. The sections that add coverage come
 after and run with what is left; one that does not fit is reported with what it would add and the
 --budget that runs it.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-DEFAULT_BUDGET = 450  # seconds: one 10-minute GPU job with its start-up
+DEFAULT_BUDGET = 540  # seconds: one 10-minute GPU job with its start-up
 SLACK = 15  # seconds the driver takes outside the sections (its start, each section's process, check.json)
 
 
@@ -44,6 +45,9 @@ PLAN = (
     Section("p2train", True, 75, 50,
             "P2 (nearest_fig1 L1-H4-W8) through `leaner train` as paper.yaml runs it (recipe.cuda_graph, fp32, "
             "TF32 off) against the eager step and against bf16: the same losses, the graph's speed-up"),
+    Section("e2e", True, 90, 60,
+            "the DAG on the GPU: one variant of each task family through Snakemake to its summary, training, "
+            "fine-tuning and conditioning on the GPU, four jobs sharing it (the end-to-end `gpu` test)"),
     Section("vit", True, 165, 100,
             "ViT-B/16 compiled, bf16, batch 128 through `leaner train` on JPEGs of ImageNet's sizes read by the real "
             "loader: images/s of the run, of the step alone and of the loader alone"),
@@ -60,9 +64,9 @@ PLAN = (
             "path and decides whether paper.yaml turns it on"),
     Section("ddp", False, 120, 60,
             "`leaner train --nproc 2` (DDP, NCCL) killed after its checkpoint and resumed (two GPUs or more)"),
-    Section("tests", False, 480, 120,
-            "the `gpu`-marked tests: the fast ones (~130 s), then the end-to-end Snakemake run of five task "
-            "families on the GPU (never yet seen to finish: 318 s were not enough)"),
+    Section("tests", False, 240, 120,
+            "the other `gpu`-marked tests (112-168 s on an H200): a killed GPU run resumed, conditioning on the GPU "
+            "against the CPU, CUDA graphs and compile modes, jobs sharing a GPU, the low-rank kernel's exactness"),
     Section("bench", False, 150, 120,
             "the GPU benchmark rows (benchmarks/run.py --quick --gpu-only: rows 5, 6b, 7; 111 s on an H200)"),
 )
@@ -73,10 +77,10 @@ PROVING = tuple(s.name for s in PLAN if s.proves)
 
 def budget_to_run(name: str, here: list[str] | tuple[str, ...]) -> int:
     """The --budget that runs section `name` whatever the sections before it take: the limits of the
-    sections that run here (`here`, in order) up to it, with the driver's slack, rounded up to 50 s."""
+    sections that run here (`here`, in order) up to it, with the driver's slack, rounded up to 10 s."""
     names = [s.name for s in PLAN if s.name in here]
     total = SLACK + sum(BY_NAME[n].limit for n in names[:names.index(name) + 1])
-    return int(math.ceil(total / 50) * 50)
+    return int(math.ceil(total / 10) * 10)
 
 
 def exit_status(results: dict, required: list[str] | tuple[str, ...]) -> int:

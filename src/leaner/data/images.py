@@ -4,22 +4,28 @@ A dataset comes either from the hub by name (``uoft-cs/cifar10``, ``ILSVRC/image
 local ImageFolder (``root/<split>/<class>/<image>``). Images pass through the DeiT recipe:
 RandomResizedCrop + flip + RandAugment + random erasing for training, resize and centre crop for
 evaluation. Where that happens is the dataset's `decode`:
-  - `pil` (default): the loader's worker processes decode with Pillow and run timm's transforms;
+  - `pil` (default): the loader's worker processes decode with Pillow and run timm's transforms up
+    to uint8 tensors (timm's prefetcher form); the training process normalises and erases each
+    batch on its device (tensor_augment.Normalized), as timm's PrefetchLoader does;
   - `device`: the workers only read the encoded bytes, and the training process decodes and
     augments each batch on its device (tensor_augment.py): nvJPEG and CUDA kernels on a GPU.
+A training sample's augmentation in a worker draws from its own seed (its place in the run, given by
+the loader's batch sampler: splits._EndlessBatches), so a resumed run augments what an
+uninterrupted one did, whatever the workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io import read_json, write_json
+from ..io import read_json
 from ..runspec import RunSpec
 from ..schema import Recipe
 from .checks import check_imagefolder, check_webdataset
-from .hub import load_hub_split
+from .image_prep import load_split, prepare_images, prepare_webdataset
 from .kinds import DatasetKind, add_kind, always, settings, shared
 
 IMAGE_NORM = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
@@ -35,57 +41,6 @@ IMAGE_KEY_SCHEMA = {  # what the image kinds read
     "mean": {"type": "array", "items": {"type": "number"}, "minItems": 1},
     "std": {"type": "array", "items": {"$ref": "#/$defs/posnum"}, "minItems": 1}}
 IMAGE_SPLITS = "splits.Splits: a LoaderSplit (or ShardSplit) for train and for eval, decoded as the recipe says"
-
-
-def _load_split(meta: dict, split: str):
-    """One split: from the Arrow files its preparation left (memory-mapped, in milliseconds) where
-    they are on this machine, else through `datasets` (which resolves an ImageFolder again by
-    walking the whole tree, seconds for 1,000 class folders and far longer for ImageNet's 1.28M
-    files, and asks the hub again for a hub dataset)."""
-    import datasets
-
-    prepared = meta.get("arrow_files", {}).get(split)
-    if prepared and all(Path(f).is_file() for f in prepared["files"]):
-        ds = datasets.concatenate_datasets([datasets.Dataset.from_file(f) for f in prepared["files"]])
-        if len(ds) == prepared["rows"]:
-            return ds
-    if meta["kind"] == "hub":
-        return load_hub_split(meta, meta.get("subset"), split)
-    return datasets.load_dataset("imagefolder", data_dir=meta["path"], split=split)
-
-
-def _label_count(ds, label_key: str) -> int | None:
-    feature = ds.features.get(label_key)
-    return getattr(feature, "num_classes", None)
-
-
-def prepare_webdataset(name: str, spec: dict, out_manifest: str) -> dict:
-    from .shards import prepare_shards
-
-    return prepare_shards(name, spec, out_manifest)
-
-
-def prepare_images(name: str, spec: dict, out_manifest: str) -> dict:
-    """Resolve both splits once (downloading into the Hugging Face cache if needed), check
-    their columns and class count, and write the manifest the training jobs read."""
-    splits, arrow = {}, {}
-    for role in ("train_split", "eval_split"):
-        ds = _load_split(spec, spec[role])
-        for key in (spec["image_key"], spec["label_key"]):
-            if key not in ds.column_names:
-                raise ValueError(f"dataset {name!r} split {spec[role]!r} has no column {key!r} "
-                                 f"(columns: {', '.join(ds.column_names)})")
-        n_classes = _label_count(ds, spec["label_key"])
-        if n_classes is not None and n_classes != spec["num_classes"]:
-            raise ValueError(f"dataset {name!r}: num_classes is {spec['num_classes']} in the config but the "
-                             f"{spec['label_key']!r} column has {n_classes} classes")
-        splits[role] = {"split": spec[role], "rows": len(ds), "fingerprint": ds._fingerprint}
-        if "[" not in spec[role]:  # a slice's cache files hold the whole split
-            arrow[spec[role]] = {"files": [f["filename"] for f in ds.cache_files], "rows": len(ds)}
-    manifest = {"dataset": name, **spec, "n_train": splits["train_split"]["rows"],
-                "n_eval": splits["eval_split"]["rows"], "splits": splits, "arrow_files": arrow}
-    write_json(out_manifest, manifest)
-    return manifest
 
 
 UNREADABLE = -1  # the label of the stand-in for a file Pillow cannot read (splits.LoaderSplit drops it)
@@ -128,10 +83,38 @@ def encoded_sample(data: bytes, name: str, label: int, in_chans: int):
     return (encoded, name), label
 
 
+@contextlib.contextmanager
+def seeded(seed: int | None):
+    """Python's, numpy's and torch's global generators seeded with `seed` inside, as they were after
+    (what timm's Pillow transforms draw from: its crop and RandAugment Python's and numpy's, the
+    flip torch's); nothing where `seed` is None."""
+    if seed is None:
+        yield
+        return
+    import random
+
+    import numpy as np
+    import torch
+
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
 class HFImageDataset:
-    """Map-style dataset for `decode: pil`: (transformed image tensor, integer label), decoded by
-    Pillow in the worker; a file Pillow cannot read gives a blank image labelled UNREADABLE, which
-    the split leaves out of its batch and names (`name_of`)."""
+    """Map-style dataset for `decode: pil`: (transformed uint8 image tensor, integer label), decoded
+    by Pillow in the worker; a file Pillow cannot read gives a blank image labelled UNREADABLE, which
+    the split leaves out of its batch and names (`name_of`). An item asked for as (index, seed)
+    is transformed from that seed (`seeded`)."""
+
+    seeded = True
 
     def __init__(self, ds, image_key: str, label_key: str, transform, in_chans: int, img_size: int):
         import datasets
@@ -139,7 +122,7 @@ class HFImageDataset:
 
         self.ds = ds.cast_column(image_key, datasets.Image(decode=False))
         self.image_key, self.label_key, self.in_chans = image_key, label_key, in_chans
-        self.transform, self.blank = transform, torch.zeros(in_chans, img_size, img_size)
+        self.transform, self.blank = transform, torch.zeros(in_chans, img_size, img_size, dtype=torch.uint8)
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -150,10 +133,12 @@ class HFImageDataset:
     def name_of(self, i: int) -> str:
         return _file_name(self.ds[int(i)][self.image_key], i)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, item):
+        i, seed = item if isinstance(item, tuple) else (item, None)
         row = self.ds[int(i)]
         data, name = _encoded(row[self.image_key], i)
-        return pil_sample(data, name, int(row[self.label_key]), self.transform, self.in_chans, self.blank)
+        with seeded(seed):
+            return pil_sample(data, name, int(row[self.label_key]), self.transform, self.in_chans, self.blank)
 
 
 class EncodedImageDataset:
@@ -227,7 +212,8 @@ def _fix_posterize(transform) -> None:
 
 
 def build_transforms(meta: dict, recipe: Recipe):
-    """DeiT-style train and eval transforms from timm."""
+    """DeiT-style train and eval transforms from timm, in timm's prefetcher form: they end at a
+    uint8 tensor (normalisation and random erasing follow on the device: tensor_augment.Normalized)."""
     from timm.data import create_transform
 
     size = meta["img_size"]
@@ -235,8 +221,8 @@ def build_transforms(meta: dict, recipe: Recipe):
                   interpolation="bicubic")
     augment = recipe.augment
     train = create_transform(is_training=True, auto_augment="rand-m9-mstd0.5-inc1" if augment else None,
-                             re_prob=0.25 if augment else 0.0, **common)
-    evaluate = create_transform(is_training=False, **common)
+                             use_prefetcher=True, **common)
+    evaluate = create_transform(is_training=False, use_prefetcher=True, **common)
     _fix_posterize(train)
     return train, evaluate
 
@@ -259,17 +245,21 @@ def _load_shard_splits(meta: dict, recipe: Recipe, workers: int, pin_memory: boo
                                       labels=meta["eval_labels"] if role == "eval_split" else None)
                            for role in ("train_split", "eval_split"))
         return Splits(train=train, eval=evaluate, meta=meta, finish=DeviceTransforms(meta, recipe))
+    from .tensor_augment import Normalized
+
     train_tf, eval_tf = build_transforms(meta, recipe)
-    blank, collate = torch.zeros(chans, meta["img_size"], meta["img_size"]), torch.utils.data.default_collate
+    blank = torch.zeros(chans, meta["img_size"], meta["img_size"], dtype=torch.uint8)
+    collate = torch.utils.data.default_collate
     train, evaluate = (ShardSplit(shards[role], keys, functools.partial(pil_sample, transform=tf, in_chans=chans,
                                                                         blank=blank), collate, workers, pin_memory,
                                   labels=meta["eval_labels"] if role == "eval_split" else None)
                        for role, tf in (("train_split", train_tf), ("eval_split", eval_tf)))
-    return Splits(train=train, eval=evaluate, meta=meta)
+    return Splits(train=train, eval=evaluate, meta=meta, finish=Normalized(meta, recipe))
 
 
 def load_image_splits(meta: dict, recipe: Recipe, pin_memory: bool = False):
     from .splits import LoaderSplit, Splits, worker_count
+    from .tensor_augment import Normalized
 
     workers = worker_count(recipe.num_workers)
     if meta["kind"] == "webdataset":
@@ -277,19 +267,19 @@ def load_image_splits(meta: dict, recipe: Recipe, pin_memory: bool = False):
     if meta.get("decode", "pil") == "device":
         from .tensor_augment import DeviceTransforms
 
-        train, evaluate = (EncodedImageDataset(_load_split(meta, meta[role]), meta["image_key"], meta["label_key"],
+        train, evaluate = (EncodedImageDataset(load_split(meta, meta[role]), meta["image_key"], meta["label_key"],
                                                meta["in_chans"]) for role in ("train_split", "eval_split"))
         return Splits(train=LoaderSplit(train, workers, collate=collate_encoded, persistent=True),
                       eval=LoaderSplit(evaluate, workers, collate=collate_encoded), meta=meta,
                       finish=DeviceTransforms(meta, recipe))
     train_tf, eval_tf = build_transforms(meta, recipe)
-    train = HFImageDataset(_load_split(meta, meta["train_split"]), meta["image_key"], meta["label_key"],
+    train = HFImageDataset(load_split(meta, meta["train_split"]), meta["image_key"], meta["label_key"],
                            train_tf, meta["in_chans"], meta["img_size"])
-    evaluate = HFImageDataset(_load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
+    evaluate = HFImageDataset(load_split(meta, meta["eval_split"]), meta["image_key"], meta["label_key"],
                               eval_tf, meta["in_chans"], meta["img_size"])
     return Splits(train=LoaderSplit(train, workers, pin_memory, persistent=True),
                   eval=LoaderSplit(evaluate, workers, pin_memory),
-                  meta=meta)
+                  meta=meta, finish=Normalized(meta, recipe))
 
 
 def open_images(manifest_path: str, spec: RunSpec, device):

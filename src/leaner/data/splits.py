@@ -98,30 +98,89 @@ class InMemorySplit:
             yield self.x[i:min(i + batch_size, n)], self.y[i:min(i + batch_size, n)]
 
 
-class _EpochBatches:
-    """The batch sampler of a DataLoader kept across epochs: the batches of the pass about to start."""
+def mix_seeds(prefix: tuple[int, ...], last) -> np.ndarray:
+    """63-bit seeds that are a pure function of (*prefix, last) for each value of `last` (splitmix64
+    over the parts, in numpy's wrapping uint64 arithmetic): the seed of one sample's or one batch's
+    augmentation from where it sits in the run (seed, epoch, rank, batch, position), the same
+    whenever and wherever it is computed (ahead of the step, in a worker, after a resume)."""
+    with np.errstate(over="ignore"):
+        x = np.full(np.shape(last), 0x9E3779B97F4A7C15, dtype=np.uint64)
+        for part in (*(np.uint64(int(p) & (2**64 - 1)) for p in prefix), np.asarray(last, dtype=np.uint64)):
+            x = (x ^ part) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(31))) * np.uint64(0x94D049BB133111EB)
+            x ^= x >> np.uint64(29)
+        return (x >> np.uint64(1)).astype(np.int64)
 
-    def __init__(self):
-        self.batches: list[list[int]] = []
+
+def mix_seed(*parts: int) -> int:
+    """mix_seeds for one set of parts."""
+    return int(mix_seeds(tuple(parts[:-1]), parts[-1]))
+
+
+class EpochStream:
+    """The batches of consecutive epochs drawn from one endless iterator, so that the work ahead of
+    the consumer (a loader's prefetch, a device's read-ahead) runs on across an epoch's end instead
+    of draining there. `epoch(e, skip)` yields epoch e's batches from `skip` on: it continues the
+    iterator where it stands at exactly (e, skip), else closes it and starts a new one there with
+    `start(e, skip)` (which must yield epoch e from skip, then every batch of e + 1, e + 2, ...);
+    `length(e)` is the number of batches of epoch e. What an epoch yields is a function of
+    (e, skip) alone, so a resumed run reads what an uninterrupted one did."""
+
+    def __init__(self, start, length):
+        self.start, self.length = start, length
+        self.it, self.at = None, None  # the iterator, and the (epoch, batch) it yields next
+
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator:
+        if self.it is None or self.at != (epoch, skip):
+            self.close()
+            self.it, self.at = self.start(epoch, skip), (epoch, skip)
+        n = self.length(epoch)
+        for k in range(skip, n):
+            item = next(self.it)
+            self.at = (epoch, k + 1) if k + 1 < n else (epoch + 1, 0)  # taken from the stream: consumed
+            yield item
+
+    def close(self) -> None:
+        it, self.it, self.at = self.it, None, None
+        if it is not None and hasattr(it, "close"):
+            it.close()
+
+
+class _EndlessBatches:
+    """The batch sampler of the training DataLoader: epoch `epoch`'s batches from `skip` on, then
+    every epoch after it, without end; each batch is its sample indices, or (index, seed) pairs for
+    a dataset that seeds each sample's augmentation (`seeded`: the seed from the sample's place in
+    the run, mix_seed(seed, epoch, rank, batch, position))."""
+
+    def __init__(self, plan, epoch: int, skip: int, seeded: bool, seed: int, rank: int):
+        self.plan, self.epoch, self.skip, self.seeded, self.seed, self.rank = plan, epoch, skip, seeded, seed, rank
 
     def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
+        epoch, skip = self.epoch, self.skip
+        while True:
+            for k, batch in enumerate(self.plan(epoch)[skip:], start=skip):
+                if self.seeded:
+                    seeds = mix_seeds((self.seed, epoch, self.rank, k), np.arange(len(batch)))
+                    yield list(zip(batch.tolist(), seeds.tolist()))
+                else:
+                    yield batch.tolist()
+            epoch, skip = epoch + 1, 0
 
 
 class LoaderSplit:
     """A split read through a torch DataLoader (decoding and augmentation in worker processes).
-    `persistent`: one DataLoader whose workers live across epochs (the training split; the
-    evaluation split's, used every few epochs, start when needed and leave their memory)."""
+    `persistent`: the training split's loader is one endless stream of batches over the epochs
+    (EpochStream over _EndlessBatches), its workers and their prefetch running on across each
+    epoch's end; the evaluation split's (used every few epochs) starts its workers when needed and
+    leaves their memory. A dataset with `seeded = True` gets (index, seed) for each sample."""
 
     def __init__(self, dataset, num_workers: int = 0, pin_memory: bool = False, collate=None,
                  persistent: bool = False):
         self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
-        self.collate = collate  # None: torch's default (stack tensors)
-        self.persistent = persistent and num_workers > 0
-        self.sampler, self.loader = _EpochBatches(), None
+        self.collate = collate  # None: torch's default (stack tensors and arrays)
+        self.persistent = persistent
+        self.stream: EpochStream | None = None
+        self.stream_key: tuple | None = None
         self.skipped: list[str] = []  # files left out of their batches since take_events
 
     def __len__(self) -> int:
@@ -134,35 +193,46 @@ class LoaderSplit:
         """Every label of the split, read from its label column alone (no image is decoded)."""
         return self.dataset.labels()
 
-    def _loader(self, batches: list) -> Iterator[tuple]:
+    def _loader(self, batch_sampler) -> Iterator[tuple]:
         """The batches through a DataLoader; a sample labelled below 0 (a file its worker could not
         read, images.UNREADABLE) is left out of its batch and its name kept for take_events."""
         import torch
         from torch.utils.data import DataLoader
 
-        if self.loader is None or not self.persistent:
-            self.sampler = _EpochBatches()
-            self.loader = DataLoader(self.dataset, batch_sampler=self.sampler, num_workers=self.num_workers,
-                                     pin_memory=self.pin_memory, persistent_workers=self.persistent,
-                                     collate_fn=self.collate)
-        self.sampler.batches = batches
-        for indices, (x, y) in zip(batches, self.loader):
-            if torch.is_tensor(x) and (y < 0).any():
+        sent = _Recorded(batch_sampler)
+        loader = DataLoader(self.dataset, batch_sampler=sent, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory, collate_fn=self.collate)
+        for x, y in loader:
+            indices = sent.taken.popleft()
+            if torch.is_tensor(y) and (y < 0).any():
                 bad = y < 0
-                self.skipped += [self.dataset.name_of(indices[j]) for j in bad.nonzero().flatten().tolist()]
+                positions = bad.nonzero().flatten().tolist()
+                self.skipped += [self.dataset.name_of(_index(indices[j])) for j in positions]
                 if bad.all():
                     raise RuntimeError(f"no image of this batch can be read: {', '.join(self.skipped[-len(y):])}")
                 x, y = x[~bad], y[~bad]
             yield x, y
 
-    def take_events(self) -> dict[str, list[str]]:
-        skipped, self.skipped = self.skipped, []
-        return {SKIPPED: skipped}
-
     def train_batches(self, batch_size: int, seed: int, epoch: int, skip: int = 0, rank: int = 0,
                       world: int = 1, repeats: int = 1) -> Iterator[tuple]:
-        batches = [b.tolist() for b in batch_indices(len(self), batch_size, seed, epoch, rank, world, repeats)[skip:]]
-        yield from self._loader(batches)
+        seeded = getattr(self.dataset, "seeded", False)
+
+        def plan(e: int) -> list[np.ndarray]:
+            return batch_indices(len(self), batch_size, seed, e, rank, world, repeats)
+
+        if not self.persistent:
+            yield from self._loader(_Listed(_EndlessBatches(plan, epoch, skip, seeded, seed, rank),
+                                            len(plan(epoch)) - skip))
+            return
+        key = (batch_size, seed, rank, world, repeats)
+        if self.stream is None or self.stream_key != key:
+            if self.stream is not None:
+                self.stream.close()
+            self.stream_key = key
+            self.stream = EpochStream(
+                lambda e, s: self._loader(_EndlessBatches(plan, e, s, seeded, seed, rank)),
+                lambda e: math.ceil(len(self) / batch_size))
+        yield from self.stream.epoch(epoch, skip)
 
     def eval_batches(self, batch_size: int, limit: int | None = None,
                      part: tuple[int, int] = (0, 1)) -> Iterator[tuple]:
@@ -172,12 +242,49 @@ class LoaderSplit:
         starts = range(part[0] * batch_size, n, part[1] * batch_size)
         yield from self._loader([list(range(i, min(i + batch_size, n))) for i in starts])
 
+    def take_events(self) -> dict[str, list[str]]:
+        skipped, self.skipped = self.skipped, []
+        return {SKIPPED: skipped}
+
+
+class _Recorded:
+    """A batch sampler that keeps the batches it handed to the DataLoader until they come back (in
+    order): the indices of a loaded batch, to name its unreadable files."""
+
+    def __init__(self, sampler):
+        import collections
+
+        self.sampler, self.taken = sampler, collections.deque()
+
+    def __iter__(self):
+        for batch in self.sampler:
+            self.taken.append(batch)
+            yield batch
+
+
+class _Listed:
+    """The first `count` batches of an endless batch sampler, as a finite one."""
+
+    def __init__(self, endless, count: int):
+        self.endless, self.count = endless, count
+
+    def __iter__(self):
+        import itertools
+
+        return itertools.islice(iter(self.endless), self.count)
+
+
+def _index(item) -> int:
+    """A sample's index in its dataset, from what the batch sampler gave: the index or (index, seed)."""
+    return item[0] if isinstance(item, tuple) else item
+
 
 @dataclass
 class Splits:
     """What a prepared dataset gives a task: a train split, an eval split, and its facts.
     `finish`, when set, turns a loaded batch into model input and labels on the training device
-    (`finish.train(x, y, device)`, `finish.eval(x, y, device)`); otherwise batches are ready tensors."""
+    (`finish.train(x, y, device, seed)`, every random draw from `seed`; `finish.eval(x, y,
+    device)`); otherwise batches are ready tensors."""
 
     train: Any
     eval: Any

@@ -1,42 +1,45 @@
 """The DeiT image recipe on uint8 tensors, on the training device (a dataset's `decode: device`).
 
 With `decode: pil` (the default) the loader's worker processes decode each JPEG with Pillow and
-run timm's transforms on it: about 236 images/s per worker at 224 px, so one H200 at 3400 images/s
-needs ~15 workers. With `decode: device` the workers only read the encoded bytes; the training
-process decodes a whole batch at once with torchvision (nvJPEG on a GPU, libjpeg-turbo on the CPU;
-other formats are decoded in the workers) and augments it here, on the device.
+run timm's transforms on it up to uint8: ~100 images/s per worker at 224 px on the H200 machine's
+cores, so one H200 at 3,400 images/s would need ~34 workers. With `decode: device` the workers only
+read the encoded bytes; the training process decodes a whole batch at once with torchvision (nvJPEG
+on a GPU, libjpeg-turbo on the CPU; other formats are decoded in the workers) and augments it
+here, on the device.
 
 The recipe keeps its meaning, op for op (timm's `create_transform(is_training=True,
 auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, interpolation="bicubic")`), and all but the
 crop runs on the whole batch at once, each sample with its own random parameters:
   - RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3), bicubic with antialiasing, one call per image
     (decoded images differ in size), then the batch is stacked; horizontal flip 0.5;
-  - RandAugment: 2 of timm's 15 "increasing" ops per image, each applied with probability 0.5, at
-    magnitude N(9, 0.5) clipped to [0, 10], with timm's own level-to-argument functions (so the
-    same ranges and random signs). At each step every op runs once, on the samples that drew it,
-    with a factor or matrix per sample: Pillow's integer ops as tensor ops (torchvision's
-    autocontrast and equalize), its enhancements as blends with torchvision's batched degenerate
-    images (grey, mean, black or a 3x3 blur), its affine maps (rotate, shear, translate; bicubic,
-    filled with the dataset mean, in Pillow's coordinates) by kornia's per-sample warp. Each op
-    leaves uint8 as Pillow's do;
+  - RandAugment: 2 of timm's 15 "increasing" ops per image, batched op by op (rand_augment.py);
   - normalisation, then timm's RandomErasing (probability 0.25, per-pixel normal noise).
 Evaluation: resize the short side to img_size / 0.875 (bicubic, antialiased), centre crop.
+
+Every random draw of a training batch comes from that batch's own seed (splits.mix_seeds of its
+place in the run: seed, epoch, rank, batch), through a `random.Random` and torch generators of its
+own, never the process's global ones: a batch is the same bits whenever it is made, so it can be
+made ahead of the step (compute/side_stream.py read_ahead) and a resumed run makes what an
+uninterrupted one did. `Normalized` is the part of this that `decode: pil` runs on the device too:
+its workers send uint8 (a quarter of float32's bytes across the process boundary and the host-to-
+device copy), and the training process normalises and erases each batch there, as timm's
+PrefetchLoader does.
 """
 
 from __future__ import annotations
 
 import math
+import random
+import threading
 
 import torch
 
 from ..schema import Recipe
+from .rand_augment import rand_augment
 from .splits import CPU_DECODED, SKIPPED
 
 CROP_PCT = 0.875  # timm's default eval crop
-RAND_AUGMENT = {"ops": 2, "prob": 0.5, "magnitude": 9.0, "magnitude_std": 0.5, "max": 10.0}
 JPEG_MAGIC = b"\xff\xd8\xff"
-ENHANCE_OPS = ("ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing")
-AFFINE_OPS = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 
 
 def open_image(data: bytes, channels: int):
@@ -64,130 +67,57 @@ def decode_on_cpu(data: bytes, channels: int) -> torch.Tensor | None:
     return torch.from_numpy(pixels.copy()).reshape(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
 
 
-def _affine_rows(name: str, args: list[tuple], h: int, w: int) -> torch.Tensor:
-    """Pillow's affine maps for op `name`, one per sample, as (n, 3, 3) matrices from an output
-    pixel's position to the input position it samples, in pixel-index coordinates (Pillow works
-    with pixel corners: x_in + 0.5 = A (x_out + 0.5))."""
-    rows = []
-    for (v,) in args:
-        if name == "Rotate":  # Image.rotate(v): counter-clockwise about the centre (w/2, h/2)
-            a = -math.radians(v)
-            cos, sin, cx, cy = math.cos(a), math.sin(a), w / 2, h / 2
-            m = [cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy]
-        elif name == "ShearX":
-            m = [1, v, 0, 0, 1, 0]
-        elif name == "ShearY":
-            m = [1, 0, 0, v, 1, 0]
-        elif name == "TranslateXRel":
-            m = [1, 0, v * w, 0, 1, 0]
-        else:  # TranslateYRel
-            m = [1, 0, 0, 0, 1, v * h]
-        rows.append(m + [0, 0, 1])
-    corner = torch.tensor([[1.0, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], dtype=torch.float64)
-    back = torch.tensor([[1.0, 0, -0.5], [0, 1, -0.5], [0, 0, 1]], dtype=torch.float64)
-    return back @ torch.tensor(rows, dtype=torch.float64).view(-1, 3, 3) @ corner
+def crop_box(rng: random.Random, h: int, w: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """timm's RandomResizedCropAndInterpolation.get_params, its draws from `rng`: (top, left,
+    height, width) of a crop of scale x the area and aspect ratio in `ratio` (log-uniform), ten
+    tries, then the centre crop."""
+    area = w * h
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = rng.uniform(*scale) * area
+        aspect = math.exp(rng.uniform(*log_ratio))
+        tw, th = int(round(math.sqrt(target_area * aspect))), int(round(math.sqrt(target_area / aspect)))
+        if tw <= w and th <= h:
+            return rng.randint(0, h - th), rng.randint(0, w - tw), th, tw
+    if w / h < min(ratio):
+        tw, th = w, int(round(w / min(ratio)))
+    elif w / h > max(ratio):
+        th, tw = h, int(round(h * max(ratio)))
+    else:
+        tw, th = w, h
+    return (h - th) // 2, (w - tw) // 2, th, tw
 
 
-def _to_uint8_(x: torch.Tensor) -> torch.Tensor:
-    """A float batch of grey levels back to uint8 (rounded, clipped), in place where it can."""
-    return x.round_().clamp_(0, 255).to(torch.uint8)
+ERASING = {"probability": 0.25, "min_area": 0.02, "max_area": 1 / 3, "min_aspect": 0.3}  # timm's, re_prob 0.25
 
 
-def _degenerate(name: str, x: torch.Tensor) -> torch.Tensor:
-    """What Pillow's enhancer `name` blends a uint8 batch with (factor 0): its grey version (Color),
-    its mean grey level (Contrast), its 3x3 smoothing with the border kept (Sharpness);
-    torchvision's batched ops at factor 0. (Brightness blends with black.)"""
-    from torchvision.transforms.v2 import functional as F
-
-    if name == "ColorIncreasing":
-        return F.adjust_saturation(x, 0.0) if x.shape[1] == 3 else x
-    if name == "ContrastIncreasing":
-        return F.adjust_contrast(x, 0.0)
-    return F.adjust_sharpness(x, 0.0)
-
-
-def apply_op(name: str, x: torch.Tensor, args: list[tuple], fill: list[int]) -> torch.Tensor:
-    """timm's RandAugment op `name` on a uint8 (n, C, H, W) batch, sample i with timm's arguments
-    args[i], in one batched call: Pillow's integer ops as tensor ops (torchvision's autocontrast and
-    equalize), its enhancements as blends with torchvision's batched degenerate images by a factor
-    per sample, its affine maps by kornia's warp with a matrix per sample. The result is uint8
-    again, as each of Pillow's ops leaves it."""
-    from kornia.geometry.transform import warp_affine
-    from torchvision.transforms.v2 import functional as F
-
-    def per_sample(values, dtype=torch.float32) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
-
-    first = [a[0] for a in args] if args and args[0] else []
-    if name == "AutoContrast":
-        return F.autocontrast(x)
-    if name == "Equalize":
-        return F.equalize(x)
-    if name == "Invert":
-        return F.invert(x)
-    if name == "PosterizeIncreasing":  # keep the top `bits`: 0 bits is a black image (see images._posterize)
-        masks = [(0xFF << (8 - b)) & 0xFF if b > 0 else 0 for b in map(int, first)]
-        return x & per_sample(masks, torch.uint8)
-    if name == "SolarizeIncreasing":  # Pillow: every level >= threshold inverted
-        return torch.where(x.to(torch.int16) >= per_sample(first, torch.int16), 255 - x, x)
-    if name == "SolarizeAdd":  # timm's solarize_add: levels below 128 raised by `add`
-        raised = (x.to(torch.int16) + per_sample(first, torch.int16)).clamp_(max=255).to(torch.uint8)
-        return torch.where(x < 128, raised, x)
-    if name in ENHANCE_OPS:  # Pillow's ImageEnhance: a blend of the image with its degenerate version
-        factor = per_sample(first)
-        if name == "BrightnessIncreasing":  # a blend with black
-            out = x.float().mul_(factor)
-        else:
-            out = torch.lerp(_degenerate(name, x).float(), x.float(), factor)
-        return _to_uint8_(out)
-    if name in AFFINE_OPS:
-        # kornia warps every sample by its own matrix; the fill is exact for any interpolation
-        # kernel: warping (image - fill) with zeros outside, then adding fill back
-        h, w = x.shape[-2:]
-        forward = torch.linalg.inv(_affine_rows(name, args, h, w))[:, :2].float().to(x.device, non_blocking=True)
-        fill_value = torch.tensor(fill[: x.shape[1]], dtype=torch.float32).to(x.device, non_blocking=True)
-        fill_value = fill_value.view(1, -1, 1, 1)
-        return _to_uint8_(warp_affine(x.float().sub_(fill_value), forward, (h, w), mode="bicubic").add_(fill_value))
-    raise ValueError(f"unknown RandAugment op {name!r}")
-
-
-def rand_augment_ops() -> list[str]:
-    from timm.data.auto_augment import _RAND_INCREASING_TRANSFORMS
-
-    return list(_RAND_INCREASING_TRANSFORMS)
-
-
-def draw_rand_augment(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """timm's rand-m9-mstd0.5-inc1 draws for a batch of n, on the host, for each of its steps:
-    the op of each sample (one of the 15, with replacement across steps), whether it is applied
-    (probability 0.5), and its magnitude (N(9, 0.5) clipped to [0, 10]); each (steps, n)."""
-    cfg = RAND_AUGMENT
-    ops = torch.randint(len(rand_augment_ops()), (cfg["ops"], n))
-    applied = torch.rand(cfg["ops"], n) < cfg["prob"]
-    magnitude = torch.normal(cfg["magnitude"], cfg["magnitude_std"], (cfg["ops"], n)).clamp_(0.0, cfg["max"])
-    return ops, applied, magnitude
-
-
-def rand_augment(x: torch.Tensor, fill: list[int], hparams: dict | None = None) -> torch.Tensor:
-    """timm's rand-m9-mstd0.5-inc1 on a uint8 (n, C, H, W) batch, every sample drawing its own ops
-    and magnitudes: at each step, each op runs once, on the samples that drew it (about 15 batched
-    calls a step, whatever the batch size). The arguments come from timm's own level functions
-    (its ranges and random signs); nothing waits on the device."""
-    from timm.data.auto_augment import LEVEL_TO_ARG
-
-    names, hparams = rand_augment_ops(), hparams or {}
-    ops, applied, magnitude = draw_rand_augment(len(x))
-    x = x.clone()
-    for step in range(len(ops)):
-        for k, name in enumerate(names):
-            rows = ((ops[step] == k) & applied[step]).nonzero().flatten()
-            if len(rows) == 0:
-                continue
-            level_fn = LEVEL_TO_ARG[name]
-            args = [level_fn(m, hparams) if level_fn else () for m in magnitude[step, rows].tolist()]
-            index = rows.to(x.device, non_blocking=True)
-            x[index] = apply_op(name, x[index], args, fill)
+def random_erase_(x: torch.Tensor, rng: random.Random, noise: torch.Generator) -> torch.Tensor:
+    """timm's RandomErasing(probability=0.25, mode="pixel", max_count=1) on a normalised (n, C, H, W)
+    batch, in place, sample by sample as timm draws it, its draws from `rng` and its per-pixel
+    normal noise from `noise` (a generator on the batch's device)."""
+    n, chans, h, w = x.shape
+    lo, hi = math.log(ERASING["min_aspect"]), math.log(1 / ERASING["min_aspect"])
+    for i in range(n):
+        if rng.random() > ERASING["probability"]:
+            continue
+        for _ in range(10):
+            target_area = rng.uniform(ERASING["min_area"], ERASING["max_area"]) * h * w
+            aspect = math.exp(rng.uniform(lo, hi))
+            eh, ew = int(round(math.sqrt(target_area * aspect))), int(round(math.sqrt(target_area / aspect)))
+            if ew < w and eh < h:
+                top, left = rng.randint(0, h - eh), rng.randint(0, w - ew)
+                x[i, :, top:top + eh, left:left + ew] = torch.empty((chans, eh, ew), dtype=x.dtype,
+                                                                    device=x.device).normal_(generator=noise)
+                break
     return x
+
+
+def generators(seed: int, device: torch.device) -> tuple[random.Random, torch.Generator, torch.Generator]:
+    """A batch's own random sources from its seed: Python's (crop boxes, erasing boxes), torch's on
+    the host (RandAugment's draws, flips) and torch's on `device` (erasing noise)."""
+    host = torch.Generator().manual_seed(seed)
+    on_device = host if device.type == "cpu" else torch.Generator(device=device).manual_seed(seed)
+    return random.Random(seed), host, on_device
 
 
 def jpeg_decoder():
@@ -197,23 +127,52 @@ def jpeg_decoder():
     return decode_jpeg
 
 
-class DeviceTransforms:
+class Normalized:
+    """The end of the DeiT recipe on the training device, for uint8 batches (`decode: pil`, whose
+    workers stop at uint8): the batch to the device, (x / 255 - mean) / std there, and for a
+    training batch timm's random erasing (when the recipe augments) from the batch's own seed."""
+
+    def __init__(self, meta: dict, recipe: Recipe):
+        self.size, self.channels = meta["img_size"], meta["in_chans"]
+        self.mean, self.std = list(meta["mean"]), list(meta["std"])
+        self.augment = recipe.augment
+        self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
+
+    def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
+        """(batch / 255 - mean) / std, as one scale and shift of one new float tensor."""
+        if self._scale is None or self._scale[0].device != batch.device:  # once: a copy to a GPU waits on it
+            mean, std = (torch.tensor(v, dtype=torch.float64) for v in (self.mean, self.std))
+            self._scale = tuple(v.float().view(1, -1, 1, 1).to(batch.device) for v in (1 / (255 * std), mean / std))
+        scale, shift = self._scale
+        return batch.float().mul_(scale).sub_(shift)
+
+    def _finish(self, x: torch.Tensor, rng: random.Random, noise: torch.Generator) -> torch.Tensor:
+        x = self._normalize(x)
+        return random_erase_(x, rng, noise) if self.augment else x
+
+    def train(self, x: torch.Tensor, y: torch.Tensor, device: torch.device, seed: int) -> tuple[torch.Tensor,
+                                                                                                torch.Tensor]:
+        rng, _, noise = generators(seed, device)
+        x = x.to(device, non_blocking=True)
+        return self._finish(x, rng, noise), y.to(device, non_blocking=True)
+
+    def eval(self, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._normalize(x.to(device, non_blocking=True)), y.to(device, non_blocking=True)
+
+
+class DeviceTransforms(Normalized):
     """Decode a batch of encoded images on `device` and apply the train or eval recipe. A JPEG the
     device decoder rejects (nvJPEG: CMYK, some progressive and malformed files) is decoded on the
     CPU with Pillow instead; a file nothing can read is left out of its batch, label and all.
     Both are counted (`take_events`), for a line in the log each epoch and a count in metrics.json."""
 
     def __init__(self, meta: dict, recipe: Recipe):
-        from timm.data.random_erasing import RandomErasing
 
-        self.size, self.channels = meta["img_size"], meta["in_chans"]
-        self.mean, self.std = list(meta["mean"]), list(meta["std"])
+        super().__init__(meta, recipe)
         self.fill = [round(255 * m) for m in self.mean]
         self.hparams = {"img_mean": tuple(self.fill), "translate_const": int(self.size * 0.45)}  # as timm's factory
-        self._scale: tuple[torch.Tensor, torch.Tensor] | None = None  # mean, std on the batch's device
-        self.augment = recipe.augment
-        self.erasing = RandomErasing(probability=0.25, mode="pixel", max_count=1) if self.augment else None
         self.events: dict[str, list[str]] = {CPU_DECODED: [], SKIPPED: []}
+        self._events_lock = threading.Lock()  # batches may be made on a read-ahead thread
 
     def _decode_jpegs(self, data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         """Decode on `device`. On CUDA, nvJPEG works on a stream of its own and writes into memory
@@ -250,7 +209,8 @@ class DeviceTransforms:
             for i, img in zip(encoded, decoded):
                 out[i] = img
         kept = [i for i, img in enumerate(out) if img is not None]
-        self.events[SKIPPED] += [names[i] for i in range(len(out)) if out[i] is None]
+        with self._events_lock:
+            self.events[SKIPPED] += [names[i] for i in range(len(out)) if out[i] is None]
         if not kept:
             raise RuntimeError(f"no image of this batch can be read: {', '.join(names)}")
         return [out[i] for i in kept], kept
@@ -261,46 +221,48 @@ class DeviceTransforms:
         except RuntimeError:
             img = decode_on_cpu(data.numpy().tobytes(), self.channels)
             if img is not None:
-                self.events[CPU_DECODED].append(name)
+                with self._events_lock:
+                    self.events[CPU_DECODED].append(name)
                 return img.to(device, non_blocking=True)
             return None
 
     def take_events(self) -> dict[str, list[str]]:
         """The file names decoded on the CPU and skipped as unreadable since the last call."""
-        events, self.events = self.events, {key: [] for key in self.events}
+        with self._events_lock:
+            events, self.events = self.events, {key: [] for key in self.events}
         return events
 
-    def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
-        """(batch / 255 - mean) / std, as one scale and shift of one new float tensor."""
-        if self._scale is None or self._scale[0].device != batch.device:  # once: a copy to a GPU waits on it
-            mean, std = (torch.tensor(v, dtype=torch.float64) for v in (self.mean, self.std))
-            self._scale = tuple(v.float().view(1, -1, 1, 1).to(batch.device) for v in (1 / (255 * std), mean / std))
-        scale, shift = self._scale
-        return batch.float().mul_(scale).sub_(shift)
-
-    def train(self, batch, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The augmented, normalised batch on `device` and its labels (an unreadable file's dropped)."""
-        from timm.data.transforms import RandomResizedCropAndInterpolation
+    def train(self, batch, labels: torch.Tensor, device: torch.device, seed: int,
+              clock=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The augmented, normalised batch on `device` and its labels (an unreadable file's
+        dropped), every draw from `seed` (generators). `clock(part)`, where given, is called as each
+        part ends (decode, crop, flip, randaugment, normalise, erase): what gpu-check times them by."""
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms.v2 import functional as F
 
+        clock = clock or (lambda part: None)
+        rng, host, noise = generators(seed, device)
         images, kept = self.decode(batch, device)
+        clock("decode")
         crops = []
         for img in images:  # each image its own size: one crop-and-resize each (timm's crop draws)
-            top, left, h, w = RandomResizedCropAndInterpolation.get_params(img, scale=(0.08, 1.0),
-                                                                           ratio=(3 / 4, 4 / 3))
+            top, left, h, w = crop_box(rng, *img.shape[-2:])
             crops.append(F.resized_crop(img, top, left, h, w, [self.size, self.size],
                                         interpolation=InterpolationMode.BICUBIC, antialias=True))
         x = torch.stack(crops)
-        flipped = (torch.rand(len(x)) < 0.5).nonzero().flatten().to(x.device, non_blocking=True)
+        clock("crop")
+        flipped = (torch.rand(len(x), generator=host) < 0.5).nonzero().flatten().to(x.device, non_blocking=True)
         x[flipped] = x[flipped].flip(-1)
+        clock("flip")
         if self.augment:
-            x = rand_augment(x, self.fill, self.hparams)
+            x = rand_augment(x, self.fill, self.hparams, host, rng)
+        clock("randaugment")
         x = self._normalize(x)
-        if self.erasing is not None:
-            self.erasing.device = x.device  # noise drawn where the batch is
-            x = self.erasing(x)
-        return x, labels[kept]
+        clock("normalise")
+        if self.augment:
+            x = random_erase_(x, rng, noise)
+        clock("erase")
+        return x, labels[kept].to(device, non_blocking=True)
 
     def eval(self, batch, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         from torchvision.transforms import InterpolationMode
@@ -310,4 +272,4 @@ class DeviceTransforms:
         images, kept = self.decode(batch, device)
         out = [F.center_crop(F.resize(img, scale, interpolation=InterpolationMode.BICUBIC, antialias=True),
                              [self.size, self.size]) for img in images]
-        return self._normalize(torch.stack(out)), labels[kept]
+        return self._normalize(torch.stack(out)), labels[kept].to(device, non_blocking=True)

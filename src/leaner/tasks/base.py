@@ -35,6 +35,8 @@ class Task:
       probe_inputs(n)                        the fixed batch condition numbers are measured on
       diagnostics(model), data_info()        extras for metrics.json (none by default)
       take_data_events()                     files the data path had to work around (none by default)
+      close()                                what it keeps running between epochs stopped (a loader's
+                                            workers, a read-ahead thread; nothing by default)
     Its `name` is the spec's task; the metric it tracks comes from the catalogue."""
 
     name: str
@@ -59,6 +61,9 @@ class Task:
     @property
     def primary_mode(self) -> str:
         return trainer_metric(self.name)[1]
+
+    def close(self) -> None:
+        """Stop what the task keeps running for its training batches (nothing by default)."""
 
     def diagnostics(self, model) -> dict:
         """Task-specific statistics of the trained model, for metrics.json."""

@@ -8,9 +8,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..compute.side_stream import SideStream
+from ..compute.side_stream import read_ahead
+from ..data.splits import EpochStream
 from ..runspec import RunSpec
 from .base import Task, classification_measure, correct_per_example, majority_chance, trains
+
+READ_AHEAD = 2  # training batches finished on a GPU ahead of the step
+
+
+def batch_seed(seed: int, epoch: int, rank: int, batch: int) -> int:
+    """The seed of the random draws that finish training batch `batch` of `epoch` on `rank`."""
+    from ..data.splits import mix_seed
+
+    return mix_seed(seed, epoch, rank, batch, 0xF1)
 
 
 @trains("image_classification")
@@ -28,7 +38,8 @@ class ImageClassification(Task):
             if device.type == "cuda" and isinstance(split, InMemorySplit):
                 split.to(device)  # small arrays (digits, benchmarks): gathered on the GPU, no copy per step
         self.device, self.seed, self.batch_size = device, spec.seed, recipe.batch_size
-        self.side = SideStream(device)  # `decode: device`: a training batch's decode and augmentation
+        self.stream: EpochStream | None = None  # the finished training batches, across epochs
+        self.stream_key: tuple | None = None
         self.steps_per_epoch = self.splits.train.steps_per_epoch(self.batch_size)
         self.label_smoothing = recipe.label_smoothing
         self.repeats = recipe.repeat_aug
@@ -43,20 +54,56 @@ class ImageClassification(Task):
 
     def train_batches(self, epoch: int, skip: int = 0, rank: int = 0, world: int = 1) -> Iterator[Any]:
         """This process's share of each global batch of `epoch`, from batch `skip` on (only the
-        share is loaded and augmented)."""
+        share is loaded and augmented), as model input and labels on the device. Where the split
+        ends on the device (`finish`: normalisation and erasing of uint8 batches, or `decode:
+        device`'s decode and augmentation) each batch is finished from its own seed, READ_AHEAD
+        batches ahead of the step on CUDA (compute/side_stream.py), in one stream across epochs
+        (data/splits.EpochStream), so that neither the loader nor the read-ahead drains at an
+        epoch's end."""
         from ..compute.distributed import check_split
 
         check_split(len(self.splits.train), self.batch_size, world)
-        return self.splits.train.train_batches(self.batch_size, self.seed, epoch, skip, rank, world, self.repeats)
+        split, finish = self.splits.train, self.splits.finish
+        if finish is None:  # in memory: batches are index lookups on the device
+            return split.train_batches(self.batch_size, self.seed, epoch, skip, rank, world, self.repeats)
+        key = (rank, world)
+        if self.stream is None or self.stream_key != key:
+            self.close()
+            self.stream_key = key
+            self.stream = EpochStream(lambda e, s: self._finished(e, s, rank, world),
+                                      lambda e: self.steps_per_epoch)
+        return self.stream.epoch(epoch, skip)
+
+    def _finished(self, epoch: int, skip: int, rank: int, world: int) -> Iterator[tuple]:
+        """Every finished training batch from (epoch, skip) on, without end."""
+        import itertools
+
+        finish, device = self.splits.finish, self.device
+
+        def loaded():
+            for e in itertools.count(epoch):
+                first = skip if e == epoch else 0
+                batches = self.splits.train.train_batches(self.batch_size, self.seed, e, first, rank, world,
+                                                          self.repeats)
+                for k, (x, y) in enumerate(batches, start=first):
+                    yield x, y, batch_seed(self.seed, e, rank, k)
+
+        return read_ahead(lambda b: finish.train(b[0], b[1], device, b[2]), loaded(), device,
+                          READ_AHEAD if device.type == "cuda" else 0)
+
+    def close(self) -> None:
+        """Stop the read-ahead and the stream of training batches (the loader's workers go with them)."""
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
     def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Model input and labels on the device; `decode: device` datasets are decoded and
-        augmented here (a training batch on a side stream of its own on CUDA, which the step waits
-        for on the device: compute/side_stream.py)."""
+        """Model input and labels on the device: an evaluation batch finished here (a training
+        batch comes finished from train_batches)."""
         x, y = batch
         finish = self.splits.finish
-        if finish is not None:
-            x, y = self.side.run(finish.train, x, y, self.device) if train else finish.eval(x, y, self.device)
+        if finish is not None and not train:
+            x, y = finish.eval(x, y, self.device)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def take_data_events(self) -> dict[str, list[str]]:

@@ -108,6 +108,8 @@ def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, devi
             how = "stopped" if isinstance(exc, Stopped | Stalled) else "failed"
             watchers.ended(how, f"{type(exc).__name__}: {exc}", state.step, state.meter.mean, exc)
             raise
+        finally:
+            run.task.close()  # its loader's workers and read-ahead thread
 
 
 def _say(line: str) -> None:
