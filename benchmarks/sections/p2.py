@@ -33,7 +33,8 @@ def section_p2(work: Path) -> dict:
         r, batch = dim // heads, 2 if ON_CPU else batch
         kernel, width = attention_kernel(tokens, r, torch.float32, DEVICE)
         q = torch.zeros(2, modules * heads, tokens, width, device=dev, requires_grad=True)
-        chosen = SDPBackend(torch._fused_sdp_choice(q, q, q, scale=r ** -0.5)).name if kernel == "fused" else "MATH"
+        chosen = SDPBackend(torch._fused_sdp_choice(q, q, q, scale=r ** -0.5)).name if kernel == "fused" else \
+            kernel.upper()
         row = {"shape": label, "head_dim": r, "form": kernel, "kernel": chosen, "batch": batch}
         torch.manual_seed(0)
         model = NearestPointEncoder(dim, tokens, depth, heads, modules, 2048).to(dev)

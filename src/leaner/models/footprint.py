@@ -61,7 +61,7 @@ def footprint(model: ModelConfig | dict, precision: str, flops: bool = True) -> 
     model = model_config(model)
     at, _ = repeated(model)
     two = dataclasses.replace(model, depth=at)
-    memory = _memory_two_blocks(two, precision)
+    memory = _memory_two_blocks(two, precision, _attention_rule())
     work = _flops_two_blocks(two) if flops else {"flops": (math.nan, math.nan)}
 
     def extend(parts: tuple[float, float]) -> float:  # all but the repeated block's second copy, and the copies beyond
@@ -96,8 +96,16 @@ def _flops_two_blocks(model: ModelConfig) -> dict:
     return {"flops": (total - in_second, in_second)}
 
 
+def _attention_rule() -> tuple:
+    """What decides which attention form CUDA takes (models/nearest.py), read now: part of the
+    memory cache's key, so that a switched rule is measured again."""
+    from . import nearest
+
+    return nearest.LOWRANK_ON_CUDA, nearest.LOWRANK_CUDA_RANK, nearest.FUSED_MIN_TOKENS
+
+
 @functools.cache
-def _memory_two_blocks(model: ModelConfig, precision: str) -> dict:
+def _memory_two_blocks(model: ModelConfig, precision: str, rule: tuple) -> dict:
     saved = saved_tensors(_meta_model(model), model, precision)
     return {**saved, "working": max(2 * saved["largest"], saved["attention"])}
 

@@ -21,7 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-TILE = 4096  # scores a program holds at once (G x BLOCK_M x BLOCK_N), at rank <= 2
+# scores a program holds at once (G x BLOCK_M x BLOCK_N), at rank <= 2: chosen by measurement (figN H64 N256
+# rank 1 on one H200, gpu-check p2kernel 2026-12-04: 1.9 ps a score at 2,048 against 4.0 at 4,096)
+TILE = 2048
 WIDE_TILE = 1024  # at rank 3-8: the r columns' loads and accumulators spill registers past this (sm_90)
 WALK = 16  # the block of the axis a kernel walks and reduces over: small, so that each thread holds whole rows
 

@@ -55,16 +55,18 @@ class AveragedProjection(nn.Module):
 
 FUSED_MIN_TOKENS = 64  # on CUDA: from this many points per sequence on, the fused kernel (see attention_kernel)
 LOWRANK_MAX_RANK = 8  # models/lowrank.py's kernel unrolls the head dim: up to this rank
-# Whether CUDA takes models/lowrank.py's kernel for fp32 heads of rank <= LOWRANK_MAX_RANK: not until a GPU
-# run (`make gpu-check`, section p2kernel) has measured it faster than the fused form; planning/cost.py
-# prices by the same rule (P2_SCORE_S["lowrank"] holds its measured seconds per score from then on).
-LOWRANK_ON_CUDA = False
+# Where CUDA takes models/lowrank.py's kernel: fp32 heads of rank <= LOWRANK_CUDA_RANK, where a GPU run
+# measured it faster than today's forms (`make gpu-check` section p2kernel, one H200, 2026-12-04: figN's
+# H64 N256 rank 1 1.9 ps a score against the fused form's 22.2, fig1's H64 N16 13.4 against 46.7), and not
+# above it (rank 8: 23.6 against 22.2). planning/cost.py prices by the same rule (P2_SCORE_S["lowrank"]).
+LOWRANK_ON_CUDA = True
+LOWRANK_CUDA_RANK = 2
 
 
 def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type: str) -> tuple[str, int]:
     """How `attention` computes softmax(q k^T / sqrt(r)) v for sequences of `tokens` points and
-    head dim r: ("fused", the head dim handed to the kernel), ("math", r) or, once LOWRANK_ON_CUDA,
-    ("lowrank", r) for fp32 heads of rank <= LOWRANK_MAX_RANK.
+    head dim r: ("fused", the head dim handed to the kernel), ("math", r) or, on CUDA (LOWRANK_ON_CUDA),
+    ("lowrank", r) for fp32 heads of rank <= LOWRANK_CUDA_RANK.
 
     The fused kernels (flash, memory-efficient, cuDNN) take 4-D inputs only, and on CUDA a head
     dim that is a multiple of 8 for 16-bit inputs (4 for fp32); they never store the N x N
@@ -78,7 +80,7 @@ def attention_kernel(tokens: int, head_dim: int, dtype: torch.dtype, device_type
     flash kernel takes any head dim at any N: always fused there."""
     if device_type != "cuda":
         return "fused", head_dim
-    if LOWRANK_ON_CUDA and dtype == torch.float32 and head_dim <= LOWRANK_MAX_RANK:
+    if LOWRANK_ON_CUDA and dtype == torch.float32 and head_dim <= LOWRANK_CUDA_RANK:
         return "lowrank", head_dim
     if tokens < FUSED_MIN_TOKENS:
         return "math", head_dim
@@ -90,6 +92,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     """softmax(q k^T / sqrt(r)) v for 4-D (B, heads, N, r) inputs, by `attention_kernel`'s choice."""
     n, r = q.shape[-2:]
     return attend(q, k, v, *attention_kernel(n, r, q.dtype, q.device.type))
+
+
+class _LowRankSaves(torch.autograd.Function):
+    """What models/lowrank.py's kernel keeps for backward (q, k, v, the output and one log-sum-exp a
+    row, none of them padded), without computing it: footprint.py's fake CUDA tensors, where the
+    Triton kernel cannot run."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        out = torch.empty_like(q)
+        ctx.save_for_backward(q, k, v, out, q.new_empty(q.shape[:-1]))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, _, _ = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, width: int) -> torch.Tensor:
@@ -105,8 +124,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, width
     if kernel == "lowrank":
         from torch._subclasses.fake_tensor import is_fake
 
-        if is_fake(q):  # footprint.py's fake CUDA tensors: a fused call keeps what the kernel keeps (q, k, v, out)
-            return attend(q, k, v, "fused", -(-r // 4) * 4)
+        if is_fake(q):  # footprint.py's fake CUDA tensors: what the kernel keeps for backward, unpadded
+            return _LowRankSaves.apply(q, k, v)
         from .lowrank import lowrank_attention
 
         return lowrank_attention(q, k, v)

@@ -35,13 +35,26 @@ from .cards import Card
 from .time_limit import SIGNAL_LEAD_S, STOP_GRACE_S, attempts_needed
 
 DEFAULT_MFU = 0.30  # assumed where nothing was measured
+# Where the measured figures below come from: `make gpu-check` on one H200 (16 cores; torch 2.11.0+cu130
+# there, not the lock's 2.14.1) at d987d13 on 2026-12-04 (benchmarks/results.md 8c and 33, gpu-notes), and
+# the earlier runs each names. Each is taken as the same on an H100 SXM (the same SMs and clocks; less and
+# slower memory, which none of these steps is bound by).
+GPU_CHECK = "H200, torch 2.11, gpu-check 2026-12-04"
 # images/s one Pillow loader worker gives at 224 px from JPEGs of ImageNet's sizes (decode: pil, timm's
-# DeiT transform): 327 from 256-px JPEGs (results.md row 1b, 2 workers) x 0.75, the rate of ImageNet-sized
-# ones (~400 x 350 px, ~110 KiB) to 256-px ones measured side by side (row 20: median of 10 alternating
-# pairs, 95% CI 0.73-0.81). Measure your own machine's with `benchmarks/run.py --loader-rate` (ImageNet's
-# sizes) and pass it as `leaner cost --loader-rate`.
-LOADER_RATE = 245.0
-# ViT-B/16, batch 256, bf16, fused AdamW, measured on one H200: 3387 images/s compiled, 2685 eager
+# DeiT transform) on that H200's host: ~100, fitted to its vit section (673 images/s through `leaner train`
+# with 15 workers at 8-step epochs) and a longer run (1,033 at 24-step epochs), both before the loader read
+# across epochs; the section's own "loader alone" (16,432) timed only batches built before its clock
+# started. A 2-core development VM's measures 245 (results.md row 20): measure your own machine's with
+# `benchmarks/run.py --loader-rate` and pass it as `leaner cost --loader-rate`.
+LOADER_RATE = 100.0
+LOADER_RATE_SOURCE = f"~100 images/s a worker, fitted to the {GPU_CHECK} vit section"
+# decode: device's input path alone (read, nvJPEG, crop, RandAugment, normalise, erase) for one GPU:
+# 1,534 images/s at batch 128 (vitdevice section, before it read ahead of the step). With the read-ahead
+# (compute/side_stream.py) the step no longer waits for it, so a job runs at the slower of the two.
+DEVICE_INPUT_RATE = 1534.0
+DEVICE_INPUT_SOURCE = f"1,534 images/s a GPU, decode and augmentation alone, {GPU_CHECK}"
+# ViT-B/16, bf16, fused AdamW: 3,387 images/s compiled at batch 256 and 2,685 eager (one H200, 2026-11-26),
+# 3,404 compiled at batch 128 (the vit section's step alone, 2026-12-04): 36% and 28% of the bf16 peak.
 VIT_MFU = {True: 0.36, False: 0.28}
 # P2 (nearest_fig1, batch 256, d 64, N 16) through `leaner train` on one H200: 169 steps/s at 1 layer
 # (L1-H1-W1-r64), 65 at 3 (L3-H4-W8-r16): a step is P2_STEP_S[0] + P2_STEP_S[1] per layer, launch-bound.
@@ -49,20 +62,33 @@ P2_STEP_S = (1 / 169 - (1 / 65 - 1 / 169) / 2, (1 / 65 - 1 / 169) / 2)
 # k processes of 2 threads on one GPU, each at this fraction of one alone (134, 111-115, 95-103 steps/s);
 # past 8 the GPU's aggregate is taken as flat.
 P2_SHARING = {1: 1.0, 4: 0.84, 8: 0.74}
-# recipe.cuda_graph: the whole step replayed as one graph, measured on an H200 (torch 2.11) at
-# L1-H1-W1: 1,267 against 214 steps/s eager through `leaner train` (results.md 8c, row 6b). Taken
-# for every depth and for jobs sharing a GPU (2 processes measured 2,606 against 435 aggregate:
-# 6.0 x): an assumption beyond L1, until a deeper model is measured.
-P2_GRAPH_SPEEDUP = 1267 / 214
+# recipe.cuda_graph: the whole step replayed as one graph. gpu-check's p2train section (fig1 L1-H4-W8
+# through `leaner train`, H200, 2026-12-04): 728.8 against 207.9 steps/s eager, 3.51 x; an earlier run at
+# L1-H1-W1 gave 5.9 x (1,267 against 214, results.md 8c). Priced at the wider model's, the smaller gain.
+P2_GRAPH_SPEEDUP = 728.8 / 207.9
+P2_GRAPH_SOURCE = f"3.5 x, fig1 L1-H4-W8, {GPU_CHECK}"
 # Many heads of rank 1-8 over W modules are bound by their attention scores (W x heads x N^2 per layer and
-# sample), neither by launches nor by FLOPs. Seconds per score, forward and backward, bare loop on one H100
-# (fp32, batch 256; tests/test_cost.py lists these runs): the math form stores them (N < 64), 80.5 ms a step of
-# L5-H64-W64-r1 N16; the fused kernel (head dim padded) does not, 221 ms a step of L2-H64-W64-r1 N64.
-# models/lowrank.py's kernel (many heads of rank <= 8 a program, no padding): exact on the CPU, never yet timed
-# on a GPU, so None, and no job is priced by it; `make gpu-check`'s p2kernel section measures it, and with its
-# figure here and models/nearest.py's LOWRANK_ON_CUDA set, CUDA takes it and the plan prices by it.
+# sample), neither by launches nor by FLOPs. Seconds per score, forward and backward: the math form stores
+# them (N < 64), 80.5 ms a step of L5-H64-W64-r1 N16; the fused kernel (head dim padded) does not, 221 ms a
+# step of L2-H64-W64-r1 N64 (bare loop on one H100, fp32, batch 256; tests/test_cost.py lists these runs).
+# models/lowrank.py's kernel (many heads of rank 1-2 a program, no padding; CUDA takes it there:
+# models/nearest.py), by the sequence's length: 1.9 ps at figN's H64 N256 rank 1 (its tile of 2,048 scores;
+# 4.0 at 4,096, 22.2 for the fused form on the same card), 13.4 ps at fig1's H64 N16 (46.7 fused); between
+# them log-linear in N (p2kernel section, H200, 2026-12-04).
 P2_SCORE_S = {"math": 80.51e-3 / (5 * 64 * 64 * 16 ** 2 * 256), "fused": 221.47e-3 / (2 * 64 * 64 * 64 ** 2 * 256),
-              "lowrank": None}
+              "lowrank": {16: 13.4e-12, 256: 1.9e-12}}
+P2_SCORE_SOURCE = {"math": "measured on an H100", "fused": "measured on an H100",
+                   "lowrank": f"measured at N 16 and 256, {GPU_CHECK}"}
+
+
+def score_seconds(kernel: str, tokens: int) -> float:
+    """Seconds per attention score (forward and backward) of `kernel` at sequences of `tokens` points."""
+    figure = P2_SCORE_S[kernel]
+    if not isinstance(figure, dict):
+        return figure
+    (n0, s0), (n1, s1) = sorted(figure.items())
+    t = min(max((math.log(tokens) - math.log(n0)) / (math.log(n1) - math.log(n0)), 0.0), 1.0)
+    return math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0)))
 
 
 def parse_mfu(text: str | None) -> float | None:
@@ -154,7 +180,7 @@ def p2_step_seconds(model: NearestConfig, batch: int, compute_s: float, k: int,
 
     launch = (P2_STEP_S[0] + P2_STEP_S[1] * model.depth) / sharing(k) / (P2_GRAPH_SPEEDUP if graphed else 1)
     kernel, _ = attention_kernel(model.tokens, model.head_dim, torch.float32, "cuda")
-    scores = P2_SCORE_S[kernel] * batch * model.depth * model.attention_heads * model.tokens**2
+    scores = score_seconds(kernel, model.tokens) * batch * model.depth * model.attention_heads * model.tokens**2
     return max((launch, "launches (CUDA graph)" if graphed else "launches"),
                (k * scores, f"attention scores ({kernel})"), (k * compute_s, "FLOPs"))
 
@@ -169,21 +195,24 @@ def pricing_mfu(spec: RunSpec, override: float | None) -> tuple[float, str]:
     return DEFAULT_MFU, "assumed"
 
 
-def loader_feed(plan: Plan, spec: RunSpec, gpus: int, rate: float) -> tuple[float, int] | None:
-    """(images/s the Pillow loader gives one GPU's process, its workers) for an image job whose
-    dataset decodes with Pillow (decode: pil): recipe.num_workers (auto: the study's threads
-    shared by its processes, less one each) x `rate` a worker (0 workers: the process itself);
-    None for other jobs (decode: device is not priced: its rate on a GPU is not yet measured, which
-    gpu-check's vitdevice section does)."""
+def loader_feed(plan: Plan, spec: RunSpec, gpus: int, rate: float) -> tuple[float, int, str] | None:
+    """(images/s the input path gives one GPU's process, its loader workers, how) for a job on image
+    files (ViT or a timm backbone on an image dataset): decode: pil, recipe.num_workers (auto: the
+    study's threads shared by its processes, less one each) x `rate` a worker (0 workers: the
+    process itself); decode: device, DEVICE_INPUT_RATE (the read-ahead overlaps it with the step).
+    None for other jobs (data in memory, text, P2's points)."""
     from ..data.splits import worker_count
+    from ..models.config import TimmConfig
 
     dataset = plan.datasets.get(spec.dataset) or {}
-    image_files = isinstance(spec.model, ViTConfig) and dataset.get("decode") == "pil"
-    if not image_files:
+    decode = dataset.get("decode")
+    if not isinstance(spec.model, ViTConfig | TimmConfig) or decode not in ("pil", "device"):
         return None
     threads = plan.studies[spec.study].resources["threads"]
     workers = worker_count(spec.recipe.num_workers, cores=threads, local_world=gpus)
-    return max(workers, 1) * rate, workers
+    if decode == "device":
+        return DEVICE_INPUT_RATE, workers, "decode: device"
+    return max(workers, 1) * rate, workers, "decode: pil"
 
 
 def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader_rate: float = LOADER_RATE,
@@ -217,14 +246,15 @@ def price(job: Job, plan: Plan, gpu: Card, mfu: float | None, root: Path, loader
             step_s, how = p2_step_seconds(spec.model, batch, compute_s, k, recipe.cuda_graph)
             wall = steps * step_s
             row.update(priced_by=how if how != "FLOPs" else f"FLOPs ({source})", wall_hours=wall / 3600,
-                       gpu_hours=wall / k / 3600)
+                       gpu_hours=wall / k / 3600, tokens=spec.model.tokens)
         else:
             gpu_s, how = steps * compute_s, f"FLOPs ({source})"
             fed = loader_feed(plan, spec, gpus, loader_rate)
             if fed is not None:
-                row.update(images_per_s_needed=batch / compute_s, images_per_s_fed=fed[0], loader_workers=fed[1])
-                if fed[0] < batch / compute_s:  # the loader, not the GPU, sets the pace
-                    gpu_s, how = steps * batch / fed[0], f"loader (decode: pil, {fed[1]} workers a GPU)"
+                row.update(images_per_s_needed=batch / compute_s, images_per_s_fed=fed[0], loader_workers=fed[1],
+                           decode=fed[2][len("decode: "):])
+                if fed[0] < batch / compute_s:  # the input path, not the GPU, sets the pace
+                    gpu_s, how = steps * batch / fed[0], f"loader ({fed[2]}, {fed[1]} workers a GPU)"
             row.update(priced_by=how, gpu_hours=gpu_s / 3600, wall_hours=gpu_s * k / gpus / 3600)
     row["fits"] = k * row["memory_gb"] <= gpu.memory_gb
     if "/glue/" not in job.name:  # a fine-tuning has no conditioning job

@@ -6,7 +6,19 @@ from pathlib import Path
 
 from ..models.memory import ALLOCATOR_SLACK, CUDA_CONTEXT_GB, DDP_BUCKET_BYTES, STATE_BYTES
 from .cards import Card
-from .cost import P2_GRAPH_SPEEDUP, P2_SCORE_S, P2_STEP_S, StudyCost, sharing
+from .cost import (
+    DEVICE_INPUT_RATE,
+    DEVICE_INPUT_SOURCE,
+    LOADER_RATE,
+    LOADER_RATE_SOURCE,
+    P2_GRAPH_SOURCE,
+    P2_GRAPH_SPEEDUP,
+    P2_SCORE_SOURCE,
+    P2_STEP_S,
+    StudyCost,
+    score_seconds,
+    sharing,
+)
 from .time_limit import START_MINUTES
 
 
@@ -97,7 +109,7 @@ def _priced_note(c: StudyCost) -> str:
         share = f"{m} of {n} jobs: " if m < n else ""
         k = c.rows[0]["jobs_per_gpu"]
         if how.startswith("launches"):
-            graph = (f", replayed as one CUDA graph at 1/{P2_GRAPH_SPEEDUP:.1f} of that (measured at L1-H1-W1 only)"
+            graph = (f", replayed as one CUDA graph at 1/{P2_GRAPH_SPEEDUP:.1f} of that ({P2_GRAPH_SOURCE})"
                      if how.endswith("(CUDA graph)") else "")
             notes.append(f"{share}launch-bound, a step {P2_STEP_S[0] * 1e3:.1f} ms + {P2_STEP_S[1] * 1e3:.1f} ms per "
                          f"layer (measured on an H200: 169 steps/s at 1 layer, 65 at 3), each of {k} jobs on a GPU "
@@ -106,17 +118,23 @@ def _priced_note(c: StudyCost) -> str:
             rows = [r for r in c.rows if r["priced_by"] == how]
             need, fed = max(r["images_per_s_needed"] for r in rows), rows[0]["images_per_s_fed"]
             workers = rows[0]["loader_workers"]
-            notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil gives "
-                         f"{fed:,.0f} ({workers} workers x {fed / max(workers, 1):.0f} images/s, --loader-rate); "
-                         "decode: device (nvJPEG and the augmentation on the GPU, on a side stream that overlaps "
-                         "the step; its rate there not yet measured: gpu-check's vitdevice section) is the path "
-                         "that could keep the GPUs fed.")
+            if rows[0]["decode"] == "device":
+                notes.append(f"{share}input-bound: the step asks up to {need:,.0f} images/s a GPU, decode: device "
+                             f"gives {fed:,.0f} ({DEVICE_INPUT_SOURCE}; read ahead of the step, so the slower of "
+                             "the two sets the pace).")
+            else:
+                rate = fed / max(workers, 1)
+                source = LOADER_RATE_SOURCE if rate == LOADER_RATE else "--loader-rate"
+                notes.append(f"{share}loader-bound: the step asks up to {need:,.0f} images/s a GPU, decode: pil "
+                             f"gives {fed:,.0f} ({workers} workers x {rate:.0f} images/s: {source}); decode: "
+                             f"device gives {DEVICE_INPUT_RATE:,.0f} ({DEVICE_INPUT_SOURCE}).")
         elif how.startswith("attention scores"):
             kernel = how.split("(")[1][:-1]
-            unmeasured = (" The low-rank kernel (models/lowrank.py: exact on the CPU) has no GPU measurement yet, so "
-                          "today's form prices these." if P2_SCORE_S["lowrank"] is None else "")
-            notes.append(f"{share}attention-bound, {P2_SCORE_S[kernel] * 1e12:.0f} ps per score of the {kernel} form "
-                         f"(W x heads x N^2 per layer and sample; measured on an H100), {k} jobs in turn.{unmeasured}")
+            rows = [r for r in c.rows if r["priced_by"] == how]
+            per = sorted({score_seconds(kernel, r["tokens"]) * 1e12 for r in rows})
+            shown = f"{per[0]:.1f}" if len(per) == 1 else f"{per[0]:.1f}-{per[-1]:.1f}"
+            notes.append(f"{share}attention-bound, {shown} ps per score of the {kernel} form (W x heads x N^2 per "
+                         f"layer and sample; {P2_SCORE_SOURCE[kernel]}), {k} jobs in turn.")
         else:
             mfu = sorted({r["mfu"] for r in c.rows if r["priced_by"] == how})
             notes.append(f"{share}FLOPs at {'/'.join(f'{m:.0%}' for m in mfu)} MFU, {how[len('FLOPs ('):-1]}.")
