@@ -175,18 +175,23 @@ def test_batches_finished_ahead_on_a_thread_are_the_bits_of_those_finished_when_
 @pytest.mark.parametrize("decode", ["pil", "device"])
 def test_an_augmented_image_run_resumed_after_a_stop_ends_as_an_uninterrupted_one(tmp_path, decode):
     """Every random draw of a training batch comes from its place in the run (a sample's in the
-    workers, a batch's on the device), so a run stopped after a checkpoint and resumed ends with
-    the same weights, bit for bit, as one that ran through, and the workers' count changes no bit."""
+    workers, a batch's on the device) and the loader draws nothing from the training's generator
+    (drop-path's), so a run stopped after a checkpoint and resumed ends with the same weights, bit
+    for bit, as one that ran through, and the workers' count changes no bit."""
     from leaner.training.resume import RESUME_DIR
 
     _write_image_folder(tmp_path / "imgs", fmt="jpg")
     manifest = tmp_path / "data" / "manifest.json"
     prepare("tiny_imgs", {"kind": "imagefolder", "path": str(tmp_path / "imgs"), **IMAGE_SPEC, "decode": decode},
             str(manifest))
-    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8)
+    # drop-path draws from the training's generator: a loader must not draw from it at another step
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8, drop_path_rate=0.2, depth=2)
     run["recipe"].update(epochs=3, batch_size=4, augment=True, checkpoint_every=4, num_workers=2)
     run["conditioning"]["samples"] = 4
     through = train(run, str(manifest), tmp_path / "through", progress=False)
+    import multiprocessing
+
+    assert multiprocessing.active_children() == []  # the run closed its loader: no worker outlives it
     assert train(run, str(manifest), tmp_path / "stopped", progress=False, stop_after=8) == {}
     assert (tmp_path / "stopped" / RESUME_DIR).is_dir()
     resumed = train(run, str(manifest), tmp_path / "stopped", progress=False)

@@ -117,11 +117,16 @@ def _loader_rate(manifest: str, workers: int, batch: int, device: str = "cpu", b
 
     splits = load_splits(manifest, Recipe.of({"augment": True, "num_workers": workers}))
     dev, want = torch.device(device), batches or max(10, 10 * workers)
+    if splits.finish is not None:  # its lazy start (CUDA, nvJPEG, kornia) is not the loader's: warmed before
+        x, y = next(splits.eval.eval_batches(batch, limit=batch))
+        _finisher(splits.finish)(x, y, dev, 0)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
     t0, n, k = time.perf_counter(), 0, 0
     for epoch in itertools.count():
         for x, y in splits.train.train_batches(batch, seed=0, epoch=epoch):
             if splits.finish is not None:  # a tree whose workers finished the batch has none (row 1f's baseline)
-                x, y = splits.finish.train(x, y, dev, k)
+                x, y = _finisher(splits.finish)(x, y, dev, k)
             n, k = n + len(x), k + 1
             if k == want:
                 break
@@ -239,12 +244,16 @@ def _augment_rate(manifest: str, batch: int, n_batches: int, repeats: int, devic
     return {"rates": rates, "ops_per_image": Count.ops / n}
 
 
+def _params(fn) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(fn).parameters)
+
+
 def _finisher(finish):
     """finish.train(x, y, device, seed) of this tree, or of an older one whose batches drew from the
     process's generators (row 1c's baseline: no seed)."""
-    import inspect
-
-    if "seed" in inspect.signature(finish.train).parameters:
+    if "seed" in _params(finish.train):
         return finish.train
     return lambda x, y, device, seed: finish.train(x, y, device)
 

@@ -86,7 +86,8 @@ def vit_through_leaner(work: Path, decode: str) -> dict:
 
 def device_parts(manifest: str, workers: int, batch: int, device: str) -> dict[str, float]:
     """`decode: device`'s input path part by part, in milliseconds per image over PART_BATCHES
-    batches (after one to warm up): read (the loader's workers handing over the encoded bytes),
+    batches (after one to warm up): the wait for the loader's next batch of encoded bytes (its
+    workers read ahead meanwhile, so this is what reading costs beyond that, not what it takes),
     then decode, crop, flip, RandAugment, normalise and erase on `device` (tensor_augment.
     DeviceTransforms.train's parts, the device synchronised at each part's end)."""
     import itertools
@@ -115,6 +116,6 @@ def device_parts(manifest: str, workers: int, batch: int, device: str) -> dict[s
     for k in range(PART_BATCHES):
         last[0] = time.perf_counter()
         x, y = next(it)
-        clock("read")
+        clock("wait for read")
         images += len(splits.finish.train(x, y, dev, k + 1, clock=clock)[0])
     return {part: 1e3 * t / images for part, t in times.items()}

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 _END = object()
-JOIN_S = 5.0  # how long closing waits for the thread to finish the item it is making
 
 
 class _Failed:
@@ -57,6 +56,8 @@ def read_ahead(make: Callable, items: Iterable, device: torch.device, depth: int
         return False
 
     def work() -> None:
+        if side is not None:
+            torch.cuda.set_device(device)  # this thread's device: a new thread's is GPU 0 (another rank's)
         try:
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                 for item in items:
@@ -90,4 +91,4 @@ def read_ahead(make: Callable, items: Iterable, device: torch.device, depth: int
             yield out
     finally:
         stop.set()
-        thread.join(JOIN_S)
+        thread.join()  # it finishes the item it makes (it holds the loader it pulls from), then sees stop

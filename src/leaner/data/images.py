@@ -11,7 +11,8 @@ evaluation. Where that happens is the dataset's `decode`:
     augments each batch on its device (tensor_augment.py): nvJPEG and CUDA kernels on a GPU.
 A training sample's augmentation in a worker draws from its own seed (its place in the run, given by
 the loader's batch sampler: splits._EndlessBatches), so a resumed run augments what an
-uninterrupted one did, whatever the workers.
+uninterrupted one did, whatever the workers. (Kind webdataset's samples, read through a shuffle
+buffer, are not seeded so: they draw from the worker's generators.)
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ def encoded_sample(data: bytes, name: str, label: int, in_chans: int):
 
 @contextlib.contextmanager
 def seeded(seed: int | None):
-    """Python's, numpy's and torch's global generators seeded with `seed` inside, as they were after
-    (what timm's Pillow transforms draw from: its crop and RandAugment Python's and numpy's, the
-    flip torch's); nothing where `seed` is None."""
+    """Python's, numpy's and torch's global CPU generators seeded with `seed` inside, as they were
+    after (what timm's Pillow transforms draw from: its crop and RandAugment Python's and numpy's,
+    the flip torch's CPU one; the CUDA generators are not touched); nothing where `seed` is None.
+    In a loader's worker process these are the worker's own; a loader of no workers runs in the
+    training process, on its thread (tasks/image.py reads such a split without a read-ahead thread)."""
     if seed is None:
         yield
         return
@@ -96,16 +99,17 @@ def seeded(seed: int | None):
     import numpy as np
     import torch
 
-    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cpu = torch.default_generator
+    saved = random.getstate(), np.random.get_state(), cpu.get_state()
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    cpu.manual_seed(seed)
     try:
         yield
     finally:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
-        torch.set_rng_state(saved[2])
+        cpu.set_state(saved[2])
 
 
 class HFImageDataset:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,7 @@ class ShardSplit:
         self.shards, self.keys, self.num_workers, self.pin_memory = shards, keys, num_workers, pin_memory
         self.stream = ShardStream(to_sample, collate)
         self._labels, self.skipped = labels, []
+        self._skipped_lock = threading.Lock()  # batches may be loaded on a read-ahead thread
 
     def __len__(self) -> int:
         return sum(s["samples"] for s in self.shards)
@@ -206,7 +208,8 @@ class ShardSplit:
         for x, y, names in loader:
             if torch.is_tensor(x) and (y < 0).any():
                 bad = y < 0
-                self.skipped += [names[j] for j in bad.nonzero().flatten().tolist()]
+                with self._skipped_lock:
+                    self.skipped += [names[j] for j in bad.nonzero().flatten().tolist()]
                 if bad.all():
                     raise RuntimeError(f"no image of this batch can be read: {', '.join(names)}")
                 x, y = x[~bad], y[~bad]
@@ -243,5 +246,6 @@ class ShardSplit:
             left -= len(y)
 
     def take_events(self) -> dict[str, list[str]]:
-        skipped, self.skipped = self.skipped, []
+        with self._skipped_lock:
+            skipped, self.skipped = self.skipped, []
         return {SKIPPED: skipped}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..compute.distributed import shard, shard_bounds
+
+LOADER_SEED = 0x10AD  # the loaders' own generator (their workers' base seed): nothing of a run's results draws on it
 
 # What a data path reports it worked around (Task.take_data_events), by file name.
 CPU_DECODED = "decoded on the CPU"  # a JPEG the device decoder rejected
@@ -136,7 +139,11 @@ class EpochStream:
             self.it, self.at = self.start(epoch, skip), (epoch, skip)
         n = self.length(epoch)
         for k in range(skip, n):
-            item = next(self.it)
+            try:
+                item = next(self.it)
+            except BaseException:  # a stream that failed (or ended) is started again when next asked
+                self.close()
+                raise
             self.at = (epoch, k + 1) if k + 1 < n else (epoch + 1, 0)  # taken from the stream: consumed
             yield item
 
@@ -182,6 +189,7 @@ class LoaderSplit:
         self.stream: EpochStream | None = None
         self.stream_key: tuple | None = None
         self.skipped: list[str] = []  # files left out of their batches since take_events
+        self._skipped_lock = threading.Lock()  # batches may be loaded on a read-ahead thread
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -200,16 +208,20 @@ class LoaderSplit:
         from torch.utils.data import DataLoader
 
         sent = _Recorded(batch_sampler)
+        # a generator of its own: the workers' base seed is not drawn from the training's generator
+        # (a resumed run would draw it at another step); what is random in a sample has its own seed
         loader = DataLoader(self.dataset, batch_sampler=sent, num_workers=self.num_workers,
-                            pin_memory=self.pin_memory, collate_fn=self.collate)
+                            pin_memory=self.pin_memory, collate_fn=self.collate,
+                            generator=torch.Generator().manual_seed(LOADER_SEED))
         for x, y in loader:
             indices = sent.taken.popleft()
             if torch.is_tensor(y) and (y < 0).any():
                 bad = y < 0
-                positions = bad.nonzero().flatten().tolist()
-                self.skipped += [self.dataset.name_of(_index(indices[j])) for j in positions]
+                names = [self.dataset.name_of(_index(indices[j])) for j in bad.nonzero().flatten().tolist()]
+                with self._skipped_lock:
+                    self.skipped += names
                 if bad.all():
-                    raise RuntimeError(f"no image of this batch can be read: {', '.join(self.skipped[-len(y):])}")
+                    raise RuntimeError(f"no image of this batch can be read: {', '.join(names)}")
                 x, y = x[~bad], y[~bad]
             yield x, y
 
@@ -243,8 +255,15 @@ class LoaderSplit:
         yield from self._loader([list(range(i, min(i + batch_size, n))) for i in starts])
 
     def take_events(self) -> dict[str, list[str]]:
-        skipped, self.skipped = self.skipped, []
+        with self._skipped_lock:
+            skipped, self.skipped = self.skipped, []
         return {SKIPPED: skipped}
+
+    def close(self) -> None:
+        """Stop the training stream: its loader's workers end."""
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
 
 class _Recorded:

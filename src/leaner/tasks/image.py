@@ -80,22 +80,29 @@ class ImageClassification(Task):
 
         finish, device = self.splits.finish, self.device
 
+        split = self.splits.train
+
         def loaded():
             for e in itertools.count(epoch):
-                first = skip if e == epoch else 0
-                batches = self.splits.train.train_batches(self.batch_size, self.seed, e, first, rank, world,
-                                                          self.repeats)
-                for k, (x, y) in enumerate(batches, start=first):
+                first = k = skip if e == epoch else 0
+                for k, (x, y) in enumerate(split.train_batches(self.batch_size, self.seed, e, first, rank, world,
+                                                               self.repeats), start=first):
                     yield x, y, batch_seed(self.seed, e, rank, k)
+                    k += 1
+                if k != self.steps_per_epoch:  # the next epoch's batches must not fill a short one
+                    raise RuntimeError(f"epoch {e} gave {k} training batches, not {self.steps_per_epoch}")
 
-        return read_ahead(lambda b: finish.train(b[0], b[1], device, b[2]), loaded(), device,
-                          READ_AHEAD if device.type == "cuda" else 0)
+        # a loader without workers loads in this process: on the thread that asks (no read-ahead)
+        ahead = READ_AHEAD if device.type == "cuda" and getattr(split, "num_workers", 1) > 0 else 0
+        return read_ahead(lambda b: finish.train(b[0], b[1], device, b[2]), loaded(), device, ahead)
 
     def close(self) -> None:
-        """Stop the read-ahead and the stream of training batches (the loader's workers go with them)."""
+        """Stop the read-ahead, then the training split's stream (its loader's workers end)."""
         if self.stream is not None:
             self.stream.close()
             self.stream = None
+        if hasattr(self.splits.train, "close"):
+            self.splits.train.close()
 
     def _to_device(self, batch, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Model input and labels on the device: an evaluation batch finished here (a training

@@ -104,7 +104,9 @@ class GraphedStep:
             self.step_t.fill_(step)
             self.optimizer.zero_grad(set_to_none=True)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            # thread_local: what another thread does meanwhile (a batch read ahead on its own stream:
+            # compute/side_stream.py) is not this capture's, and may sync or allocate
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self.step_fn(self.static, self.step_t)
         else:
             for dst, src in zip(self.static, batch):
