@@ -641,6 +641,27 @@ def test_a_run_on_webdataset_shards_trains_and_names_the_files_it_cannot_read(tm
     assert events["unreadable files"] == ["noise.jpg"] and events["unreadable, skipped"] >= 1
 
 
+def test_a_webdataset_run_resumed_mid_epoch_ends_as_an_uninterrupted_one(tmp_path):
+    """Shards read by 2 workers with the Pillow recipe and drop-path: stopped after a checkpoint in
+    the middle of an epoch and resumed (the epoch's first batches read again and dropped), the run
+    ends with the uninterrupted run's weights, bit for bit: the workers' generators are seeded from
+    the epoch's place in the run, not drawn from the training's."""
+    _write_shards(tmp_path / "wds", "train", 4, 6)
+    _write_shards(tmp_path / "wds", "validation", 1, 6)
+    manifest = tmp_path / "data" / "manifest.json"
+    prepare("wds", {"kind": "webdataset", "path": str(tmp_path / "wds"), **IMAGE_SPEC, "image_key": "jpg",
+                    "label_key": "cls"}, str(manifest))
+    run = small_spec(img_size=16, in_chans=3, num_classes=3, patch_size=8, drop_path_rate=0.2, depth=2)
+    run["recipe"].update(epochs=2, batch_size=4, augment=True, num_workers=2, checkpoint_every=3)
+    run["conditioning"]["samples"] = 4
+    through = train(run, str(manifest), tmp_path / "through", progress=False)
+    assert train(run, str(manifest), tmp_path / "stopped", progress=False, stop_after=3) == {}
+    resumed = train(run, str(manifest), tmp_path / "stopped", progress=False)
+    assert resumed["resumed_at"] == [3] and resumed["steps"] == through["steps"] == 12
+    ours, theirs = (load_file(tmp_path / name / "model.safetensors") for name in ("stopped", "through"))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
 @pytest.mark.slow
 def test_the_paper_config_takes_the_hubs_webdataset_shards_as_its_comment_says(tmp_path):
     """configs/paper.yaml's commented imagenet_wds entry, uncommented and given to vit_imagenet (its

@@ -12,7 +12,8 @@ evaluation. Where that happens is the dataset's `decode`:
 A training sample's augmentation in a worker draws from its own seed (its place in the run, given by
 the loader's batch sampler: splits._EndlessBatches), so a resumed run augments what an
 uninterrupted one did, whatever the workers. (Kind webdataset's samples, read through a shuffle
-buffer, are not seeded so: they draw from the worker's generators.)
+buffer, draw from their worker's generators, seeded from the epoch's place in the run: a resumed
+epoch, which reads and drops the batches already trained on, draws the same.)
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from ..io import write_json
-from .splits import SKIPPED
+from .splits import LOADER_SEED, SKIPPED, mix_seed
 
 SHUFFLE_BUFFER = 2000  # samples a worker shuffles through: about 1.6 of ImageNet's shards
 
@@ -204,7 +204,11 @@ class ShardSplit:
         from torch.utils.data import DataLoader
 
         self.stream.plan = {"keys": self.keys, **plan}
-        loader = DataLoader(self.stream, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
+        # the workers' base seed from the epoch's place in the run, not from the training's generator:
+        # a resumed epoch (which reads and drops the batches trained on) draws what the first run drew
+        base = mix_seed(LOADER_SEED, plan.get("seed", 0), plan.get("epoch", -1), plan.get("rank", 0))
+        loader = DataLoader(self.stream, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory,
+                            generator=torch.Generator().manual_seed(base))
         for x, y, names in loader:
             if torch.is_tensor(x) and (y < 0).any():
                 bad = y < 0
