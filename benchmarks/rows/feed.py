@@ -29,7 +29,8 @@ from pathlib import Path
 from unittest import mock
 
 from .common import REPO, RUN, _unpack, median_spread, table
-from .loading import _image_manifest, _loader_rate
+from .image_sets import _image_manifest
+from .loading import _loader_rate
 
 FEED_TARGET = 0.9  # declared with the row: `leaner train` keeps this share of min(loader, step)
 FEED_REV = "af8234e"  # the last commit whose loader was re-armed each epoch and sent float32 across processes

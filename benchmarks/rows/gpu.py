@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from .common import REPO, RUN, table
-from .loading import _image_manifest, _loader_rate
+from .image_sets import _image_manifest
+from .loading import _loader_rate
 
 # ----------------------------------------------------------------------------- 5. GPU
 

@@ -38,7 +38,8 @@ def vit_through_leaner(work: Path, decode: str) -> dict:
 
     import pandas as pd
     from rows.gpu import _bare_vit
-    from rows.loading import _image_manifest, _loader_rate
+    from rows.image_sets import _image_manifest
+    from rows.loading import _loader_rate
 
     from leaner.data.splits import worker_count
     from leaner.training.train import train
