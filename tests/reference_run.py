@@ -44,6 +44,7 @@ RESULTS = REPO / "docs" / "results.md"
 FIGURE = REPO / "docs" / "headline.png"
 TIMINGS = ("wall_time_s", "throughput_samples_per_s", "peak_memory_mb")  # summary columns a machine's load moves
 NOT_KEPT = ("all_studies-job_costs.csv",)  # nothing but timings
+IDENTITIES = "identities.csv"  # workflow/kept.py
 
 
 def _without(text: str, columns: tuple[str, ...]) -> str:
@@ -57,14 +58,22 @@ def _without(text: str, columns: tuple[str, ...]) -> str:
     return out.getvalue()
 
 
-def comparable(workdir: Path) -> dict[str, str]:
-    """The files of a run of the default study that no machine's load moves: name -> text."""
+def comparable(workdir: Path, configs: list[str]) -> dict[str, str]:
+    """The files of a run of `configs` that no machine's load moves: name -> text; with them the
+    identity of each run (workflow/kept.py: identities.csv), from a plan of the configs."""
+    from leaner.workflow.kept import identities_text, reference_identities
+    from leaner.workflow.plan import load_plan
+
     results = Path(workdir) / "results"
     files = {f"tables/{p.name}": p.read_text() for p in sorted((results / "tables").glob("*.csv"))
              if p.name not in NOT_KEPT}
     for summary in sorted(results.glob("*/summary.csv")):
         files[f"summaries/{summary.parent.name}.csv"] = _without(summary.read_text(), TIMINGS)
     files["findings.md"] = (results / "overview" / "findings.md").read_text()
+    paths = [REPO / c for c in configs]
+    plan = load_plan(*paths, default=None if len(paths) > 1 or configs == ["config.yaml"] else REPO / "config.yaml")
+    rows = reference_identities(plan, sorted(results.glob("*/summary.csv")))
+    files[IDENTITIES] = identities_text(rows)
     return files
 
 
@@ -260,10 +269,11 @@ def write_reference(workdir: Path, wall: str | None = None, folder: Path = REFER
     if len(counts) != 1 and not same_code:
         raise SystemExit(f"the run's variants come from {len(counts)} code states: a reference comes from one "
                          "(or say why their numbers are one code's: --same-code WHY)")
+    since = provenance(folder).get("kept_since") if (folder / "provenance.json").exists() else None
     for old in folder.rglob("*"):
         if old.is_file():
             old.unlink()
-    for name, text in comparable(workdir).items():
+    for name, text in comparable(workdir, CONFIGS[folder]).items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     (commit, dirty), _ = counts.most_common(1)[0]
@@ -274,6 +284,8 @@ def write_reference(workdir: Path, wall: str | None = None, folder: Path = REFER
         made["code_states"] = [f"{c[:10]}{' with local changes' if d else ''}: {n} runs"
                                for (c, d), n in counts.most_common()]
         made["same_code"] = same_code
+    # when runs of these identities were first kept here (workflow/kept.py: what a later claim has seen)
+    made["kept_since"] = since or time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
     made |= {"date": time.strftime("%Y-%m-%d"),
              "command": f"snakemake --cores 2 --configfile {' '.join(CONFIGS[folder])}", "wall": wall}
     (folder / "provenance.json").write_text(json.dumps(made, indent=1) + "\n")

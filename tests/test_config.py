@@ -410,7 +410,7 @@ def test_an_overlay_is_laid_over_config_yaml_and_a_full_config_stands_alone(tmp_
 
 
 def test_named_overlays_change_every_study(tmp_path):
-    """configs/quick.yaml: one seed and 60 steps in every study; configs/seeds5.yaml: seeds 0-4 on
+    """configs/quick.yaml: one seed and 60 steps in every study; configs/seeds5.yaml: seeds 30-34 on
     every configuration (the configurations themselves unchanged), over either config."""
     for config in (REPO / "config.yaml", REPO / "configs" / "paper.yaml"):
         base = load_plan(config)
@@ -424,7 +424,7 @@ def test_named_overlays_change_every_study(tmp_path):
             assert {v.recipe.epochs for v in _variants(quick, name)} == {v.recipe.epochs for v in _variants(
                 base, name)}
             assert len(five.studies[name].variants) == 5 * len(configs), name
-            assert {v.seed for v in _variants(five, name)} == {0, 1, 2, 3, 4}
+            assert {v.seed for v in _variants(five, name)} == {30, 31, 32, 33, 34}
     with pytest.raises(ConfigError, match=r"every_study.seeds"):
         bad = tmp_path / "bad.yaml"
         bad.write_text("every_study: {seeds: 5}\n")

@@ -4,6 +4,7 @@ quoting what the kept pilot (pilots/vit_digits.csv) reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -14,6 +15,8 @@ from scipy import stats
 
 from leaner.analysis.power import seeds_for, welch_power
 from leaner.workflow.config import load_yaml
+from leaner.workflow.kept import variant_identity
+from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY, run
 
@@ -59,7 +62,13 @@ def test_a_pilot_trains_the_claims_arms_on_its_own_seeds_and_reports_their_power
     leaner = [str(BIN / "leaner"), "pilot", "tiny", "--claim", "lean", "--config", str(config), "--cores", "2"]
     out = run([*leaner, "--seeds", "100-101"], cwd=tmp_path).stdout.splitlines()
     pilot = pd.read_csv(tmp_path / "pilots" / "tiny.csv")
-    assert list(pilot.columns) == ["study", "configuration", "variant", "seed", "metric", "value"]
+    assert list(pilot.columns) == ["study", "configuration", "variant", "seed", "metric", "value", "identity"]
+    # each run's identity (workflow/kept.py) is the one a claim of the study on that seed would have
+    plan = load_plan(config)
+    for row in pilot.itertuples():
+        stem = row.variant.rpartition("-s")[0]
+        like = next(v for v in plan.studies["tiny"].variants.values() if v.id.rpartition("-s")[0] == stem)
+        assert row.identity == variant_identity(plan, dataclasses.replace(like, seed=row.seed))
     assert sorted(pilot["configuration"].unique()) == ["L1-H1-D16-mlp32", "L1-H2-D16-mlp32", "L2-H1-D16-mlp32"]
     assert sorted(pilot["seed"]) == [100, 100, 100, 101, 101, 101] and (pilot["metric"] == "eval_acc").all()
     for _, row in pilot.iterrows():  # each value is the run's own final accuracy, trained on the pilot seed

@@ -121,8 +121,9 @@ CLAIM_WORDS = ("How the claims read (each declared in its config before its runs
                "above -margin. Equivalent: both bounds within +-margin (a stronger verdict with its own, lower "
                "power). Inferior: the upper bound below -margin (a cost beyond the margin). The margin is fixed "
                "before the runs: how much worse still counts as a match, or counts as a cost; for a superior "
-               "claim it is the gain the test's power is sized for, not a threshold. A run is new data when its "
-               "seed's results were never seen before the claim was declared.")
+               "claim it is the gain the test's power is sized for, not a threshold. A run is new data when no run "
+               "of its identity (task, data, model, recipe and seed) was kept before the claim was declared, in a "
+               "reference or a pilot.")
 NON_INFERIOR = SUPPORTS["non-inferior"]  # the verdicts that mean a match: superior, equivalent, non-inferior
 
 

@@ -160,7 +160,7 @@ def report(pilot: pd.DataFrame, claim: dict, label) -> list[str]:
     return lines
 
 
-PILOT_COLUMNS = ["study", "configuration", "variant", "seed", "metric", "value"]
+PILOT_COLUMNS = ["study", "configuration", "variant", "seed", "metric", "value", "identity"]  # workflow/kept.py
 
 
 def merged(old: pd.DataFrame | None, new: list[dict]) -> pd.DataFrame:

@@ -189,6 +189,18 @@ def _claim_rows(summary: pd.DataFrame, point: dict, seeds: list[int]) -> pd.Data
     return summary[mask]
 
 
+def _seen(runs: pd.DataFrame, claim: dict) -> np.ndarray:
+    """Which of a claim's runs were seen before it (its `seen`: a seed's every arm, or one arm's
+    seeds): the others are new data."""
+    mask = np.zeros(len(runs), dtype=bool)
+    for entry in claim.get("seen_runs") or []:
+        hit = runs["seed"].isin(entry["seeds"]).to_numpy()
+        for key, value in (entry["point"] or {}).items():
+            hit = hit & (runs[key] == value).to_numpy()
+        mask |= hit
+    return mask
+
+
 CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_pct", "metric", "mean", "n",
                   "not_learned", "seeds_missing", "lean_advantage", "bound_lo", "bound_hi", "margin", "verdict",
                   "elsewhere", "hypothesis", "supported", "declaration", "runs_new", "split_lo", "split_hi",
@@ -309,8 +321,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
         if claim.get("control"):
             _anchor(arms, values, learned_rows(base, fallback=False)[claim["metric"]].to_numpy(float), claim)
         stated = declaration(claim, runs)
-        # the claim's runs that are new data: not among the seeds whose results were seen before it
-        new = f"{int((~runs['seed'].isin(claim.get('seen') or [])).sum())} of {len(runs)}"
+        new = f"{len(runs) - int(_seen(runs, claim).sum())} of {len(runs)}"
         rows.append({**common, "role": "baseline", "configuration": claim_label(claim["baseline"]),
                      "params": base_params, "param_reduction_pct": 0.0, "mean": mean, "n": n,
                      "not_learned": len(base) - n, "seeds_missing": len(claim["seeds"]) - len(base),

@@ -21,6 +21,7 @@ from ..io import read_json, write_csv, write_text
 from ..provenance import SOURCE_ROOT
 from ..running.launch import snakemake_command
 from ..workflow.config import ConfigError, did_you_mean
+from ..workflow.kept import variant_identity
 from ..workflow.plan import Plan, build_plan
 
 PILOT_CSV = "pilots/{study}.csv"
@@ -43,9 +44,10 @@ def find_claim(plan: Plan, study: str, name: str) -> dict:
 
 
 def pilot_config(config: dict, study: str, seeds: list[int]) -> dict:
-    """The config the pilot runs: the study alone, every grid entry and claim on the pilot seeds."""
+    """The config the pilot runs: the study alone, every grid entry on the pilot seeds, without its
+    claims (the pilot's runs are no claim's data; its report reads the claim of the study's plan)."""
     out = copy.deepcopy(config)
-    out["studies"] = {study: out["studies"][study]}
+    out["studies"] = {study: {k: v for k, v in out["studies"][study].items() if k != "claims"}}
     out["every_study"] = {**(out.get("every_study") or {}), "seeds": list(seeds)}
     return out
 
@@ -98,14 +100,16 @@ def run(config: dict, study: str, claim_name: str, seeds: list[int], out_csv: st
     if len(seeds) < 2:
         raise PilotError(f"--seeds: {seeds} gives no standard deviation (allowed: two seeds or more)")
     overlay = pilot_config(config, study, seeds)
-    runs = pilot_runs(build_plan(overlay), study, claim, seeds)
+    pilot_plan = build_plan(overlay)
+    runs = pilot_runs(pilot_plan, study, claim, seeds)
     folder = Path(work or PILOT_RUNS.format(study=study))
     targets = [f"results/{study}/{variant}/metrics.json" for _, variant, _ in runs]
     print(f"leaner pilot: {len(runs)} runs of claim {claim_name} in {folder}", flush=True)
     train_pilot(folder, overlay, targets, cores)
     rows = [{"study": study, "configuration": point_label(dict(claim_arms(claim))[role]), "variant": variant,
              "seed": seed, "metric": claim["metric"],
-             "value": value_of(read_json(folder / f"results/{study}/{variant}/metrics.json"), claim["metric"])}
+             "value": value_of(read_json(folder / f"results/{study}/{variant}/metrics.json"), claim["metric"]),
+             "identity": variant_identity(pilot_plan, pilot_plan.studies[study].variants[variant])}
             for role, variant, seed in runs]
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     write_csv(out_csv, merged(pd.read_csv(out_csv) if Path(out_csv).exists() else None, rows))

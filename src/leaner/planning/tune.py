@@ -18,6 +18,7 @@ from pathlib import Path
 from ..analysis.power import claim_arms
 from ..io import read_json, write_csv
 from ..workflow.config import ConfigError
+from ..workflow.kept import variant_identity
 from ..workflow.plan import build_plan
 from .pilot import (
     PilotError,
@@ -32,7 +33,7 @@ from .pilot import (
 
 TUNE_CSV = "pilots/{study}_lr.csv"
 TUNE_RUNS = "pilot_runs/{study}_lr"
-TUNE_COLUMNS = ["study", "configuration", "variant", "lr", "seed", "metric", "value", "chosen"]
+TUNE_COLUMNS = ["study", "configuration", "variant", "lr", "seed", "metric", "value", "chosen", "identity"]
 VALIDATION_KINDS = ("digits",)  # kinds whose prepare carves a validation split (validation_fraction)
 
 
@@ -118,7 +119,8 @@ def run(config: dict, study: str, claim_name: str, lrs: list[float], seeds: list
     points = dict(claim_arms(claim))
     rows = [{"study": study, "configuration": point_label(points[role]), "variant": variant, "lr": lr, "seed": seed,
              "metric": claim["metric"],
-             "value": value_of(read_json(folder / f"results/{study}_lr{i}/{variant}/metrics.json"), claim["metric"])}
+             "value": value_of(read_json(folder / f"results/{study}_lr{i}/{variant}/metrics.json"), claim["metric"]),
+             "identity": variant_identity(plan, plan.studies[f"{study}_lr{i}"].variants[variant])}
             for i, lr, role, variant, seed in runs]
     rows = choose(rows, claim["mode"])
     out_csv = out_csv or TUNE_CSV.format(study=study)

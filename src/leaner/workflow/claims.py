@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 
 def claims_digest(claims: list[dict]) -> str:
     """The fingerprint of a study's claims block as declared (rationale included): what each run
-    records when it trains, so that a table can tell a declaration changed after its runs."""
-    return hashlib.sha256(json.dumps(claims, sort_keys=True).encode()).hexdigest()[:16]
+    records when it trains, so that a table can tell a declaration changed after its runs. A
+    claim's `seen` is left out: it records which of its runs were made before it (checked against
+    the runs the project keeps, workflow/kept.py), a fact about the past that moves no verdict."""
+    bare = [{k: v for k, v in c.items() if k != "seen"} if isinstance(c, dict) else c for c in claims]
+    return hashlib.sha256(json.dumps(bare, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], problems: list[str],
@@ -46,9 +49,6 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
         missing = sorted(set(claim["seeds"]) - set(seeds))
         if missing:
             problems.append(f"{where}.seeds: {missing} not in the study's grid (allowed: {seeds})")
-        stray = sorted(set(claim.get("seen") or []) - set(claim["seeds"]))
-        if stray:
-            problems.append(f"{where}.seen: {stray} are not seeds of the claim (allowed: {sorted(claim['seeds'])})")
         resolved = {}
         points = [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]
         for role, point in points + ([("control", claim["control"])] if "control" in claim else []):
@@ -58,12 +58,13 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
                                 f"the grid{', name more axes' if found else ''} (allowed: {options})")
             else:
                 resolved[role] = {k: getattr(found[0].model, k) for k in axes}
+        seen = _seen_runs(claim, where, configs, axes, list(resolved.values()), problems)
         if len(resolved) == len(points) + ("control" in claim):
             as_declared = next((c for c in declared if c.get("name") == claim["name"]), claim)
             out.append({"name": claim["name"], "metric": metric, "mode": modes[metric], "margin": claim["margin"],
                         "hypothesis": claim.get("hypothesis", "non-inferior"),
                         "seeds": sorted(claim["seeds"]), "declared_seeds": sorted(as_declared["seeds"]),
-                        "seen": sorted(claim.get("seen") or []),
+                        "seen_runs": seen,
                         "baseline": resolved["baseline"],
                         "lean": [resolved[f"lean[{j}]"] for j in range(len(claim["lean"]))],
                         "control": resolved.get("control"), "declaration": claims_digest(declared),
@@ -73,6 +74,29 @@ def resolve_claims(name: str, st: dict, info, variants: dict[str, Variant], prob
         problems.append(f"config error: studies.{name}.claims: the name {dup!r} is declared twice "
                         f"(allowed: one claim a name)")
     return tuple(out)
+
+
+def _seen_runs(claim: dict, where: str, configs: dict, axes, points: list[dict], problems: list[str]) -> list[dict]:
+    """The claim's `seen` resolved: [{"point": the configuration's axes, or None for every arm,
+    "seeds": [...]}]; a seed not the claim's, or a configuration not one of its arms, is a problem."""
+    out = []
+    for j, item in enumerate(claim.get("seen") or []):
+        entry = {"point": None, "seeds": [item]} if isinstance(item, int) else {
+            "point": {k: v for k, v in item.items() if k != "seeds"}, "seeds": sorted(item["seeds"])}
+        stray = sorted(set(entry["seeds"]) - set(claim["seeds"]))
+        if stray:
+            problems.append(f"{where}.seen[{j}]: {stray} are not seeds of the claim "
+                            f"(allowed: {sorted(claim['seeds'])})")
+        if entry["point"] is not None:
+            found = _claim_config(entry["point"], configs)
+            arm = {k: getattr(found[0].model, k) for k in axes} if len(found) == 1 else None
+            if arm not in points:
+                problems.append(f"{where}.seen[{j}]: {json.dumps(entry['point'])} is not one of the claim's "
+                                f"configurations (allowed: its baseline, lean and control points)")
+                continue
+            entry["point"] = arm
+        out.append(entry)
+    return out
 
 
 def _claim_config(point: dict, configs: dict) -> list:

@@ -34,6 +34,7 @@ from .config import (
     validate_schema,
 )
 from .datasets import check_dataset
+from .kept import repeat_problems
 from .variants import Variant, grid_points_of, lean_grid, variants_of
 
 GLUE_NUM_LABELS = {task: labels for task, (_, labels, _, _) in GLUE_TASKS.items()}
@@ -121,9 +122,12 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
             studies[name] = study
 
     theory = {**THEORY_DEFAULTS, **(config.get("theory") or {})}
+    plan = Plan(datasets=datasets, studies=studies, theory=theory, numerics=config.get("numerics", DEFAULT_MODE))
+    if not problems:
+        problems += repeat_problems(plan)  # a claim's runs are new data, or named as seen
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    return Plan(datasets=datasets, studies=studies, theory=theory, numerics=config.get("numerics", DEFAULT_MODE))
+    return plan
 
 
 def _model_base(name: str, st: dict, ds: dict, problems: list[str]) -> dict:

@@ -5,6 +5,7 @@ Light (no torch, unless a `lean` block counts parameters on the meta device)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -159,7 +160,13 @@ def variants_of(name: str, st: dict, info, points: list[dict], model_base: dict,
             problems.append(f"config error: studies.{name}.overrides[{i}].where: matches no variant of the grid "
                             f"(allowed: values on the study's grid axes)")
     for vid in expect:
-        if vid not in variants:
+        if vid in variants:
+            continue
+        # an overlay's seeds (every_study) left the id out: the configuration's first seed carries the check
+        same = sorted((v.seed, v.id) for v in variants.values() if v.id.rpartition("-s")[0] == vid.rpartition("-s")[0])
+        if same:
+            variants[same[0][1]] = dataclasses.replace(variants[same[0][1]], expect_params=expect[vid])
+        else:
             problems.append(f"config error: studies.{name}.expect_params: no variant {vid!r} in the grid "
                             f"(allowed: ids listed by `leaner variants <config>`)")
     if not variants and not any(p.startswith(f"config error: studies.{name}.") for p in problems):
