@@ -25,6 +25,9 @@ def _claim(study, name, base, leans, control=None):
     (["non-inferior", "inferior"], "inferior", "failed"),
     (["equivalent"], "non-inferior", "not testable (the lost layer costs nothing measurable)"),
     (["superior"], "inconclusive", "not testable (the lost layer's cost not shown)"),
+    # more heads at fewer layers shown to fall short: the trade fails whatever the control shows
+    (["inferior"], "inconclusive", "failed (a lean model is inferior; the control inconclusive)"),
+    (["inferior"], "equivalent", "failed (a lean model is inferior; the control equivalent)"),
     (["inconclusive"], "inferior", "inconclusive"),
     (["one seed, no interval"], "one seed, no interval", "descriptive (one seed)"),
     (["did not learn (lean)"], "did not learn (control)", "no verdict (did not learn (lean))"),

@@ -6,8 +6,9 @@ A *depth trade* is a claim with a control whose lean models have fewer layers th
 lean models of more heads and fewer layers against the conventional baseline, the control the
 lean models without their added heads (the lost layer alone). It is read:
 - held: the control is inferior (the lost layer costs) and every lean model is non-inferior;
-- failed: the control is inferior and a lean model is inferior too (the heads do not win the
-  layer back);
+- failed: a lean model is inferior (its heads do not make up for the layer it lost: the trade
+  fails at that step whatever the control shows, and where the control's cost is not shown the
+  reading says so);
 - not testable: the control is not inferior, so a match says nothing about heads: the lost layer
   costs nothing measurable (the control non-inferior) or its cost is not shown (inconclusive);
 - descriptive: a side has one run (no interval, no verdict); no verdict where a side has none
@@ -38,14 +39,15 @@ def _reading(leans: pd.Series, control: str | None) -> str:
         return f"no verdict ({odd[0]})"
     if (leans == ONE_SEED).any() or control == ONE_SEED:
         return "descriptive (one seed)"
+    if (leans == "inferior").any():
+        shown = control in (None, "inferior")
+        return "failed" if shown else f"failed (a lean model is inferior; the control {control})"
     if control in NON_INFERIOR:
         return "not testable (the lost layer costs nothing measurable)"
     if control is not None and control != "inferior":
         return "not testable (the lost layer's cost not shown)"
     if leans.isin(NON_INFERIOR).all():
         return "held"
-    if (leans == "inferior").any():
-        return "failed"
     return "inconclusive"
 
 

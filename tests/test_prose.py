@@ -1,0 +1,38 @@
+"""The results prose says only what the references hold (prose_check.py): every decimal number a
+number of the references its paragraph cites, every interval one of their rows, every italic
+verdict beside an interval that row's verdict."""
+
+from __future__ import annotations
+
+import pytest
+from prose_check import PROSE, problems
+
+from conftest import REPO
+
+pytestmark = pytest.mark.fast
+
+
+def test_the_results_prose_quotes_only_the_references_numbers_intervals_and_verdicts():
+    pools = {}
+    found = [line for path in PROSE for line in problems((REPO / path).read_text(), path, pools)]
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("written,changed,said", [
+    # an interval no row holds (the count claim's gain one unit off)
+    ("(+0.106 [+0.092, +0.121])", "(+0.107 [+0.092, +0.121])", "+0.107 [+0.092, +0.121] is no row of"),
+    # a verdict that is not the row's
+    ("+0.011 [+0.003, +0.020], *superior*", "+0.011 [+0.003, +0.020], *equivalent*",
+     "+0.011 [+0.003, +0.020] is superior in tests/reference/why_kappa, the prose says *equivalent*"),
+    # a number none of the cited references holds
+    ("P2's rank-4 model is flat (0.4%): its MSE 0.676", "P2's rank-4 model is flat (0.4%): its MSE 0.671",
+     "0.671 is no number of tests/reference/default_study"),
+    # an interval quoted from another study's reference than the paragraph cites
+    ("against 8 costs\n0.218 [0.210, 0.226]", "against 8 costs\n0.037 [0.051, 0.024]",
+     "0.037 [0.051, 0.024] is no row of tests/reference/why_rank_p2"),
+])
+def test_the_check_fails_on_a_number_an_interval_or_a_verdict_the_references_do_not_hold(written, changed, said):
+    text = (REPO / "README.md").read_text()
+    assert written in text and problems(text, "README.md") == []
+    found = problems(text.replace(written, changed, 1), "README.md")
+    assert any(said in line for line in found), found
