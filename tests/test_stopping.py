@@ -471,6 +471,39 @@ def test_the_snakemake_of_a_slurm_job_passes_the_stop_signal_on_and_waits(tmp_pa
     assert torch.load(out / RESUME_DIR / "state.pt", weights_only=True)["step"] > 0
 
 
+RELAY_SCRIPT = """
+import os, signal, subprocess, sys, threading, time
+from leaner.workflow.engine import relay_stop_signals
+assert relay_stop_signals({"SLURM_JOB_ID": "1"}, ["snakemake"])
+child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+                          "signal.signal(signal.SIGUSR1, lambda *a: sys.exit(0)); print('ready', flush=True); "
+                          "time.sleep(30); sys.exit(3)"], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+other = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+other.start()
+done = threading.Lock()
+done.acquire()
+threading.Thread(target=lambda: (child.wait(), done.release()), daemon=True).start()
+threading.Timer(0.3, signal.pthread_kill, (other.ident, signal.SIGUSR1)).start()
+start = time.monotonic()
+done.acquire(timeout=20)  # the main thread waits on a lock, as Snakemake's does while its jobs run
+print(child.poll(), round(time.monotonic() - start, 1))
+"""
+
+
+def test_a_stop_signal_another_thread_of_snakemake_gets_reaches_the_training_at_once():
+    """The kernel gives a signal sent to a process to any of its threads; Python runs the handler in
+    the main thread only when it next runs Python code, and Snakemake's main thread waits on a lock
+    while its jobs run. Here SIGUSR1 lands on another thread while the main thread waits 20 s: the
+    relay passes it on to the child at once (without it, 20 s later)."""
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", RELAY_SCRIPT], capture_output=True, text=True, timeout=60,
+                         cwd=REPO, check=True).stdout.split()
+    rc, waited = int(out[0]), float(out[1])
+    assert rc == 0 and waited < 5, out
+
+
 def psutil_alive(pid: int) -> bool:
     import psutil
 

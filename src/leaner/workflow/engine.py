@@ -142,13 +142,60 @@ def relay_stop_signals(environ: Mapping, argv: list[str]) -> bool:
 
     graceful = getattr(JobScheduler, "_leaner_graceful", None) or JobScheduler.exit_gracefully
     JobScheduler._leaner_graceful = graceful
+    relayed = wakeup_relay((signal.SIGTERM, signal.SIGUSR1))
 
     def exit_gracefully(self, *args):
-        pass_on(signal.SIGTERM)
+        if not relayed:
+            pass_on(signal.SIGTERM)
         return graceful(self, *args)
 
     JobScheduler.exit_gracefully = exit_gracefully
-    signal.signal(signal.SIGUSR1, lambda signum, frame: pass_on(signum))
+    # the handler keeps SIGUSR1 from ending Snakemake; the relay (where it runs) passes it on
+    signal.signal(signal.SIGUSR1, lambda signum, frame: None if relayed else pass_on(signum))
+    return True
+
+
+_RELAYED: set[int] = set()  # the signals this process's relay thread passes on
+
+
+def wakeup_relay(signals) -> bool:
+    """A thread that passes `signals` on to this process's children the moment any of its threads
+    gets one. Python runs a signal's handler in the main thread only, when that thread next runs
+    Python code; Snakemake's main thread waits on a lock while its jobs run, and a signal the kernel
+    delivers to another of its threads (its choice for a signal sent to the process) does not wake
+    it, so a handler could wait the whole job and the training never hear of its time limit (seen
+    once in CI: a SIGUSR1 left the training running to its end). Python's C-level handler writes
+    each handled signal's number to the wakeup fd as it arrives, in whatever thread: the relay reads
+    it there. The signals need a Python handler (their numbers are written only then). False where
+    another wakeup fd is set already (the handlers then pass the signals on themselves)."""
+    import os
+    import signal
+    import threading
+
+    wanted = {int(s) for s in signals}
+    if wanted <= _RELAYED:
+        return True
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(r)
+        os.close(w)
+        return False
+    _RELAYED.update(wanted)
+
+    def relay() -> None:
+        while data := os.read(r, 512):
+            for signum in dict.fromkeys(data):
+                if signum in wanted:
+                    pass_on(signum)
+
+    threading.Thread(target=relay, name="leaner-stop-relay", daemon=True).start()
     return True
 
 
