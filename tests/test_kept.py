@@ -99,6 +99,19 @@ def test_a_pilots_runs_are_seen_by_a_claim_on_its_seeds():
     load_plan(REPO / "configs" / "seeds5.yaml", default=REPO / "config.yaml")
 
 
+def _check_tuning(frame: pd.DataFrame, path) -> None:
+    from leaner.planning.tune import tune_config
+    from leaner.workflow.config import load_configs
+
+    lrs = sorted(float(lr) for lr in frame["lr"].unique())
+    study = frame["study"].iloc[0]
+    config = load_configs([path], None if path.name == "config.yaml" else REPO / "config.yaml")
+    plan = build_plan(tune_config(config, study, lrs, sorted(int(s) for s in frame["seed"].unique()), 0.2))
+    for row in frame.itertuples():
+        variant = plan.studies[f"{study}_lr{lrs.index(row.lr)}"].variants[row.variant]
+        assert row.identity == variant_identity(plan, variant), (row.variant, row.lr)
+
+
 @pytest.mark.slow
 def test_the_identities_the_project_keeps_are_those_a_fresh_plan_of_their_configs_gives():
     """Each reference's identities.csv is its summaries' runs planned from the configs its
@@ -122,6 +135,9 @@ def test_the_identities_the_project_keeps_are_those_a_fresh_plan_of_their_config
             continue
         (path,) = defining[frame["study"].iloc[0]]
         plan = load_plan(path, default=None if path.name == "config.yaml" else REPO / "config.yaml")
+        if pilot.stem.endswith("_lr"):  # `leaner tune`'s: each rate a copy of the study on the validation split
+            _check_tuning(frame, path)
+            continue
         for row in frame.itertuples():
             variants = plan.studies[row.study].variants.values()
             like = next((v for v in variants if v.id.rpartition("-s")[0] == row.variant.rpartition("-s")[0]), None)

@@ -44,13 +44,16 @@ def test_a_depth_trade_reads_from_its_control_and_its_lean_models(leans, control
 
 def test_only_depth_trades_and_p2s_claims_are_tests_of_the_trade():
     """A P1 claim without a control, or whose lean model keeps its depth, is not a trade; a P2 claim
-    is a heads test where the count grows, a rank test where only the rank falls."""
+    is a heads test where the count grows, a rank test where only the rank falls, and neither where
+    a module is taken away at one rank."""
     heads = pd.DataFrame(
         _claim("v", "depth_costs", "L2-H4-D64-mlp128", [("L1-H4-D64-mlp128", "inferior")])
         + _claim("v", "conditioned", "L1-H16-D64-mlp128", [("L1-H4-D64-mlp128-qk8", "inferior")],
                  ("L1-H4-D64-mlp128", "inferior"))
         + _claim("p", "count", "L1-H1-W1-r16-d16-N8", [("L1-H1-W2-r16-d16-N8", "superior")])
-        + _claim("p", "rank", "L1-H1-W2-r16-d16-N8", [("L1-H2-W1-r8-d16-N8", "inferior")]))
+        + _claim("p", "rank", "L1-H1-W2-r16-d16-N8", [("L1-H2-W1-r8-d16-N8", "inferior")])
+        # a module taken away at one rank: fewer heads, the same rank, a test of neither reading
+        + _claim("p", "module", "L1-H4-W2-r4-d16-N8", [("L1-H4-W1-r4-d16-N8", "equivalent")]))
     table = trade_table(heads, {"v": "image_classification", "p": "nearest_point"})
     assert table[["claim", "kind", "changed", "reading"]].values.tolist() == [
         ["count", "P2 heads test", "heads 1 -> 2", "held"], ["rank", "P2 rank test", "rank 16 -> 8", "failed"]]

@@ -15,9 +15,10 @@ lean models without their added heads (the lost layer alone). It is read:
   (its runs did not learn, or there are none);
 - inconclusive: otherwise.
 A claim of a P2 study (P2's task) is a *heads test* where its lean models have more heads in all
-(heads x attention modules) than the baseline, a *rank test* where the count is the same and the
+(heads x attention modules) than the baseline, a *rank test* where the count is not higher and the
 head rank lower: either held where the lean models are non-inferior, failed where one is
-inferior. `changed` says what moved, from the configurations' names."""
+inferior; a P2 claim of neither (a module taken away at one rank) tests neither reading and is
+left out. `changed` says what moved, from the configurations' names."""
 
 from __future__ import annotations
 
@@ -63,11 +64,18 @@ def _changed(base: str, lean: str) -> str:
     return ", ".join(moved)
 
 
+def _more_heads(base: str, leans: pd.Series) -> bool:
+    return all(_shape(x)[1] > _shape(base)[1] for x in leans)
+
+
+def _lower_rank(base: str, leans: pd.Series) -> bool:
+    return all(0 < _shape(x)[2] < _shape(base)[2] for x in leans)
+
+
 def _kind(base: str, leans: pd.Series, control: bool) -> str:
     if control:
         return "depth trade"
-    more = all(_shape(x)[1] > _shape(base)[1] for x in leans)
-    return "P2 heads test" if more else "P2 rank test"
+    return "P2 heads test" if _more_heads(base, leans) else "P2 rank test"
 
 
 def trade_table(heads: pd.DataFrame, tasks: dict[str, str]) -> pd.DataFrame:
@@ -80,6 +88,9 @@ def trade_table(heads: pd.DataFrame, tasks: dict[str, str]) -> pd.DataFrame:
         shallower = len(leans) and all(_shape(x)[0] < _shape(base)[0] for x in leans["configuration"])
         if family != "P2" and not (len(control) and shallower):
             continue
+        configs = leans["configuration"]
+        if family == "P2" and not (_more_heads(base, configs) or _lower_rank(base, configs)):
+            continue  # neither more heads nor a lower rank (e.g. a module taken away): no test of either reading
         ctrl = control["verdict"].iloc[0] if len(control) else None
         rows.append({
             "study": study, "task": tasks[study], "claim": name,
