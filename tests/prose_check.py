@@ -3,10 +3,11 @@ every number with a decimal point must be a number of the references a paragraph
 (`tests/reference/NAME`; none cited: the default study's), at the precision it is written; every
 interval "x [lo, hi]" must be one row's three consecutive numbers (a difference and its bounds, a
 mean and its interval, a correlation and its interval; as magnitudes where the prose says "costs
-0.51 [0.32, 0.69]"); and an italic verdict beside such an interval (*superior*, *inferior*, ...)
-must be that row's verdict. What is not a run's number (a version, a paper's count) is listed in
-NOT_RUNS with where it comes from. Generated blocks (between `<!-- NAME: begin -->` and `end`)
-are held byte for byte elsewhere (test_readme.py) and left out here."""
+0.51 [0.32, 0.69]"); and an italic verdict beside such an interval (*superior*, *inferior*, ...;
+each verdict read as the nearest interval's) must be that row's verdict. What is not a run's
+number (a version, a paper's count) is listed in NOT_RUNS with where it comes from. Generated
+blocks (between `<!-- NAME: begin -->` and `end`) are held byte for byte elsewhere
+(test_readme.py) and left out here."""
 
 from __future__ import annotations
 
@@ -147,14 +148,21 @@ def problems(text: str, where: str, pools: dict | None = None) -> list[str]:
         for m in NUMBER.finditer(flat):
             if m.group().lstrip("+-").rstrip("%") not in pool.numbers:
                 out.append(f"{where}: {m.group()} is no number of {cited}: ...{flat[max(0, m.start() - 60):m.end()]}")
-        for m in INTERVAL.finditer(flat):
+        intervals = list(INTERVAL.finditer(flat))
+        said: dict[int, list[str]] = {}  # each italic verdict goes to the interval nearest it
+        for v in ITALIC.finditer(flat):
+            gaps = [(max(v.start() - m.end(), m.start() - v.end()), i) for i, m in enumerate(intervals)]
+            gap, i = min(gaps, default=(None, None))
+            if gap is not None and gap <= 60:
+                said.setdefault(i, []).append(v.group(1))
+        for i, m in enumerate(intervals):
             verdicts = pool.interval(m.groups())
             if verdicts is None:
                 out.append(f"{where}: {m.group()} is no row of {cited}: ...{flat[max(0, m.start() - 60):m.end()]}")
                 continue
-            said = [v.group(1) for v in ITALIC.finditer(flat[max(0, m.start() - 40):m.end() + 40])]
             stated = {v for v in verdicts if v}
-            if said and stated and not set(said) & stated:
-                out.append(f"{where}: {m.group()} is {' or '.join(sorted(stated))} in {', '.join(names)}, "
-                           f"the prose says *{said[0]}*: ...{flat[max(0, m.start() - 60):m.end() + 40]}")
+            words = said.get(i, [])
+            if words and stated and not set(words) & stated:
+                out.append(f"{where}: {m.group()} is {' or '.join(sorted(stated))} in {cited}, "
+                           f"the prose says *{words[0]}*: ...{flat[max(0, m.start() - 60):m.end() + 40]}")
     return out
