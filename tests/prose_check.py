@@ -69,9 +69,12 @@ class Pool:
                 continue
             for table in sorted(path.rglob("*.csv")):
                 pool._csv(table)
-            for text in sorted(path.glob("*.md")):
-                for m in re.finditer(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?", text.read_text()):
+            for text in sorted(path.glob("*.md")):  # the findings: their numbers, and their intervals as rows
+                words = text.read_text()
+                for m in re.finditer(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?", words):
                     pool.numbers.add(m.group().replace(",", ""))
+                for m in re.finditer(r"([-+]?\d+\.\d+) \[([-+]?\d+\.\d+), ([-+]?\d+\.\d+)\]", words):
+                    pool.rows.append(([float(x) for x in m.groups()], None))
         return pool
 
     def _csv(self, path: Path) -> None:

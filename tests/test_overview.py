@@ -105,3 +105,21 @@ def test_a_comparison_with_a_model_that_did_not_learn_has_no_verdict():
     assert "kept out of every mean and verdict: s L2/H1 (2 of 7 seeds)" in text
     learned = heads_effect(configs.assign(not_learned=[0.0, 0.0], learned_none=False)).iloc[0]
     assert learned["verdict"] == "more heads help"
+
+
+def test_the_findings_give_the_across_configuration_rho_its_interval_or_say_why_it_has_none():
+    """rho over configurations carries its Fisher-z interval, the partial one with the two variables
+    partialled out taken from its degrees of freedom; below 5 points left, no interval and why."""
+    from leaner.analysis.findings import _across
+    from leaner.analysis.stats import rho_interval, spearman_ci
+
+    row = pd.Series({"across_n": 8, "metric": "eval_acc", "across_rho": -0.98, "across_partial_rho": -0.71})
+    assert _across(row) == ("across 8 configurations (kappa against eval_acc) rho -0.98 [-1.00, -0.88]; with "
+                            "parameters and heads partialled out -0.71 [-0.97, +0.27]")
+    five = _across(row.replace({8: 5}))
+    assert "rho -0.98 [" in five
+    assert five.endswith("-0.71 (no interval from 5 configurations less the 2 partialled out)")
+    x = [1.0, 2.0, 3.0, 5.0, 4.0, 6.0]
+    rho, lo, hi, n = spearman_ci(x, [2.0, 1.0, 4.0, 3.0, 6.0, 5.0])
+    assert (lo, hi) == rho_interval(rho, n) and lo < rho < hi
+    assert all(map(math.isnan, rho_interval(0.5, 6, partialled=2))) and all(map(math.isnan, rho_interval(0.5, 4)))

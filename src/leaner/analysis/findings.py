@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from .stats import MIN_N_INTERVAL, fmt_ci, resolve, signed
+from .stats import MIN_N_INTERVAL, fmt_ci, resolve, rho_interval, signed
 from .tables import SUPPORTS
 
 ONE_CONFIG = ["study", "depth", "heads", "rank", "params", "qk_scale"]  # what tells two configurations apart
@@ -187,6 +187,23 @@ def _rho(value: float) -> str:
     return f"{value:+.2f}" if math.isfinite(value) else "n/a (too few configurations)"
 
 
+def _across(r: pd.Series) -> str:
+    """'across 8 configurations (kappa against eval_acc) rho -0.98 [-1.00, -0.86]; with parameters
+    and heads partialled out -0.71 [-0.97, +0.28]': each with its 95% interval (stats.rho_interval),
+    or why it has none (too few configurations)."""
+    n = int(r["across_n"]) if math.isfinite(r.get("across_n", math.nan)) else 0
+
+    def said(rho: float, partialled: int) -> str:
+        if not math.isfinite(rho):
+            return _rho(rho)
+        lo, hi = rho_interval(rho, n, partialled)
+        less = f" less the {partialled} partialled out" if partialled else ""
+        return fmt_ci(rho, lo, hi) if math.isfinite(lo) else f"{rho:+.2f} (no interval from {n} configurations{less})"
+
+    return (f"across {n} configurations (kappa against {r['metric']}) rho {said(r['across_rho'], 0)}; with "
+            f"parameters and heads partialled out {said(r['across_partial_rho'], 2)}")
+
+
 def _within_paragraph(within: pd.DataFrame) -> str:
     """kappa against the metric with the architecture removed (analysis/kappa_within.py), per P1
     study whose configurations have seeds enough: after training and at initialisation, the
@@ -206,9 +223,7 @@ def _within_paragraph(within: pd.DataFrame) -> str:
             continue
         r = rows.loc["kappa_final_gmean"] if "kappa_final_gmean" in rows.index else rows.iloc[0]
         parts.append(f"{study} ({int(r['runs'])} runs in {int(r['configurations'])} configurations; it detects |r| "
-                     f"{r['r_detectable']:.2f} 80% of the time): " + "; ".join(said)
-                     + f"; across configurations (kappa against {r['metric']}) rho {_rho(r['across_rho'])}, "
-                       f"{_rho(r['across_partial_rho'])} with parameters and heads partialled out")
+                     f"{r['r_detectable']:.2f} 80% of the time): " + "; ".join(said) + "; " + _across(r))
     if not parts:
         return ("kappa within a configuration: no P1 study has seeds enough in its configurations to test it "
                 "(each study's kappa_within table).")

@@ -185,10 +185,17 @@ def spearman_ci(x, y) -> tuple[float, float, float, int]:
     if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan, math.nan, n
     rho = float(stats.spearmanr(x, y).statistic)
-    if n < MIN_N_INTERVAL:
-        return rho, math.nan, math.nan, n
-    z, se = math.atanh(max(min(rho, 0.99), -0.99)), math.sqrt(1.06 / (n - 3))
-    return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se), n
+    return (rho, *rho_interval(rho, n), n)
+
+
+def rho_interval(rho: float, n: int, partialled: int = 0) -> tuple[float, float]:
+    """The Fisher-z 95% interval of a Spearman rho over n points, `partialled` variables partialled
+    out (SE sqrt(1.06 / (n - 3 - partialled)), Fieller et al.; |rho| capped at 0.99, where the
+    interval is degenerate); NaN where n - partialled is below MIN_N_INTERVAL or rho is NaN."""
+    if not math.isfinite(rho) or n - partialled < MIN_N_INTERVAL:
+        return math.nan, math.nan
+    z, se = math.atanh(max(min(rho, 0.99), -0.99)), math.sqrt(1.06 / (n - 3 - partialled))
+    return math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
 
 
 def signed(x: float | None, digits: int = 3, missing: str = "") -> str:
