@@ -287,7 +287,8 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
             "theory": (figures.theory_curves, theory, "x"),
             "training_curves": (curves.training_curves, history(), "x", "s", "image_classification"),
-            "pareto": (pareto.pareto, summary, "x", "s", [PARETO_CLAIM])}
+            "pareto": (pareto.pareto, summary, "x", "s", [PARETO_CLAIM]),
+            "layer_won_back": (pareto.layer_won_back, ladder_summary(), "x", "s", ladder_claims())}
     for name, (make, *args) in made.items():
         fig = drawn(monkeypatch, make, *args)
         panels = [ax for ax in fig.axes if ax.get_visible()]
@@ -433,3 +434,68 @@ def test_a_heads_figures_points_are_its_tables_means_over_the_same_seeds():
         assert (g["eval_acc"].mean(), len(g)) == pytest.approx((row["eval_acc_mean"], row["n"])), (protocol, key)
         shared += protocol == "fixed_head_dim" and len(g) == 20
     assert shared == 2  # L1/H4 and L2/H4 at their 20 seeds in the Fig. 3 panel
+
+
+def ladder_summary() -> pd.DataFrame:
+    """Two layers of 4 heads, one layer of 4 (the control) and one layer of 8, 16 and 32 heads at
+    width 64 and at head dim 16, 3 seeds, each seed moving every model alike (so the shares of the
+    means are exact)."""
+    rows = []
+    arms = ((2, 4, 64, 0.90), (1, 4, 64, 0.80), (1, 8, 64, 0.85), (1, 16, 64, 0.89), (1, 32, 64, 0.92),
+            (1, 8, 128, 0.86), (1, 16, 256, 0.91), (1, 32, 512, 0.93))
+    for seed in range(3):
+        for depth, heads, width, acc in arms:
+            rows.append({"depth": depth, "heads": heads, "width": width, "head_dim": width // heads,
+                         "mlp_hidden": 2 * width, "seed": seed, "params_total": depth * 12 * width * width,
+                         "eval_acc": acc + 0.004 * seed, "claims_digest": "d", "status": "ok",
+                         "task": "image_classification", "variant": f"L{depth}-H{heads}-D{width}-s{seed}"})
+    return pd.DataFrame(rows)
+
+
+def ladder_claims() -> list[dict]:
+    def point(depth, heads, width):
+        return {"depth": depth, "heads": heads, "width": width, "mlp_hidden": 2 * width}
+
+    common = {"metric": "eval_acc", "mode": "max", "margin": 0.02, "seeds": [0, 1, 2], "declaration": "d",
+              "baseline": point(2, 4, 64), "control": point(1, 4, 64), "hypothesis": "non-inferior"}
+    return [{**common, "name": "at_fixed_width", "lean": [point(1, h, 64) for h in (8, 16, 32)]},
+            {**common, "name": "at_fixed_head_dim", "lean": [point(1, h, 16 * h) for h in (8, 16, 32)]}]
+
+
+def test_the_exchange_table_gives_each_rung_its_share_of_the_lost_layer_and_the_figure_draws_it(monkeypatch):
+    """A ladder claim (a control, lean models at three head counts or more) gets the exchange table
+    and the layer_won_back figure: each rung's share of the control's cost won back, 0 at the
+    control and 1 at the baseline; another claim gets neither."""
+    from leaner.analysis.pareto import exchange_table
+    from leaner.shown import Ladder
+
+    summary, claims = ladder_summary(), ladder_claims()
+    table = exchange_table(summary, claims)
+    assert list(table["claim"]) == ["at_fixed_width"] * 4 + ["at_fixed_head_dim"] * 4
+    assert list(table["role"]) == ["control", "lean", "lean", "lean"] * 2
+    assert list(table["heads"]) == [4, 8, 16, 32] * 2
+    assert list(table["width"]) == [64, 64, 64, 64, 64, 128, 256, 512]
+    assert list(table["head_dim"]) == [16, 8, 4, 2, 16, 16, 16, 16]
+    assert table["kept_share"].to_numpy() == pytest.approx([0, 0.5, 0.9, 1.2, 0, 0.6, 1.1, 1.3])
+    assert list(table["params_ratio"]) == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.5, 2.0, 8.0, 32.0])
+    lean = table[table["role"] == "lean"]
+    assert (lean["kept_lo"] < lean["kept_share"]).all() and (lean["kept_share"] < lean["kept_hi"]).all()
+    assert table.loc[table["role"] == "control", "kept_lo"].isna().all()
+    assert list(lean["verdict"][:3]) == ["inferior", "equivalent", "superior"]
+    # only a ladder shows them: three head counts and a control
+    assert Ladder().met([], {}, claims)
+    assert not Ladder().met([], {}, [{**claims[0], "lean": claims[0]["lean"][:2]}])
+    assert not Ladder().met([], {}, [{**claims[0], "control": None}])
+    assert exchange_table(summary, [{**claims[0], "control": None}]).empty
+    fig = drawn(monkeypatch, pareto.layer_won_back, summary, "x", "s", claims)
+    by_heads, by_params = [ax for ax in fig.axes if ax.get_visible()]
+    assert by_heads.get_xscale() == "log" and by_params.get_xscale() == "log"
+    lines = [line for line in by_heads.lines if (line.get_gid() or "").startswith("at_fixed")]
+    assert [list(line.get_xdata()) for line in lines] == [[4, 8, 16, 32]] * 2
+    assert list(lines[1].get_ydata()) == pytest.approx([0, 0.6, 1.1, 1.3])
+    params = [line for line in by_params.lines if line.get_gid() == "at_fixed_head_dim"][0]
+    assert list(params.get_xdata()) == [12 * 64 * 64, 12 * 128 * 128, 12 * 256 * 256, 12 * 512 * 512]
+    # the share that puts a rung within the margin: 1 - 0.02 / 0.10
+    dotted = [line for line in by_heads.lines if line.get_linestyle() == ":"]
+    assert dotted and all(line.get_ydata()[0] == pytest.approx(0.8) for line in dotted)
+    assert "superior" in {t.get_text() for t in by_heads.texts}

@@ -58,3 +58,23 @@ def test_only_depth_trades_and_p2s_claims_are_tests_of_the_trade():
     assert table[["claim", "kind", "changed", "reading"]].values.tolist() == [
         ["count", "P2 heads test", "heads 1 -> 2", "held"], ["rank", "P2 rank test", "rank 16 -> 8", "failed"]]
     assert trade_paragraph(table.iloc[:0]) == []
+
+
+@pytest.mark.parametrize("verdicts,control,reading", [
+    (["inferior", "equivalent", "superior"], "inferior", "held from 16 heads (8: failed)"),
+    (["inconclusive", "non-inferior", "equivalent"], "inferior", "held from 16 heads (8: inconclusive)"),
+    (["inferior", "inferior", "inferior"], "inferior", "failed at every head count"),
+    (["equivalent", "superior", "equivalent"], "inferior", "held at every head count"),
+    (["inferior", "inconclusive", "inferior"], "inferior", "inconclusive (8: failed; 16: inconclusive; 32: failed)"),
+    (["inferior", "equivalent", "equivalent"], "equivalent",
+     "failed (a lean model is inferior; the control equivalent)"),
+    (["equivalent", "equivalent", "superior"], "inconclusive", "not testable (the lost layer's cost not shown)"),
+])
+def test_a_ladder_of_heads_reads_as_an_exchange_rate(verdicts, control, reading):
+    """One layer at 8, 16 and 32 heads against two of 4: the count from which every rung wins the
+    layer back, or a floor where none does."""
+    by_heads = dict(zip((8, 16, 32), verdicts))
+    leans = [(f"L1-H{h}-D64-mlp128", by_heads[h]) for h in (32, 8, 16)]  # read by heads, not by order
+    heads = pd.DataFrame(_claim("s", "c", "L2-H4-D64-mlp128", leans, ("L1-H4-D64-mlp128", control)))
+    table = trade_table(heads, {"s": "language_model"})
+    assert table[["kind", "reading"]].values.tolist() == [["depth trade, a ladder of heads", reading]]

@@ -36,14 +36,16 @@ def grid_points(rows: Iterable[dict]) -> list[dict]:
 
 
 def study_outputs(task: str, points: list[dict], baseline: dict | None = None,
-                  claims: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+                  claims=()) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(figure names, table names) of a study: the catalogue's for its task (those of a study with
-    claims too, where it declares them) whose requirements the grid's points meet. The plan
+    claims too, where it declares them: `claims`, the plan's) whose requirements the grid's points
+    and the claims meet. The plan
     decides a study's outputs here (plan.Study.outputs), once: the Snakefile's outputs and targets,
     and the names the figures and tables commands are given, are those."""
-    info = task_info(task)
-    return tuple(n for n in outputs_for("figures", info, claims) if FIGURES[n].shown(points, baseline or {})), \
-        tuple(n for n in outputs_for("tables", info, claims) if TABLES[n].shown(points, baseline or {}))
+    info, claims = task_info(task), tuple(claims or ())
+    return tuple(n for n in outputs_for("figures", info, bool(claims))
+                 if FIGURES[n].shown(points, baseline or {}, claims)), \
+        tuple(n for n in outputs_for("tables", info, bool(claims)) if TABLES[n].shown(points, baseline or {}, claims))
 
 
 # Across every study (results/tables/all_studies-{name}.*, the overview rule).

@@ -33,7 +33,7 @@ class Varies:
     axis: str
     within: tuple[str, ...] = ()
 
-    def met(self, points: list[dict], baseline: dict) -> bool:
+    def met(self, points: list[dict], baseline: dict, claims=()) -> bool:
         seen: dict[tuple, set] = {}
         for p in points:
             seen.setdefault(tuple(p.get(k) for k in self.within), set()).add(p.get(self.axis))
@@ -46,7 +46,7 @@ class Has:
 
     values: tuple[tuple[str, Any], ...]
 
-    def met(self, points: list[dict], baseline: dict) -> bool:
+    def met(self, points: list[dict], baseline: dict, claims=()) -> bool:
         return any(all(p.get(k) == v for k, v in self.values) for p in points)
 
 
@@ -55,7 +55,7 @@ class Architectures:
     """The grid's points are P1's architectures (a width each): parameters trade against depth and
     heads, which P2's nearest-point grid (equal parameters across ranks) does not."""
 
-    def met(self, points: list[dict], baseline: dict) -> bool:
+    def met(self, points: list[dict], baseline: dict, claims=()) -> bool:
         return any("width" in p for p in points)
 
 
@@ -66,12 +66,26 @@ class BelowBaseline:
 
     axis: str = "depth"
 
-    def met(self, points: list[dict], baseline: dict) -> bool:
+    def met(self, points: list[dict], baseline: dict, claims=()) -> bool:
         base = [p for p in points if all(p.get(k) == v for k, v in (baseline or {}).items())] or points
         return bool(base) and any(p[self.axis] < max(b[self.axis] for b in base) for p in points)
 
 
-REQUIREMENTS = {r.__name__: r for r in (Varies, Has, Architectures, BelowBaseline)}
+@dataclass(frozen=True)
+class Ladder:
+    """Met where a declared claim has a control and lean models at `rungs` head counts or more:
+    a ladder of heads, each rung's share of the control's cost won back."""
+
+    rungs: int = 3
+
+    def is_ladder(self, claim: dict) -> bool:
+        return bool(claim.get("control")) and len({p.get("heads") for p in claim["lean"]}) >= self.rungs
+
+    def met(self, points: list[dict], baseline: dict, claims=()) -> bool:
+        return any(map(self.is_ladder, claims))
+
+
+REQUIREMENTS = {r.__name__: r for r in (Varies, Has, Architectures, BelowBaseline, Ladder)}
 
 
 def _tuples(value: Any) -> Any:
@@ -96,8 +110,8 @@ class Shown:
     claims: bool = False
     caption: str = ""  # the report's caption (reStructuredText with Snakemake's Jinja); "" read from the index
 
-    def shown(self, points: list[dict], baseline: dict) -> bool:
-        return all(r.met(points, baseline) for r in self.requires)
+    def shown(self, points: list[dict], baseline: dict, claims=()) -> bool:
+        return all(r.met(points, baseline, claims) for r in self.requires)
 
     def for_task(self, info: TaskInfo) -> bool:
         have = _task_fields(info)

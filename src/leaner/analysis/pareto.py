@@ -1,5 +1,7 @@
-"""The Pareto view of a study that declares claims: each claim's baseline and lean configurations,
-the metric against parameters, with the claim's margin and verdict beside them."""
+"""Views of a study's declared claims against parameters: the Pareto view (each claim's baseline
+and lean configurations, the metric against parameters, with the claim's margin and verdict beside
+them) and the exchange of heads for a layer (each ladder claim's share of the lost layer's cost won
+back, against heads and against parameters)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..shown import Architectures, figure
+from ..shown import Architectures, Ladder, figure
 from .figure_parts import METRIC_LABELS, METRIC_NAMES, panel_grid, seed_agg, spread_note
-from .plots import pyplot, save
+from .plots import log2_axis, log_x, pyplot, save
 from .stats import signed
 
 
@@ -129,3 +131,104 @@ def _pareto_front(points: pd.DataFrame, better: str) -> pd.DataFrame:
             best = p["mean"]
             keep.append(i)
     return ordered.loc[keep]
+
+
+EXCHANGE_COLUMNS = ["claim", "role", "configuration", "heads", "head_dim", "width", "params", "params_ratio", "mean",
+                    "n", "lean_advantage", "bound_lo", "bound_hi", "verdict", "supported", "control_cost",
+                    "kept_share", "kept_lo", "kept_hi"]
+
+
+def exchange_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
+    """How many heads buy back a layer: for each ladder claim (shown.Ladder), the control (the lean
+    depth at the baseline's heads: share 0) and each lean model by heads, its heads, head dim,
+    width and parameters (params_ratio: against the baseline's), its difference from the baseline
+    with the claim's bounds and verdict, and the share of the control's cost it wins back with
+    its interval (the claims table's kept_share, kept_lo, kept_hi)."""
+    from .tables import claims_table
+
+    rows = []
+    for claim in filter(Ladder().is_ladder, claims):
+        table = claims_table(summary, [claim])
+        base = table[table["role"] == "baseline"].iloc[0]
+        points = [*claim["lean"], claim["control"]]
+        arms, ladder = table[table["role"] != "baseline"], []
+        for point, (_, arm) in zip(points, arms.iterrows()):
+            width = int(point["width"]) if "width" in point else None
+            head_dim = point.get("head_dim") or (width // int(point["heads"]) if width else None)
+            share = (0.0, math.nan, math.nan) if arm["role"] == "control" else \
+                (arm["kept_share"], arm["kept_lo"], arm["kept_hi"])
+            ladder.append({**arm.to_dict(), "heads": int(point["heads"]), "head_dim": head_dim, "width": width,
+                           "params_ratio": arm["params"] / base["params"] if base["params"] else math.nan,
+                           "kept_share": share[0], "kept_lo": share[1], "kept_hi": share[2]})
+        rows += sorted(ladder, key=lambda row: row["heads"])  # the control first: the fewest heads
+    return pd.DataFrame(rows).reindex(columns=EXCHANGE_COLUMNS)
+
+
+@figure("layer_won_back", requires=(Architectures(), Ladder()), claims=True, passes=("claims",), caption=(
+        "**{{ snakemake.wildcards.study }}**: how many heads buy back a layer. For each claim that puts\n"
+        "one-layer models with more and more heads against a deeper baseline, with a control (the\n"
+        "shallower model at the baseline's heads), the share of the control's cost each model wins\n"
+        "back: (model - control) / (baseline - control), 0 at the control, 1 where the model matches\n"
+        "the baseline (the layer bought back), with its 90% interval over the runs resampled. Left:\n"
+        "against heads; right: against parameters (the baseline at share 1). The dotted line is the\n"
+        "share that puts a model within the claim's margin of the baseline; each point is labelled\n"
+        "with its declared verdict (table exchange: the numbers).\n"
+    ))
+def layer_won_back(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[dict]) -> list[Path]:
+    """Each ladder claim (shown.Ladder) as a line: its control and lean models' share of the
+    control's cost won back (exchange_table) with their 90% intervals, against heads (log 2)
+    and against parameters (log), with the baseline's share 1, the control's 0 and the share at
+    which a model comes within the margin of the baseline."""
+    plt, sns = pyplot()
+    table = exchange_table(summary, claims)
+    fig, ((by_heads, by_params),) = panel_grid(plt, 1, 2, width=5.6, height=4.4)
+    names = list(dict.fromkeys(table["claim"]))
+    colours = dict(zip(names, sns.color_palette("colorblind", max(len(names), 1))))
+    base_params = []
+    for name in names:
+        rows = table[table["claim"] == name]
+        claim = next(c for c in claims if c["name"] == name)
+        colour = colours[name]
+        cost = rows["control_cost"].iloc[0]
+        shares = rows["kept_share"].to_numpy(float)
+        lo = np.nan_to_num(shares - rows["kept_lo"].to_numpy(float)).clip(min=0)
+        hi = np.nan_to_num(rows["kept_hi"].to_numpy(float) - shares).clip(min=0)
+        label = (f"{name}: the control costs {signed(cost, missing='n/a')} "
+                 f"({METRIC_NAMES.get(claim['metric'], claim['metric'])})")
+        for ax, x in ((by_heads, rows["heads"]), (by_params, rows["params"])):
+            drawn = ax.errorbar(x, shares, yerr=[lo, hi], color=colour, marker="o", capsize=3, markersize=5,
+                                linewidth=1.6, label=label)
+            drawn.lines[0].set_gid(name)
+            for xi, yi, verdict, role in zip(x, shares, rows["verdict"], rows["role"]):
+                if np.isfinite(yi) and role == "lean":
+                    ax.annotate(str(verdict), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=6,
+                                color=colour)
+        if cost and math.isfinite(cost):
+            within = 1 - claim["margin"] / abs(cost)
+            for ax in (by_heads, by_params):
+                ax.axhline(within, color=colour, linestyle=":", linewidth=1,
+                           label=f"{name}: within the margin {claim['margin']:g} of the baseline")
+        params = table.loc[table["claim"] == name, "params"] / table.loc[table["claim"] == name, "params_ratio"]
+        base_params += [float(params.iloc[0])]
+    for ax in (by_heads, by_params):
+        ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, label="the baseline (the layer bought back)")
+        ax.axhline(0.0, color="0.6", linestyle="-", linewidth=1, label="the control (the layer lost)")
+        ax.set_ylabel("share of the lost layer's cost won back")
+    if base_params:
+        by_params.scatter(base_params[:1], [1.0], marker="*", s=200, facecolors="none", edgecolors="black",
+                          zorder=6, label="the baseline's parameters")
+    log2_axis(by_heads, table["heads"])
+    by_heads.set_xlabel("heads (one layer)")
+    log_x(by_params)
+    by_params.set_xlabel("parameters")
+    by_heads.set_title("against heads", fontsize=9)
+    by_params.set_title("against parameters", fontsize=9)
+    seeds = sorted({len(c["seeds"]) for c in claims if c["name"] in names})
+    fig.suptitle(f"{study}: the share of a layer's cost that heads win back ("
+                 f"{'-'.join(map(str, seeds))} declared seeds; bars: 90% intervals over the runs resampled; "
+                 "labels: the declared verdicts)", fontsize=10)
+    fig.tight_layout()
+    handles, labels = by_params.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", frameon=False, ncol=2,
+               bbox_to_anchor=(0.5, 0.0))
+    return save(fig, prefix)

@@ -10,9 +10,9 @@ import pandas as pd
 
 from ..compute.numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS
-from ..shown import TABLE_CODE, Architectures, BelowBaseline, outputs_for, table
+from ..shown import TABLE_CODE, Architectures, BelowBaseline, Ladder, outputs_for, table
 from ..tasks import task_info
-from . import papers, tables, theorem
+from . import papers, pareto, tables, theorem
 from .kappa_within import kappa_within_table
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from .study_data import StudyData
@@ -169,6 +169,26 @@ def claims(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"{BOOTSTRAP_SEED}, 5th and 95th percentiles); split_verdict: what those bounds would read, to show whether "
         f"the split's size could change the verdict, which stays the declared Welch test's (with few seeds a "
         f"bootstrap over them has no small-sample correction and can come out narrower than the Welch bounds)")
+
+
+@table("exchange", requires=(Architectures(), Ladder()), claims=True, caption=(
+        "**{{ snakemake.wildcards.study }}**: how many heads buy back a layer, per claim that puts\n"
+        "one-layer models with more and more heads against a deeper baseline with a control (the\n"
+        "shallower model at the baseline's heads): each model's heads, head dim, width and parameters\n"
+        "(params_ratio: against the baseline's), its difference from the baseline with the claim's\n"
+        "one-sided 95% bounds and declared verdict, and the share of the control's cost it wins back\n"
+        "(kept_share: 0 at the control, 1 where it matches the baseline) with its 90% interval over the\n"
+        "runs resampled. The figure layer_won_back draws it.\n"
+    ))
+def exchange(d: StudyData) -> tuple[pd.DataFrame, str]:
+    return pareto.exchange_table(d.summary, d.claims), (
+        f"{d.study}: how many heads buy back a layer: per ladder claim its control (share 0) and each lean model by "
+        f"heads; params_ratio: parameters against the baseline's; lean_advantage: the difference from the baseline "
+        f"(positive where the model is better) with its one-sided 95% Welch bounds and the verdict the claim "
+        f"declared a test for; control_cost: what the control costs against the baseline; kept_share: the share of "
+        f"that cost the model wins back, (model - control) / (baseline - control), 1 where it matches the baseline, "
+        f"with kept_lo, kept_hi its 5th and 95th percentiles over the runs resampled ({BOOTSTRAP_RESAMPLES:,} "
+        f"resamples from seed {BOOTSTRAP_SEED})")
 
 
 @table("theorem_vs_real", requires=(Architectures(),), tasks=P1, caption=(

@@ -14,6 +14,10 @@ lean models without their added heads (the lost layer alone). It is read:
 - descriptive: a side has one run (no interval, no verdict); no verdict where a side has none
   (its runs did not learn, or there are none);
 - inconclusive: otherwise.
+A depth trade whose lean models are one model at three head counts or more (a *ladder*, the
+exchange table's) is read rung by rung, as the exchange rate: held from the fewest heads from
+which every rung holds ("held from 16 heads; 8: failed"), else failed where every rung is inferior
+(no head count buys the layer back: a floor), else inconclusive, each rung's reading named.
 A claim of a P2 study (P2's task) is a *heads test* where its lean models have more heads in all
 (heads x attention modules) than the baseline, a *rank test* where the count is not higher and the
 head rank lower: either held where the lean models are non-inferior, failed where one is
@@ -52,6 +56,27 @@ def _reading(leans: pd.Series, control: str | None) -> str:
     return "inconclusive"
 
 
+def _ladder_reading(leans: pd.DataFrame, control: str | None) -> str:
+    """The rung-by-rung reading of a ladder (leans: its lean rows, by configuration and verdict)."""
+    rungs = sorted(((_shape(c)[1], _reading(pd.Series([v]), control))
+                    for c, v in zip(leans["configuration"], leans["verdict"])))
+    readings = [r for _, r in rungs]
+    if any(not r.startswith(("held", "failed", "inconclusive")) for r in readings) or len(set(readings)) == 1:
+        return _reading(leans["verdict"], control) + (" at every head count" if len(set(readings)) == 1
+                                                      and readings[0] in ("failed", "held") else "")
+    held_from = next((h for i, (h, _) in enumerate(rungs) if all(r == "held" for _, r in rungs[i:])), None)
+    named = "; ".join(f"{h}: {r}" for h, r in rungs if held_from is None or h < held_from)
+    if held_from is not None:
+        return f"held from {held_from} heads ({named})"
+    return f"inconclusive ({named})"
+
+
+def _is_ladder(leans: pd.Series) -> bool:
+    """One model at three head counts or more (shown.Ladder's rungs) and nothing else moved."""
+    shapes = [_shape(c) for c in leans]
+    return len({h for _, h, _ in shapes}) >= 3 and len({d for d, _, _ in shapes}) == 1
+
+
 def _shape(label: str) -> tuple[int, int, int]:
     """(depth, heads in all, head rank) of a configuration's name (L1-H4-W1-r4-d16-N8, L2-H4-D64-mlp128)."""
     got = {k: int(v) for k, v in re.findall(r"(?:^|-)(L|H|W|r)(\d+)", label)}
@@ -74,7 +99,7 @@ def _lower_rank(base: str, leans: pd.Series) -> bool:
 
 def _kind(base: str, leans: pd.Series, control: bool) -> str:
     if control:
-        return "depth trade"
+        return "depth trade, a ladder of heads" if _is_ladder(leans) else "depth trade"
     return "P2 heads test" if _more_heads(base, leans) else "P2 rank test"
 
 
@@ -92,13 +117,14 @@ def trade_table(heads: pd.DataFrame, tasks: dict[str, str]) -> pd.DataFrame:
         if family == "P2" and not (_more_heads(base, configs) or _lower_rank(base, configs)):
             continue  # neither more heads nor a lower rank (e.g. a module taken away): no test of either reading
         ctrl = control["verdict"].iloc[0] if len(control) else None
+        reading = _ladder_reading(leans, ctrl) if ctrl and _is_ladder(configs) else _reading(leans["verdict"], ctrl)
         rows.append({
             "study": study, "task": tasks[study], "claim": name,
             "kind": _kind(base, leans["configuration"], ctrl is not None),
             "changed": "; ".join(_changed(base, x) for x in leans["configuration"]), "baseline": base,
             "lean": "; ".join(leans["configuration"]), "control": control["configuration"].iloc[0] if ctrl else "",
             "lean_verdicts": "; ".join(leans["verdict"]), "control_verdict": ctrl or "",
-            "reading": _reading(leans["verdict"], ctrl)})
+            "reading": reading})
     return pd.DataFrame(rows, columns=TRADE_COLUMNS)
 
 

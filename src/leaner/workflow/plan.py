@@ -57,7 +57,7 @@ class Study:
         """(figure names, table names) with something to show on this study's grid; the claims
         table where the study declares claims."""
         rows = [{**v.model.to_spec(), "protocols": v.protocols} for v in self.variants.values()]
-        return study_outputs(self.task, grid_points(rows), self.baseline, bool(self.claims))
+        return study_outputs(self.task, grid_points(rows), self.baseline, self.claims)
 
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
