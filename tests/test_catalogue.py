@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -406,3 +407,18 @@ def test_the_registry_refuses_a_name_without_a_record_a_second_registration_and_
         registry.register("a")(lambda: 2)
     with pytest.raises(ValueError, match="toy 'b': none registered \\(allowed: a\\)"):
         registry["b"]
+
+
+def test_every_caption_is_restructuredtext_that_renders_without_an_error():
+    """The report's captions are reStructuredText (Snakemake renders them with docutils): a bare
+    |x| is a substitution reference and renders as an error in the report."""
+    import docutils.core
+    import docutils.nodes
+
+    problems = []
+    for path in sorted((REPO / "report").rglob("*.rst")):
+        text = re.sub(r"{{.*?}}", "name", path.read_text())  # Snakemake's Jinja, filled in before
+        doctree = docutils.core.publish_doctree(text, settings_overrides={"report_level": 5, "halt_level": 5})
+        problems += [f"{path.relative_to(REPO)}: {node.astext()!r} does not render"
+                     for node in doctree.findall(docutils.nodes.problematic)]  # the report's error spans
+    assert problems == []

@@ -197,7 +197,7 @@ def exchange(d: StudyData) -> tuple[pd.DataFrame, str]:
         "at layer 1: the closed form's kappa and Gaussian heads' for the same N tokens, h heads and head\n"
         "dim d, the measured kappa at initialisation and after training, and what the theorem assumes,\n"
         "measured beside the Gaussian heads': isotropy (a head's stable rank over min(N, d); 1/min(N, d)\n"
-        "for a rank-one head) and alignment (mean |cos| between heads' top token directions; 1 where\n"
+        "for a rank-one head) and alignment (mean \\|cos\\| between heads' top token directions; 1 where\n"
         "every head's output lies along one direction over the tokens).\n"
     ))
 def theorem_vs_real(d: StudyData) -> tuple[pd.DataFrame, str]:
@@ -217,7 +217,7 @@ def theorem_vs_real(d: StudyData) -> tuple[pd.DataFrame, str]:
         "the\n"
         "correlation of log10 kappa with the metric within a configuration, over its seeds, pooled over\n"
         "configurations (P1's direction declared: lower kappa, better), its 95% interval, the slope per\n"
-        "decade of kappa, the one-sided p and the |r| the test detects 80% of the time; beside it the\n"
+        "decade of kappa, the one-sided p and the \\|r\\| the test detects 80% of the time; beside it the\n"
         "across-configuration Spearman rho, alone and with parameters and heads partialled out.\n"
     ))
 def kappa_within(d: StudyData) -> tuple[pd.DataFrame, str]:
