@@ -4,7 +4,10 @@ every number with a decimal point must be a number of the references a paragraph
 interval "x [lo, hi]" must be one row's three consecutive numbers (a difference and its bounds, a
 mean and its interval, a correlation and its interval; as magnitudes where the prose says "costs
 0.51 [0.32, 0.69]"); and an italic verdict beside such an interval (*superior*, *inferior*, ...;
-each verdict read as the nearest interval's) must be that row's verdict. What is not a run's
+each verdict read as the nearest interval's) must be that row's verdict; a word of cause ("carries",
+"because", "buys", ...) in README.md or docs/results.md must stand in a sentence of CAUSES, each tied
+to a reference's claim that is an intervention (a control arm, or a lean arm at the baseline's
+parameters: one thing moved). What is not a run's
 number (a version, a paper's count) is listed in NOT_RUNS with where it comes from. Generated
 blocks (between `<!-- NAME: begin -->` and `end`) are held byte for byte elsewhere
 (test_readme.py) and left out here."""
@@ -29,6 +32,17 @@ NOT_RUNS = {
     "by 1.645": "the one-sided 95% normal quantile, a constant of the method",
     "62.65M": "DaViT-B's lean model as timm builds it (tests/test_backbones.py)",
     "62.0M": "P1's count for it (../shared/papers.md)",
+}
+# words of cause (a word in README.md or docs/results.md's prose: CAUSE_PROSE) and the sentences allowed
+# them: a fragment of the sentence -> (reference, claim) whose intervention moved one thing
+CAUSE = re.compile(r"\b(carr(?:y|ies|ied)|because|buys?|buying|bought|causes?|caused|drives?|drove|driven"
+                   r"|due to|explains?|explained|thanks to|responsible for)\b", re.I)
+CAUSE_PROSE = ("README.md", "docs/results.md")
+CAUSES = {
+    # one layer at fixed width: 4 heads inferior (the control), 8 and 16 at its parameters match
+    "the heads, not the lost layer, carry the match": ("default_study", "lean_matches_conventional"),
+    # the logit scale at fixed architecture and parameters (its answer: kappa_dose)
+    "Whether conditioning *carries* the gain": ("why_kappa", "conditioning_helps_4_heads"),
 }
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?:e[-+]?\d+)?%?")
 SIGNED = r"[-+]?\d+\.\d+%?"
@@ -151,6 +165,8 @@ def problems(text: str, where: str, pools: dict | None = None) -> list[str]:
         for m in NUMBER.finditer(flat):
             if m.group().lstrip("+-").rstrip("%") not in pool.numbers:
                 out.append(f"{where}: {m.group()} is no number of {cited}: ...{flat[max(0, m.start() - 60):m.end()]}")
+        if where in CAUSE_PROSE:
+            out += _uncaused(flat, where)
         intervals = list(INTERVAL.finditer(flat))
         said: dict[int, list[str]] = {}  # each italic verdict goes to the interval nearest it
         for v in ITALIC.finditer(flat):
@@ -169,3 +185,31 @@ def problems(text: str, where: str, pools: dict | None = None) -> list[str]:
                 out.append(f"{where}: {m.group()} is {' or '.join(sorted(stated))} in {cited}, "
                            f"the prose says *{words[0]}*: ...{flat[max(0, m.start() - 60):m.end() + 40]}")
     return out
+
+
+def _uncaused(flat: str, where: str) -> list[str]:
+    """A word of cause outside every sentence CAUSES allows."""
+    out = []
+    for m in CAUSE.finditer(flat):
+        start = max(flat.rfind(". ", 0, m.start()), flat.rfind(": ", 0, m.start()), -2) + 2
+        end = min(i for i in (flat.find(". ", m.end()), flat.find(": ", m.end()), len(flat)) if i >= 0)
+        sentence = flat[start:end]
+        if not any(fragment in flat[max(0, m.start() - len(fragment)):m.end() + len(fragment)]
+                   for fragment in CAUSES):
+            out.append(f"{where}: a word of cause ({m.group()!r}) with no intervention in CAUSES: ...{sentence}")
+    return out
+
+
+def intervention(reference: str, claim: str) -> str | None:
+    """Why `claim` of tests/reference/`reference` is no intervention that moved one thing (None: it is)."""
+    rows = [row for table in sorted((REFERENCES / reference).rglob("*-claims.csv"))
+            for row in csv.DictReader(open(table, newline="")) if row["claim"] == claim]
+    if not rows:
+        return f"no claim {claim} in tests/reference/{reference}"
+    roles = {row["role"]: row for row in rows}
+    if "control" in roles:
+        return None
+    lean = [row for row in rows if row["role"] == "lean"]
+    if lean and all(row["params"] == roles["baseline"]["params"] for row in lean):
+        return None
+    return f"{claim} in tests/reference/{reference} has no control and its lean arms move the parameters"

@@ -5,7 +5,7 @@ verdict beside an interval that row's verdict."""
 from __future__ import annotations
 
 import pytest
-from prose_check import PROSE, problems
+from prose_check import CAUSES, PROSE, intervention, problems
 
 from conftest import REPO
 
@@ -36,3 +36,21 @@ def test_the_check_fails_on_a_number_an_interval_or_a_verdict_the_references_do_
     assert written in text and problems(text, "README.md") == []
     found = problems(text.replace(written, changed, 1), "README.md")
     assert any(said in line for line in found), found
+
+
+def test_every_sentence_allowed_a_word_of_cause_rests_on_an_intervention():
+    assert [why for ref, claim in CAUSES.values() if (why := intervention(ref, claim))] == []
+    # a claim with no control whose lean arm moves the parameters is no such intervention
+    assert "no control" in intervention("default_study", "depth_costs")
+
+
+@pytest.mark.parametrize("written,changed", [
+    # a word of cause where no intervention stands (a correlation read as a cause)
+    ("a relation that can run\nfrom training to kappa", "a relation that shows kappa\ndrives accuracy"),
+    ("as they must where timm's small initialisation", "because timm's small initialisation"),
+])
+def test_the_check_fails_on_a_word_of_cause_beside_no_intervention(written, changed):
+    text = (REPO / "README.md").read_text()
+    assert written in text and problems(text, "README.md") == []
+    found = problems(text.replace(written, changed, 1), "README.md")
+    assert any("a word of cause" in line for line in found), found
