@@ -179,7 +179,8 @@ NAMED = {"why_heads": "configs/why_heads.yaml", "why_kappa": "configs/why_kappa.
          "why_rank_p2": "configs/why_rank_p2.yaml", "depth_floor": "configs/depth_floor.yaml",
          "depth_floor_long": "configs/depth_floor_long.yaml", "depth_floor_tasks": "configs/depth_floor_tasks.yaml",
          "fair_recipe": "configs/fair_recipe.yaml", "rank_params_p2": "configs/rank_params_p2.yaml",
-         "kappa_dose": "configs/kappa_dose.yaml", "exchange": "configs/exchange.yaml"}  # the named configs' references (tests/reference/NAME)
+         "kappa_dose": "configs/kappa_dose.yaml",
+         "exchange": "configs/exchange.yaml"}  # the named configs' references (tests/reference/NAME)
 CONFIGS.update({REPO / "tests" / "reference" / name: [config] for name, config in NAMED.items()})
 
 
