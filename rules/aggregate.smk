@@ -17,6 +17,7 @@ rule summary:
         "../envs/leaner.yaml"
     params:
         protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
+        code=stage_digest("summary"),
     shell:
         "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
         " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --histories {input.histories:q}"
@@ -47,6 +48,7 @@ for study_name in STUDIES:
         params:
             claims=lambda wildcards: json.dumps(study_of(wildcards).claims, sort_keys=True),
             names=study_figures,
+            code=stage_digest("figures"),
         shell:
             "leaner figures --summary {input.summary:q} --kappa {input.kappa:q} --histories {input.histories:q}"
             " --study {wildcards.study:q} --claims {params.claims:q} --names {params.names:q}"
@@ -71,6 +73,7 @@ for study_name in STUDIES:
             checks=lambda wildcards: json.dumps(study_of(wildcards).acceptance),
             claims=lambda wildcards: json.dumps(study_of(wildcards).claims, sort_keys=True),
             names=study_tables,
+            code=stage_digest("tables"),
         shell:
             "leaner tables --summary {input:q} --study {wildcards.study:q} --baseline {params.baseline:q}"
             " --checks {params.checks:q} --claims {params.claims:q} --names {params.names:q}"
@@ -98,6 +101,8 @@ rule overview:
     localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        code=stage_digest("overview"),
     shell:
         "leaner overview --summaries {input.summaries:q} --claims {input.claims:q} --figdir results/figures"
         " --tabledir results/tables --findings results/overview/findings > {log:q} 2>&1"
@@ -115,6 +120,8 @@ rule job_costs:
     localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        code=stage_digest("job_costs"),
     shell:
         "leaner job-costs --benchmarks {input.benchmarks:q} --metrics {input.metrics:q} --outdir results/tables"
         " > {log:q} 2>&1"

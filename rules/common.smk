@@ -14,6 +14,7 @@ from leaner.data.glue import GLUE_TASKS
 from leaner.workflow.datasets import data_spec
 from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import run_hooks
+from leaner.provenance import stage_digest
 from leaner.workflow.preflight import unknown_study_message, unknown_variant_message
 from leaner.workflow.scheduling import gpu_share_group, job_resources
 

@@ -37,6 +37,7 @@ rule finetune:
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
+        code=stage_digest("training"),
     shell:
         "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
@@ -53,5 +54,7 @@ rule glue_scores:
     localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        code=stage_digest("summary"),
     shell:
         "leaner glue-scores --metrics {input:q} --out {output:q} > {log:q} 2>&1"

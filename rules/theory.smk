@@ -14,6 +14,7 @@ rule theory:
     params:
         settings=json.dumps(PLAN.theory, sort_keys=True),
         numerics=PLAN.numerics,
+        code=stage_digest("theory"),
     shell:
         "leaner theory --settings {params.settings:q} --out {output:q} --threads {threads}"
         " --numerics {params.numerics} > {log:q} 2>&1"
@@ -30,5 +31,7 @@ rule theory_report:
     localrule: True
     conda:
         "../envs/leaner.yaml"
+    params:
+        code=stage_digest("figures") + stage_digest("tables"),
     shell:
         "leaner theory-report --theory {input:q} --figdir results/figures --tabledir results/tables > {log:q} 2>&1"

@@ -44,6 +44,7 @@ rule train:
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
+        code=stage_digest("training"),
     shell:
         "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -361,9 +363,6 @@ def test_a_target_naming_an_unknown_variant_gets_one_clear_line(tmp_path, file):
 
 # ----------------------------------------------------------------------------- incremental re-runs
 
-RERUN_TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]  # the documented setting
-
-
 def _job_counts(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M)}
 
@@ -384,12 +383,10 @@ def test_adding_a_head_count_schedules_only_the_new_variants(tiny_run, tmp_path)
     assert counts["tables_tiny"] == 1 and "figures_tiny_nearest" not in counts
 
 
-def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tmp_path):
-    """A docstring in the package and a comment in a rule file: with the documented re-run
-    settings (profiles/local), nothing is scheduled."""
+def _code_copy(tmp_path: Path) -> Path:
+    """The workflow and the package copied, to be edited as a user edits theirs."""
     import shutil
 
-    work, _ = tiny_run
     copy = tmp_path / "workflow"
     copy.mkdir()
     for name in ("Snakefile", "rules", "schemas", "src", "config.yaml"):
@@ -398,15 +395,76 @@ def test_editing_code_that_does_not_change_results_retrains_nothing(tiny_run, tm
             shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy(src, copy / name)
-    train_py = copy / "src" / "leaner" / "training" / "train.py"
-    train_py.write_text(train_py.read_text().replace('"""THE training loop', '"""THE (one) training loop', 1))
-    smk = copy / "rules" / "train.smk"
-    smk.write_text("# an edited comment\n" + smk.read_text())
-    from conftest import BIN, run
+    return copy
 
-    proc = run([str(BIN / "snakemake"), "-s", str(copy / "Snakefile"), "-d", str(work), "--configfile", str(TINY),
-                "-n", "--cores", "2", *RERUN_TRIGGERS], cwd=work)
-    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+def _dry_run_with(copy: Path, work: Path, *args: str) -> str:
+    """`snakemake -n` of the copied workflow with the copied package on the path (Snakemake's
+    default re-run triggers, as `snakemake --cores all` runs)."""
+    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "snakemake"), "-s", str(copy / "Snakefile"), "-d", str(work), "--configfile",
+                           str(TINY), "-n", "--cores", "2", *args], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_code_change_reruns_the_stage_it_moves_and_a_docstring_or_comment_nothing(tiny_run, tmp_path):
+    """Each stage's rule carries its code's digest (provenance.stage_digest) as a param: an edit
+    that cannot change a number re-runs nothing; a statement in the training code re-trains every
+    variant (and what follows); one in a figure's code re-draws figures, not models."""
+    work, _ = tiny_run
+    trained = len(list((work / "results").glob("*/*/metrics.json")))
+    copy = _code_copy(tmp_path)
+    pkg = copy / "src" / "leaner"
+    _edit(pkg / "training" / "train.py", '"""THE training loop', '"""THE (one) training loop')
+    _edit(pkg / "training" / "step.py", "\n\n", "\n\n# an edited comment\n\n")
+    _edit(copy / "rules" / "train.smk", "rule train:", "# an edited comment\nrule train:")
+    out = _dry_run_with(copy, work)
+    assert "Nothing to be done" in out, out[-3000:]
+
+    step = (pkg / "training" / "step.py").read_text()
+    (pkg / "training" / "step.py").write_text(step + "\nEDITED = True\n")
+    counts = _job_counts(_dry_run_with(copy, work))
+    assert counts["train"] == trained and counts["conditioning"] == trained, counts
+    assert counts["summary"] == 2 and counts["figures_tiny"] == 1, counts  # and what follows
+    (pkg / "training" / "step.py").write_text(step)
+
+    plots = pkg / "analysis" / "plots.py"
+    plots.write_text(plots.read_text() + "\nEDITED = True\n")
+    out = _dry_run_with(copy, work)
+    counts = _job_counts(out)
+    assert counts.get("figures_tiny") == 1 and counts.get("figures_tiny_nearest") == 1, out[-3000:]
+    assert not {"train", "conditioning", "summary", "prepare_data"} & set(counts), counts
+
+
+def test_status_names_a_variant_trained_by_other_training_code(tiny_run, tmp_path):
+    import shutil
+
+    from leaner.provenance import stage_digest
+
+    work, _ = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(work / "results", copy / "results", ignore=shutil.ignore_patterns("*.safetensors", "checkpoints"))
+    shutil.copy(TINY, copy / "config.yaml")
+    every = sorted((copy / "results").glob("*/*/metrics.json"))
+    assert {json.loads(m.read_text())["code"]["training"] for m in every} == {stage_digest("training")}
+    old = json.loads(every[0].read_text())
+    old["code"]["training"] = "0123456789abcdef"
+    every[0].write_text(json.dumps(old))
+    proc = subprocess.run([str(BIN / "leaner"), "status", "--root", str(copy)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert f"1 trained by other training code than this checkout's ({stage_digest('training')})" in first, first
+    flagged = [line for line in proc.stdout.splitlines() if "by other training code, 0123456789abcdef" in line]
+    assert len(flagged) == 1 and every[0].parent.name in flagged[0], proc.stdout
 
 
 @pytest.mark.slow

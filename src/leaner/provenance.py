@@ -90,3 +90,98 @@ def claims_declared(study: str) -> str | None:
         return json.loads(os.environ.get(CLAIMS_ENV) or "{}").get(study)
     except ValueError:
         return None
+
+
+# The modules each stage's numbers come from (the stage's command and what they import inside the
+# package). A rule carries its stage's digest as a param, so Snakemake re-runs a stage, and what
+# follows, when that code changes; a comment or a docstring changes no digest (the digest is of the
+# syntax tree less docstrings).
+STAGE_ROOTS = {
+    "data": ("leaner.data",),
+    "training": ("leaner.training.train",),
+    "conditioning": ("leaner.measure.conditioning",),
+    "theory": ("leaner.measure.theory",),
+    "summary": ("leaner.analysis.summary",),
+    "figures": ("leaner.analysis.study_figures",),
+    "tables": ("leaner.analysis.study_tables",),
+    "overview": ("leaner.analysis.overview",),
+    "job_costs": ("leaner.analysis.job_costs",),
+}
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")[1:]
+    for path in (PACKAGE.joinpath(*parts).with_suffix(".py"), PACKAGE.joinpath(*parts, "__init__.py")):
+        if parts and path.is_file() or not parts and path.name == "__init__.py" and path.is_file():
+            return path
+    return None
+
+
+def _imported(path: Path, tree) -> set[str]:
+    """The leaner modules `path` imports, at module level or inside functions."""
+    import ast
+
+    here = "leaner." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    package = package.removesuffix(".__init__")
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "leaner"}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            module = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
+            if module.split(".")[0] != "leaner":
+                continue
+            out.add(module)
+            out |= {f"{module}.{a.name}" for a in node.names}  # `from . import x`: x may be a module
+    return out
+
+
+_TREES: dict[Path, tuple] = {}  # a file's syntax tree less docstrings and its digest, read once a process
+
+
+def _tree(path: Path) -> tuple:
+    import ast
+    import hashlib
+
+    if path not in _TREES:
+        bare = _without_docstrings(ast.parse(path.read_text(), str(path)))  # imports are kept
+        _TREES[path] = bare, hashlib.sha256(ast.dump(bare).encode()).hexdigest()
+    return _TREES[path]
+
+
+def stage_files(stage: str) -> list[Path]:
+    """The package's files `stage`'s code runs (STAGE_ROOTS and every leaner module they import,
+    with the packages above each)."""
+    todo, seen = list(STAGE_ROOTS[stage]), set()
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        todo += sorted(_imported(path, _tree(path)[0])) + [name.rsplit(".", 1)[0]] * ("." in name)
+    return sorted(seen)
+
+
+def _without_docstrings(tree):
+    import ast
+
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def stage_digest(stage: str) -> str:
+    """A 16-hex digest of `stage`'s code: each file's syntax tree less its docstrings (a comment,
+    a docstring or a blank line changes nothing; any statement does)."""
+    import hashlib
+
+    files = "".join(f"{p.relative_to(PACKAGE).as_posix()}\0{_tree(p)[1]}\0" for p in stage_files(stage))
+    return hashlib.sha256(files.encode()).hexdigest()[:16]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..compute.numerics import UNRECORDED, describe_mix, is_mixed
 from ..io import read_json
+from ..provenance import stage_digest
 from ..training.tracking import HEARTBEAT_S, read_progress
 
 STALE_S = 10 * 60 + 2 * HEARTBEAT_S  # longer than any quiet spell of a live run (an evaluation, a compile)
@@ -83,6 +84,9 @@ def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | 
         shown = f"{name} {value:.4g}" if isinstance(value, int | float) else "no metric"
         if not (folder / "conditioning.csv").exists():
             shown += " (kappa pending)"
+        made_by = (m.get("code") or {}).get("training")
+        if made_by and made_by != stage_digest("training"):
+            shown += f" (trained by other training code, {made_by}: a run re-trains it)"
         return Row(study, variant, "done", steps, shown, (m.get("numerics") or {}).get("label", UNRECORDED))
     beat = read_progress(folder)
     if beat is not None:
@@ -130,6 +134,10 @@ def render(rows: list[Row], width: int | None = None) -> str:
     cols = [("study", [r.study for r in rows]), ("variant", [r.variant for r in rows]),
             ("state", [r.state for r in rows]), ("step", [r.step for r in rows])]
     widths = [max([len(name), *map(len, values)]) for name, values in cols]
+    other = sum("by other training code" in r.detail for r in rows)
+    if other:
+        head += (f"; {other} trained by other training code than this checkout's ({stage_digest('training')}): "
+                 "snakemake re-trains them")
     lines = [head, *numerics_lines(rows), "  ".join(name.ljust(w) for (name, _), w in zip(cols, widths)) + "  detail"]
     for i, r in enumerate(rows):
         line = "  ".join(values[i].ljust(w) for (_, values), w in zip(cols, widths)) + "  " + r.detail

@@ -17,7 +17,7 @@ from .. import __version__
 from ..compute import numerics
 from ..compute.devices import claimed
 from ..data.splits import SKIPPED
-from ..provenance import code_state
+from ..provenance import code_state, stage_digest
 
 UNREADABLE_LISTED = 100  # metrics.json names at most this many unreadable files
 
@@ -67,7 +67,9 @@ def cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str
         "numerics": numerics.in_effect(str(dev), computed_in),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "timm": version("timm"),
                      "numpy": np.__version__, "leaner": __version__},
-        "code": code_state(),  # the commit that produced this run, and whether the tree differed
+        # the commit that produced this run, whether the tree differed, and the training code's digest
+        # (provenance.stage_digest: `leaner status` names a run made by other training code)
+        "code": {**code_state(), "training": stage_digest("training")},
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "slurm_step_tasks": os.environ.get("SLURM_STEP_NUM_TASKS"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_claim": claimed(),
