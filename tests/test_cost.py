@@ -284,12 +284,25 @@ def _leaner(*args, env=None):
                           "e.g. 0.3)"),
     (["--check", "local"], {"LEANER_GPU_MEM_GB": "-1"},
      "LEANER_GPU_MEM_GB=-1: not a GPU memory in GB (allowed: a number > 0, e.g. 80)"),
+    # a mistyped study, with or without --wall-budget, is refused (it once printed an empty table, or
+    # priced every study)
+    (["--study", "tiny_nearst"], {}, f"leaner cost: error: --study tiny_nearst: no such study in {TINY} (did you "
+                                     "mean 'tiny_nearest'?) (studies: tiny, tiny_nearest)"),
+    (["--wall-budget", "4", "--study", "tny"], {}, f"leaner cost: error: --study tny: no such study in {TINY} "
+                                                   "(did you mean 'tiny'?) (studies: tiny, tiny_nearest)"),
 ])
 def test_bad_input_is_one_line_naming_what_is_allowed(args, env, line):
     config = TINY if "--check" not in args else REPO / "configs" / "paper.yaml"
     proc = _leaner("cost", str(config), *args, env=env)
     assert proc.returncode != 0
     assert proc.stderr.strip() == line
+
+
+def test_study_prices_only_the_studies_named():
+    proc = _leaner("cost", str(TINY), "--study", "tiny_nearest")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
+    assert "tiny_nearest" in rows and "tiny" not in rows, proc.stdout
 
 
 def test_the_cli_prints_the_plan(tmp_path):

@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`leaner status | head`): what it wanted it has
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, OSError, RuntimeError, TimeoutError) as exc:
         if os.environ.get("LEANER_DEBUG"):  # the traceback, for a bug report
             raise

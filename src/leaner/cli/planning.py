@@ -144,14 +144,21 @@ def cmd_cost(a):
                   f"{fallback}, with the stop signal {lead:g} s before each time limit: {len(problems)} problem(s), "
                   f"{len(listed)} job(s) of several attempts", file=sys.stderr)
         return 2 if problems else 0
+    from ..workflow.config import did_you_mean
+
     gpu, mfu = card(a.gpu or DEFAULT_CARD), parse_mfu(a.mfu)
     plan = plan_of(a.config)
-    costs = plan_cost(plan, gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
+    for name in a.study or []:
+        if name not in plan.studies:
+            raise ValueError(f"--study {name}: no such study in {' + '.join(a.config)}"
+                             f"{did_you_mean(name, plan.studies)} (studies: {', '.join(plan.studies)})")
+    costs = [c for c in plan_cost(plan, gpu, mfu, loader_rate=a.loader_rate or LOADER_RATE)
+             if not a.study or c.name in a.study]
     if a.wall_budget:
         from ..planning.reach import format_reach, reach_rows
 
         epochs = {(s.name, j.name): j.spec.recipe.epochs for s in plan.studies.values() for j in jobs(s)}
-        rows = [r for c in costs if not a.study or c.name in a.study for r in c.rows]
+        rows = [r for c in costs for r in c.rows]
         print(format_reach(reach_rows(rows, epochs, gpu, a.wall_budget), gpu, a.wall_budget))
         return None
     print(format_cost(costs, gpu, " + ".join(a.config)))
@@ -254,7 +261,7 @@ def cost_parser(sub) -> None:
     s.add_argument("--wall-budget", type=positive_float, default=None, metavar="HOURS",
                    help="instead: the epochs each configuration completes within HOURS a job, on the card and on a "
                         "V100 (the authors' regime for P2's figN: 4 h, one job, no requeue; planning/reach.py)")
-    s.add_argument("--study", nargs="+", default=None, help="with --wall-budget: only these studies")
+    s.add_argument("--study", nargs="+", default=None, help="only these studies")
     s.add_argument("--check", choices=("local", "cluster"), default=None,
                    help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "
                         "this machine's CUDA devices (local) or the study's gpu_model (cluster)); one line per study "

@@ -110,7 +110,7 @@ def _format_error(err, root: dict) -> str:
         extra = sorted(set(err.instance) - set(allowed))
         target = f"{where}.{extra[0]}" if where != "(top level)" else extra[0]
         allowed_txt = ", ".join(allowed) if allowed else "(any name)"
-        return f"{target}: unknown key (allowed: {allowed_txt})"
+        return f"{target}: unknown key{did_you_mean(extra[0], allowed)} (allowed: {allowed_txt})"
     if err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
         required = err.schema.get("required", [])
