@@ -219,7 +219,8 @@ BAD = [
     ("unknown task", _set(["studies", "tiny", "task"], "segmentation"),
      'studies.tiny.task: "segmentation" is not allowed (allowed: one of image_classification, nearest_point, '
      "listops, language_model, glue)"),
-    ("unknown top-level key", lambda c: c.update(studys={}), "config error: studys: unknown key (did you mean 'studies'?) (allowed: datasets"),
+    ("unknown top-level key", lambda c: c.update(studys={}),
+     "config error: studys: unknown key (did you mean 'studies'?) (allowed: datasets"),
     ("missing grid", lambda c: c["studies"]["tiny"].pop("grid"),
      "studies.tiny: give grid or lean, one of them (allowed: "),
     ("zero learning rate", _set(["studies", "tiny", "recipe", "lr"], 0),

@@ -444,6 +444,29 @@ def test_a_code_change_reruns_the_stage_it_moves_and_a_docstring_or_comment_noth
     assert not {"train", "conditioning", "summary", "prepare_data"} & set(counts), counts
 
 
+@pytest.mark.parametrize("root,said", [
+    ("nope", "--root {root}: no such folder"),
+    ("empty", "--root {root}: holds no results/ and no config.yaml: not a run's folder"),
+])
+def test_status_refuses_a_root_that_holds_no_run(tmp_path, root, said):
+    (tmp_path / "empty").mkdir()
+    folder = tmp_path / root
+    proc = subprocess.run([str(BIN / "leaner"), "status", "--root", str(folder)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert proc.stderr.count("\n") == 1 and said.format(root=folder) in proc.stderr, proc.stderr
+
+
+def test_status_of_a_finished_run_reads_that_runs_config(tiny_run, tmp_path):
+    """From another folder, `--root RUN` counts the run's own variants (not ./config.yaml's)."""
+    work, _ = tiny_run
+    proc = subprocess.run([str(BIN / "leaner"), "status", "--root", str(work)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    trained = len(list((work / "results").glob("*/*/metrics.json")))
+    assert proc.stdout.splitlines()[0] == f"{trained} variants: {trained} done", proc.stdout
+
+
 def test_status_names_a_variant_trained_by_other_training_code(tiny_run, tmp_path):
     import shutil
 
