@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test test-fast reproduce bench gpu-check setup clean-results catalogue
+# `make demo` first: a result in about a minute (set-up aside), in demo/.
+.PHONY: demo study test test-fast reproduce bench gpu-check setup clean-results catalogue
 
 setup: $(STAMP)
 
@@ -13,6 +14,11 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Both papers' small study end to end (configs/demo.yaml: 10 models, their kappa, figures, tables
+# and findings) in demo/, apart from the default study's results/.
+demo: $(STAMP)
+	$(BIN)/leaner run --cores all --directory demo --configfile $(CURDIR)/configs/demo.yaml
 
 study: $(STAMP)
 	$(BIN)/leaner run --cores all
@@ -44,4 +50,4 @@ gpu-check: $(if $(NO_VENV),,$(STAMP))
 	$(if $(NO_VENV),$(PYTHON),$(BIN)/python) benchmarks/gpu_check.py $(ARGS)
 
 clean-results:
-	rm -rf results logs .snakemake
+	rm -rf results logs .snakemake demo

@@ -36,7 +36,7 @@ onstart:
 
 
 onsuccess:
-    run_hooks.at_end()
+    run_hooks.at_end(success=True)
 
 
 onerror:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests" / "config" / "tiny.yaml"
+TINY = REPO / "configs" / "demo.yaml"  # the demo (make demo) is the tiny study the tests run
 BIN = Path(sys.executable).parent
 
 

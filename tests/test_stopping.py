@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slow
 
 
 def _vit_config(tmp_path, name: str, heads: list[int], recipe: dict, **resources) -> tuple[Path, dict]:
-    """tests/config/tiny.yaml's ViT study alone, at width 16, depth 1 and seed 0 with `heads`, its
+    """configs/demo.yaml's ViT study alone, at width 16, depth 1 and seed 0 with `heads`, its
     recipe and resources updated; (the config's path, its study, to change and write again)."""
     cfg = yaml.safe_load(TINY.read_text())
     del cfg["studies"]["tiny_nearest"]

@@ -9,7 +9,8 @@ only validates the config and answers the rules' questions; the Snakefile calls 
 - `at_start`, from `onstart` (a real run, not a dry run; not inside cluster jobs): the GPUs and
   their shares, the plan check, finished copies a retrained job forgets, the hub check and the
   warm process, each stopping the run with one line a problem before any job starts;
-- `at_end`, from `onsuccess` and `onerror`: the warm process stops.
+- `at_end`, from `onsuccess` and `onerror`: the warm process stops; after a success, where the
+  results are.
 
 Every reach into Snakemake's internals goes through workflow/engine.py.
 """
@@ -101,12 +102,32 @@ def at_start(workflow, plan, config: dict) -> None:
         WARM.append(warm.start(plan.numerics, "logs/warm.log"))
 
 
-def at_end() -> None:
-    """At the end of a run: the warm process stops taking jobs."""
+def at_end(success: bool = False) -> None:
+    """At the end of a run: the warm process stops taking jobs; after a success, where the
+    findings, figures, tables and report are."""
     from . import warm
 
     while WARM:
         warm.stop(WARM.pop())
+    lines = outcome_lines(Path.cwd()) if success else []
+    if lines:
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def outcome_lines(root: Path) -> list[str]:
+    """Where a finished run's results are (nothing before its findings exist)."""
+    findings = root / "results" / "overview" / "findings.md"
+    if not findings.is_file():
+        return []
+    figures = len(list((root / "results" / "figures").glob("*.png")))
+    tables = len(list((root / "results" / "tables").glob("*.csv")))
+    return [f"leaner: the results are in {root}:",
+            f"  findings  {findings} (and findings.html beside it): what each study's claims and tables show",
+            f"  figures   {root / 'results' / 'figures'}/ ({figures} figures, each .png and .pdf)",
+            f"  tables    {root / 'results' / 'tables'}/ ({tables} tables, each .csv, .md, .tex and .html)",
+            "  report    the same snakemake command with --report report.html: one page with every figure, table "
+            "and caption",
+            f"  status    leaner status --root {root}"]
 
 
 def _count_gpus(workflow, plan) -> None:
