@@ -116,6 +116,14 @@ def test_tiny_study_end_to_end(tiny_run):
     assert (work / "results" / "figures" / "theory-gaussian_conditioning.png").stat().st_size > 5000
 
 
+def test_a_finished_run_ends_by_saying_where_its_results_are(tiny_run):
+    work, proc = tiny_run
+    tail = proc.stderr[proc.stderr.index("leaner: the results are in"):]
+    assert f"findings  {work / 'results' / 'overview' / 'findings.md'}" in tail, tail
+    figures = len(list((work / "results" / "figures").glob("*.png")))
+    assert f"figures   {work / 'results' / 'figures'}/ ({figures} figures" in tail and figures > 0, tail
+
+
 def test_every_tiny_variant_agrees_with_an_independent_float64_recomputation(tiny_run):
     """The stage's kappa (heads_concat median, init and final, every layer) against reference_kappa."""
     from reference_kappa import check_study_outputs
