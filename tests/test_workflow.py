@@ -286,6 +286,32 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("text,said", [
+    (None, "leaner run: config error: {path}: file not found"),
+    ("studies:\n  a: {task: x, grid: {depth: [1]}\n  b: 1\n",
+     "leaner run: config error: {path} line 3: not valid YAML (expected ',' or '}}', but got '<scalar>')"),
+])
+def test_leaner_run_refuses_a_missing_or_unparsable_config_file_in_one_line(tmp_path, text, said):
+    path = tmp_path / "mine.yaml"
+    if text is not None:
+        path.write_text(text)
+    proc = subprocess.run([str(BIN / "leaner"), "run", "-s", str(REPO / "Snakefile"), "--configfile", str(path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr == said.format(path=path) + "\n", proc.stderr
+    assert not (tmp_path / ".snakemake").exists()
+
+
+def test_leaner_run_without_cores_uses_every_core(tmp_path):
+    """`leaner run` as the README starts it, less --cores: Snakemake gets --cores all."""
+    proc = subprocess.run([str(BIN / "leaner"), "run", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+                           "results/data/digits/manifest.json", "--configfile", str(TINY)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "results" / "data" / "digits" / "manifest.json").is_file()
+    assert f"Provided cores: {os.cpu_count()}" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_profile_resource_typos_stop_before_any_job(tmp_path):
     """Snakemake passes unknown resource names through and the SLURM plugin ignores them, so a
     typo would silently send jobs to the default partition: the workflow refuses them instead."""

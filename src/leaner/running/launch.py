@@ -69,9 +69,42 @@ def snakemake_command() -> str:
     return str(beside) if beside.exists() else "snakemake"
 
 
+def _config_files(args: list[str]) -> list[str]:
+    """The config files a snakemake command line names (--configfile/--configfiles A B ...)."""
+    out, taking = [], False
+    for arg in args:
+        if arg.startswith("--configfile=") or arg.startswith("--configfiles="):
+            out.append(arg.split("=", 1)[1])
+            taking = False
+        elif arg in ("--configfile", "--configfiles"):
+            taking = True
+        elif taking and not arg.startswith("-"):
+            out.append(arg)
+        else:
+            taking = False
+    return out
+
+
+# What tells snakemake how many jobs to run at once: without one, `leaner run` asks for every core
+PARALLELISM = ("-c", "--cores", "-j", "--jobs", "--profile", "--executor", "-e", "--workflow-profile")
+
+
 def run_snakemake(args: list[str]) -> int:
-    """Run snakemake with `args` (plus --rerun-incomplete) in place of this process, after
-    clearing a lock that no live run holds. Returns only on refusal (exit status 1)."""
+    """Run snakemake with `args` (plus --rerun-incomplete, and --cores all where nothing says how
+    many jobs) in place of this process, after clearing a lock that no live run holds and reading
+    each config file named (a missing or unparsable one: one line with its file and line, exit
+    status 2). Returns only on refusal."""
+    from ..workflow.config import ConfigError, load_yaml
+
+    for path in _config_files(args):
+        try:
+            load_yaml(path)
+        except ConfigError as exc:
+            print(f"leaner run: {exc}", file=sys.stderr)
+            return 2
+    if not any(arg.split("=", 1)[0] in PARALLELISM or arg[:2] in ("-c", "-j") and arg[2:].isdigit()
+               for arg in args) and not {"-h", "--help", "-n", "--dry-run", "--dryrun"} & set(args):
+        args = [*args, "--cores", "all"]
     folder = _directory(args, Path.cwd())
     locks = list((folder / LOCKS).glob("*.lock"))
     if locks:
