@@ -174,3 +174,27 @@ def test_every_test_module_names_its_tier():
         if not named & set(TIERS):
             untiered.append(path.name)
     assert not untiered, f"test modules without a tier (pytestmark = pytest.mark.<{'|'.join(TIERS)}>): {untiered}"
+
+
+# a top-level import and the distribution that provides it, where their names differ
+DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn"}
+
+
+def test_every_package_the_code_imports_is_declared():
+    """Each third-party module src/leaner imports (lazily too) is a declared dependency in
+    pyproject.toml, not one that arrives only through another package."""
+    import re
+    import tomllib
+
+    declared = {re.split(r"[=<>; ]", d)[0].lower().replace("-", "_")
+                for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    imported = set()
+    for path in (REPO / "src" / "leaner").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third = {m for m in imported if m not in sys.stdlib_module_names and m not in ("leaner", "__future__")}
+    missing = sorted(m for m in third if DISTRIBUTION.get(m, m).lower().replace("-", "_") not in declared)
+    assert missing == [], f"imported, not declared in pyproject.toml: {missing}"
