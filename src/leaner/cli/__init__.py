@@ -1,5 +1,7 @@
-"""`leaner <stage> ...`: one subcommand per pipeline stage. Each parses its arguments and calls
-one function; errors a user can fix are printed as one line, without a traceback."""
+"""`leaner COMMAND ...`: the commands a user types (run, status, check-config, cost, ...) and the
+pipeline's stages the rules run (train, conditioning, ..., left out of --help's list). Each parses
+its arguments and calls one function; errors a user can fix are printed as one line, without a
+traceback."""
 
 from __future__ import annotations
 
@@ -10,30 +12,50 @@ import time
 
 from . import analysis, planning, running, stages
 
-SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order
+SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order: a user's, then the rules'
+    running.run_parser, running.status_parser, planning.check_config_parser, planning.variants_parser,
+    planning.cost_parser, planning.pilot_parser, planning.tune_parser, planning.rehearse_parser,
+    planning.check_data_parser, planning.match_parser, analysis.catalogue_parser,
     stages.prepare_data_parser, stages.train_parser, stages.conditioning_parser, stages.theory_parser,
-    analysis.summary_parser, analysis.glue_scores_parser, analysis.tables_parser, planning.match_parser,
-    analysis.job_costs_parser, analysis.run_config_parser, analysis.overview_parser, analysis.figures_parser,
-    analysis.theory_report_parser, planning.variants_parser, planning.check_config_parser,
-    planning.check_data_parser, planning.rehearse_parser, running.status_parser, planning.cost_parser,
-    planning.pilot_parser, planning.tune_parser, running.run_parser, analysis.catalogue_parser,
+    analysis.summary_parser, analysis.glue_scores_parser, analysis.tables_parser, analysis.job_costs_parser,
+    analysis.run_config_parser, analysis.overview_parser, analysis.figures_parser, analysis.theory_report_parser,
 )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from ..provenance import describe
-
-    p = argparse.ArgumentParser(prog="leaner", description=__doc__)
-    p.add_argument("--version", action="version", version=describe())
-    sub = p.add_subparsers(dest="command", required=True)
-    for add in SUBCOMMANDS:
-        add(sub)
-    return p
 
 
 # pipeline stages (the rules' commands): each job's log ends with a line saying what it wrote
 STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "tables", "job-costs", "run-config",
           "overview", "figures", "theory-report")
+# the rules' commands, callable but left out of `leaner --help`'s list of what a user types
+RULE_COMMANDS = ("train", *STAGES)
+
+
+class _Commands:
+    """The subparsers, with a rule's command added without a help line (argparse then lists it
+    neither among the commands nor in the usage)."""
+
+    def __init__(self, sub):
+        self.sub = sub
+
+    def add_parser(self, name, **kwargs):
+        if name in RULE_COMMANDS:
+            kwargs.pop("help", None)
+        return self.sub.add_parser(name, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..provenance import describe
+
+    p = argparse.ArgumentParser(
+        prog="leaner", description="can a transformer trade depth for attention heads? The commands a user types; "
+        "`leaner COMMAND --help` says more.",
+        epilog=f"The pipeline's stages, the commands Snakemake's rules run (each has --help): "
+               f"{', '.join(RULE_COMMANDS)}.")
+    p.add_argument("--version", action="version", version=describe())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = _Commands(sub)
+    for add in SUBCOMMANDS:
+        add(commands)
+    return p
 OUTPUT_ARGS = ("out", "kappa_out", "outdir", "figdir", "tabledir", "findings")
 
 

@@ -1,0 +1,31 @@
+"""`leaner --help` as a user first reads it: the commands a user types, the rules' stages named
+once below them (still callable)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from leaner.cli import RULE_COMMANDS
+
+from conftest import BIN
+
+pytestmark = pytest.mark.fast
+
+
+def test_help_lists_a_users_commands_and_names_the_rules_stages_below_them():
+    out = subprocess.run([str(BIN / "leaner"), "--help"], capture_output=True, text=True, timeout=120).stdout
+    listed = out[out.index("COMMAND\n"):out.index("options:")]
+    commands = [line.split()[0] for line in listed.splitlines()[1:] if line.startswith("    ") and
+                not line.startswith("     ")]
+    assert commands[:3] == ["run", "status", "check-config"] and len(commands) <= 12, commands
+    assert not set(commands) & set(RULE_COMMANDS), commands
+    assert len(out.splitlines()) <= 45, out  # one screen
+    tail = " ".join(out[out.index("options:"):].split())
+    assert all(name in tail.replace("- ", "-") for name in RULE_COMMANDS), tail
+
+
+def test_a_rules_stage_stays_callable():
+    proc = subprocess.run([str(BIN / "leaner"), "train", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: leaner train"), proc.stderr
