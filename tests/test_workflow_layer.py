@@ -105,11 +105,13 @@ def test_a_profiles_unknown_resource_or_rule_is_one_line_each():
     problems = resource_problems(["gpu", "slurm_partiton"], ["mem_mb"], {"train": ["runtime", "cpus"], "trian": []},
                                  ["train", "conditioning"])
     assert len(problems) == 3
-    assert problems[0].startswith("resource error: --resources slurm_partiton: unknown resource (allowed: ")
-    assert "slurm_partition" in problems[0] and "_cores" not in problems[0]
-    assert problems[1] == "resource error: --set-resources train:cpus: unknown resource" + problems[0].split(
-        "unknown resource")[1]
-    assert problems[2] == "resource error: --set-resources trian: no such rule (allowed: conditioning, train)"
+    assert problems[0].startswith("resource error: --resources slurm_partiton: unknown resource (did you mean "
+                                  "'slurm_partition'?) (allowed: ")
+    assert "_cores" not in problems[0]
+    assert problems[1].startswith("resource error: --set-resources train:cpus: unknown resource")
+    assert problems[1].endswith(problems[0].split("?)")[1])
+    assert problems[2] == ("resource error: --set-resources trian: no such rule (did you mean 'train'?) "
+                           "(allowed: conditioning, train)")
     assert resource_problems(["gpu_share"], [], {}, []) == []
 
 

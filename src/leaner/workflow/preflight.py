@@ -32,17 +32,22 @@ def resource_problems(limits: Iterable[str], defaults: Iterable[str], overrides:
     """One line per unknown resource name in --resources (`limits`), --default-resources
     (`defaults`) or --set-resources (`overrides`, by rule), and per override of a rule that does
     not exist."""
-    allowed = ", ".join(sorted(KNOWN_RESOURCES - {"_cores", "_nodes"}))
+    from .config import did_you_mean
+
+    names = sorted(KNOWN_RESOURCES - {"_cores", "_nodes"})
+    allowed = ", ".join(names)
     rules = set(rules)
-    problems = [f"resource error: --resources {k}: unknown resource (allowed: {allowed})" for k in _unknown(limits)]
-    problems += [f"resource error: --default-resources {k}: unknown resource (allowed: {allowed})"
-                 for k in _unknown(defaults)]
+
+    def unknown(where: str, keys: Iterable[str]) -> list[str]:
+        return [f"resource error: {where}{k}: unknown resource{did_you_mean(k, names)} (allowed: {allowed})"
+                for k in _unknown(keys)]
+
+    problems = unknown("--resources ", limits) + unknown("--default-resources ", defaults)
     for rule, keys in sorted(overrides.items()):
         if rule not in rules:
-            problems.append(f"resource error: --set-resources {rule}: no such rule "
+            problems.append(f"resource error: --set-resources {rule}: no such rule{did_you_mean(rule, rules)} "
                             f"(allowed: {', '.join(sorted(rules))})")
-        problems += [f"resource error: --set-resources {rule}:{k}: unknown resource (allowed: {allowed})"
-                     for k in _unknown(keys)]
+        problems += unknown(f"--set-resources {rule}:", keys)
     return problems
 
 
