@@ -309,7 +309,55 @@ def test_leaner_run_without_cores_uses_every_core(tmp_path):
                           env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "results" / "data" / "digits" / "manifest.json").is_file()
-    assert f"Provided cores: {os.cpu_count()}" in proc.stderr, proc.stderr[-2000:]
+    (kept,) = (tmp_path / "logs" / "snakemake").glob("*.log")  # Snakemake's whole output, as it printed it
+    assert f"Provided cores: {os.cpu_count()}" in kept.read_text()
+
+
+def test_leaner_run_tells_a_run_in_a_few_lines_and_keeps_snakemakes_whole_output(tiny_run, tmp_path):
+    """The aggregates of the finished tiny run made again through `leaner run`: the job counts,
+    a line per stage, where the results are, where Snakemake's whole output is; no job blocks."""
+    import shutil
+
+    work, _ = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(work, copy, symlinks=True)
+    proc = subprocess.run([str(BIN / "leaner"), "run", "-s", str(REPO / "Snakefile"), "--forcerun", "summary",
+                           "--configfile", str(TINY)], cwd=copy, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert re.fullmatch(r"leaner run: \d+ jobs: summary 2, .*", lines[0]), lines[:3]
+    assert "  summary: 2 of 2 done, 0:" in proc.stderr and "  overview: 1 of 1 done, 0:" in proc.stderr
+    assert any(line.startswith("leaner: the results are in") for line in lines)
+    assert not [line for line in lines if line.startswith(("localrule ", "rule ", "    output:", "[Mon", "[Tue"))]
+    whole = Path(re.search(r"Snakemake's whole output: (\S+)$", lines[-1]).group(1))
+    assert whole.parent == copy / "logs" / "snakemake" and "Finished jobid" in whole.read_text()
+    assert len(lines) < 40 < len(whole.read_text().splitlines()), len(lines)
+
+
+def test_leaner_run_ends_a_failure_with_the_failed_jobs_log_and_its_last_lines(tmp_path):
+    """A job that fails, as the test builds it (an image folder at 224 pixels under a model of 8)."""
+    from conftest import image_folder
+
+    folder = image_folder(tmp_path / "imgs")
+    cfg = {"datasets": {"imgs": {"kind": "imagefolder", "path": str(folder), "num_classes": 3}},
+           "studies": {"s": {"task": "image_classification", "dataset": "imgs",
+                             "model": {"patch_size": 2, "img_size": 8}, "recipe": {"epochs": 1, "batch_size": 2},
+                             "grid": {"protocol": ["fixed_width"], "width": [16], "depth": [1], "heads": [1],
+                                      "mlp_ratio": [2], "seeds": [0]},
+                             "resources": {"threads": 1, "runtime": 5, "mem_mb": 1000}}}}
+    path = tmp_path / "fails.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([str(BIN / "leaner"), "run", "-s", str(REPO / "Snakefile"),
+                           "results/s/L1-H1-D16-hd16-mlp32-s0/metrics.json", "--configfile", str(path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    log = tmp_path / "logs" / "train" / "s" / "L1-H1-D16-hd16-mlp32-s0.log"
+    said = proc.stderr.splitlines()
+    at = said.index(f"leaner run: rule train failed; its log {log}, last lines:")
+    assert said[at + 1:at + 6] == [f"    {line}" for line in log.read_text().splitlines()[-5:]], said[at:]
+    assert said[-1].startswith("leaner run: exit status 1 in ") and "shell:" not in proc.stderr
 
 
 def test_profile_resource_typos_stop_before_any_job(tmp_path):

@@ -93,7 +93,8 @@ def run_snakemake(args: list[str]) -> int:
     """Run snakemake with `args` (plus --rerun-incomplete, and --cores all where nothing says how
     many jobs) in place of this process, after clearing a lock that no live run holds and reading
     each config file named (a missing or unparsable one: one line with its file and line, exit
-    status 2). Returns only on refusal."""
+    status 2). Its output is told through the console (running/console.py); Snakemake's exit status.
+    `--help` is Snakemake's own, in place of this process."""
     from ..workflow.config import ConfigError, load_yaml
 
     for path in _config_files(args):
@@ -122,5 +123,37 @@ def run_snakemake(args: list[str]) -> int:
     extra = [] if "--rerun-incomplete" in args or "--ri" in args else ["--rerun-incomplete"]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(snakemake_command(), [snakemake_command(), *args, *extra])
-    return 0  # not reached
+    if {"-h", "--help"} & set(args):
+        os.execv(snakemake_command(), [snakemake_command(), *args])
+    return _told(folder, [snakemake_command(), *args, *extra])
+
+
+def _told(folder: Path, command: list[str]) -> int:
+    """Run `command` (snakemake) with its output told through the console (running/console.py)
+    and kept whole in logs/snakemake/; its exit status. Ctrl-C reaches Snakemake from the terminal
+    as it would without leaner (this process lets it be); SIGTERM and SIGHUP are passed on."""
+    import signal
+    import time
+
+    from .console import Console
+
+    log = folder / "logs" / "snakemake" / f"{time.strftime('%Y-%m-%dT%H%M%S')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    console = Console(folder, sys.stderr, tty=sys.stderr.isatty())
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            errors="replace")
+    passed = {s: signal.signal(s, lambda signum, _: proc.send_signal(signum)) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with open(log, "w") as kept:
+            for text in proc.stdout:
+                kept.write(text)
+                kept.flush()
+                console.line(text)
+        code = proc.wait()
+    finally:
+        for s, handler in passed.items():
+            signal.signal(s, handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    console.closing(code, log)
+    return code
