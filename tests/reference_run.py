@@ -18,7 +18,7 @@ Uses:
   and heads-effect tables, the numbers behind them and the findings) and the README's headline
   figure; `.venv/bin/python tests/reference_run.py --quick WORKDIR` (of config.yaml with
   configs/quick.yaml) the quick one's files;
-- a named config's run (NAMED: configs/NAME.yaml's studies, kept for the README's where-the-trade-holds
+- a named config's run (NAMED: configs/NAME.yaml's studies, kept for docs/results.md's where-the-trade-holds
   table): `.venv/bin/python tests/reference_run.py --named NAME WORKDIR [WALL] [--same-code WHY]`;
 - the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
   docs/headline.png from the reference's summaries with the overview's own code (the figure
@@ -185,7 +185,7 @@ CONFIGS.update({REPO / "tests" / "reference" / name: [config] for name, config i
 
 
 def where_brief() -> str:
-    """The README's one view of where P1's rule holds: every test of the trade in the default
+    """docs/results.md's one view of where P1's rule holds: every test of the trade in the default
     study's reference and in each named config's (analysis/trade.py over each run's declared claims
     as judged, overview.headline), in that order."""
     import pandas as pd
@@ -221,7 +221,7 @@ def readme_blocks() -> dict[tuple[Path, str], str]:
     findings = (REFERENCE / "findings.md").read_text()
     body = findings.split("\n## ")[0].split("\n", 1)[1].strip()  # the paragraphs before the tables
     headline = pd.read_csv(REFERENCE / "tables" / "all_studies-headline.csv", **read)
-    return {(README, "claims"): claims_brief(headline), (README, "where the trade holds"): where_brief(),
+    return {(README, "claims"): claims_brief(headline), (RESULTS, "where the trade holds"): where_brief(),
             (RESULTS, "claims table"): headline_markdown(headline),
             (RESULTS, "heads effect table"): effects_markdown(
                 pd.read_csv(REFERENCE / "tables" / "all_studies-heads_effect.csv", **read)),

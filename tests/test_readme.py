@@ -127,3 +127,21 @@ def test_every_repository_path_the_readme_names_exists():
             if not placeholder and not (REPO / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert not missing, missing
+
+
+def test_the_readme_is_a_manual_of_about_300_lines_with_a_glossary():
+    """The README: what it is, the first commands, what a run writes, the configuration, re-running
+    one ablation, paper scale, watching, when things go wrong, the layout, a glossary; the science
+    and its numbers are docs/results.md's."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 320, len(text.splitlines())
+    assert text.index("make demo") < 200  # the first command
+    sections = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    for wanted in ("What the study shows", "What a run writes", "Paper scale on GPUs and Slurm", "Configuration",
+                   "Re-run one ablation", "Watching a sweep", "When things go wrong",
+                   "Layout, and where to add what", "Glossary"):
+        assert wanted in sections, (wanted, sections)
+    glossary = text[text.index("## Glossary"):]
+    for term in ("kappa", "control", "margin", "non-inferior", "Another platform could read", "platform tolerance",
+                 "W modules", "MFU", "pinned numerics", "warm start", "P2's task"):
+        assert term in glossary, term
