@@ -499,3 +499,35 @@ def test_the_exchange_table_gives_each_rung_its_share_of_the_lost_layer_and_the_
     dotted = [line for line in by_heads.lines if line.get_linestyle() == ":"]
     assert dotted and all(line.get_ydata()[0] == pytest.approx(0.8) for line in dotted)
     assert "superior" in {t.get_text() for t in by_heads.texts}
+
+
+def test_a_run_that_did_not_learn_is_marked_apart_and_left_out_of_its_points_mean(monkeypatch):
+    """As the tables count it: a configuration's point is the mean of its runs that learned (all of
+    them where none did), and every run that did not learn is a hollow marker at its own value."""
+    from matplotlib.collections import PathCollection
+
+    summary = p1_summary().assign(learned=True)
+    stuck = (summary["depth"] == 1) & (summary["heads"] == 2) & (summary["seed"] == 1)
+    summary.loc[stuck, ["eval_acc", "learned"]] = [0.1, False]
+    alone = (summary["depth"] == 2) & (summary["heads"] == 4)  # neither seed learned
+    summary.loc[alone, "learned"] = False
+    fig = drawn(monkeypatch, figures.metric_vs_heads, summary, "x", "s")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    marked = [c for c in ax.collections if isinstance(c, PathCollection)
+              and c.get_label() == figure_parts.NOT_LEARNED_LABEL]
+    points = {tuple(p) for c in marked for p in c.get_offsets()}
+    assert (2, 0.1) in points and {(4, v) for v in summary.loc[alone, "eval_acc"]} <= points and len(points) == 3
+    kept = summary.query("depth == 1 and heads == 2 and seed == 0")["eval_acc"].iloc[0]
+    line = next(line for line in ax.lines if list(line.get_xdata()) == [1, 2, 4] and line.get_ydata()[1] == kept)
+    assert line.get_ydata()[1] == pytest.approx(kept)  # the mean over the one run that learned
+    assert [t.get_text() for t in ax.get_legend().get_texts()].count(figure_parts.NOT_LEARNED_LABEL) == 1
+
+
+def test_two_depths_labels_at_one_head_count_do_not_overprint(monkeypatch):
+    summary = p1_summary()
+    summary.loc[summary["depth"] == 2, "eval_acc"] -= 0.005  # depth 2 lies just below depth 1, 0.025 apart
+    fig = drawn(monkeypatch, figures.metric_vs_heads, summary, "x", "s")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    boxes = [t.get_window_extent() for t in ax.texts]
+    assert len(boxes) == 6
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)], "labels overprint"

@@ -56,6 +56,34 @@ def errorbars(ax, x, agg: pd.DataFrame, color, label, linestyle="-", marker="o")
                    zorder=5, label="diverged run(s)")
 
 
+NOT_LEARNED_LABEL = "a run that did not learn (left out of the mean where others did)"
+
+
+def split_learned(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the runs a point's mean is over, the runs that did not learn): per configuration (`keys`),
+    as the tables count them, the runs that learned, or all of them where none did (the point
+    then shows what it scored); every run that did not learn (`learned` False) is marked."""
+    if "learned" not in frame or frame["learned"].isna().all() or not len(frame):
+        return frame, frame.iloc[:0]
+    failed = frame["learned"].astype("boolean") == False  # noqa: E712
+    every = frame.groupby(keys)["learned"].transform(lambda s: (s.astype("boolean") == False).all())  # noqa: E712
+    return frame[~failed | every.astype(bool)], frame[failed]
+
+
+def mark_not_learned(ax, runs: pd.DataFrame, x: str, y: str, color) -> None:
+    """Each run that did not learn at its own value: a hollow marker of its line's colour."""
+    if len(runs):
+        ax.scatter(runs[x], runs[y], marker="o", s=110, facecolors="none", edgecolors=color, linewidths=1.3,
+                   zorder=4, label=NOT_LEARNED_LABEL)
+
+
+def dedupe_legend(ax, **kwargs) -> None:
+    """The axis's legend with each label once (a marker drawn for several lines says it once)."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    ax.legend(seen.values(), seen.keys(), **kwargs)
+
+
 def spread_note(summary: pd.DataFrame) -> str:
     """Seeds per configuration: '3 seeds', or '3-10 seeds' where configurations have more."""
     axes = [c for c in ("depth", "heads", "width", "head_dim", "mlp_hidden") if c in summary]

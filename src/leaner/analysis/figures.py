@@ -10,7 +10,18 @@ import numpy as np
 import pandas as pd
 
 from ..shown import Varies, figure
-from .figure_parts import METRIC_LABELS, METRIC_NAMES, errorbars, panel_axes, panel_grid, seed_agg, spread_note
+from .figure_parts import (
+    METRIC_LABELS,
+    METRIC_NAMES,
+    dedupe_legend,
+    errorbars,
+    mark_not_learned,
+    panel_axes,
+    panel_grid,
+    seed_agg,
+    split_learned,
+    spread_note,
+)
 from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
 from .summary import explode_protocols
 
@@ -56,6 +67,18 @@ def _heads_panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     sweeping = [(key, g) for key, g in groups if g["heads"].nunique() >= 2] or groups
     several_ratios = len({ratio for (_, ratio), _ in sweeping}) > 1
     return [(proto + (f", {_mlp_label(ratio)}" if several_ratios else ""), g) for (proto, ratio), g in sweeping]
+
+
+def _label_place(ax, x: float, y: float, placed: list, below: bool) -> dict:
+    """Where a point's label goes (annotate's xytext and ha): right of the point, below it for the
+    first line and above for the others; left of it where a label already drawn at that x is
+    within 30 points of it (two depths' points close together would overprint)."""
+    span = float(np.diff(ax.get_ylim())[0]) or 1.0
+    per_point = span / (ax.bbox.height * 72 / ax.figure.dpi)  # data units a typographic point
+    crowded = any(px == x and abs(py - y) / per_point < 30 for px, py in placed)
+    placed.append((x, y))
+    dy = -12 if below else 6
+    return {"xytext": (-5, dy), "ha": "right"} if crowded else {"xytext": (5, dy), "ha": "left"}
 
 
 def _heads_figure(summary: pd.DataFrame):
@@ -149,19 +172,23 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
     fig, panels, depths, palette = _heads_figure(summary)
     for ax, title, sub in panels:
+        placed: list[tuple[float, float]] = []  # the labels drawn so far (axes fraction), kept apart
         for depth in depths:
-            agg = seed_agg(sub[sub["depth"] == depth], ["heads"], metric)
+            kept, failed = split_learned(sub[sub["depth"] == depth], ["heads"])
+            agg = seed_agg(kept, ["heads"], metric)
             if not len(agg):
                 continue
             errorbars(ax, agg["heads"], agg, palette[depth], f"depth {depth}")
+            mark_not_learned(ax, failed, "heads", metric, palette[depth])
             for _, r in agg.iterrows():
                 ax.annotate(_fmt_params(r["params"]), (r["heads"], r["mean"]), textcoords="offset points",
-                            xytext=(5, -12 if depth == depths[0] else 6), fontsize=7, color=palette[depth])
+                            fontsize=7, color=palette[depth],
+                            **_label_place(ax, r["heads"], r["mean"], placed, depth == depths[0]))
         log2_axis(ax, sub["heads"])
         ax.set_xlabel("heads h")
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.set_title(title)
-        ax.legend(fontsize=8)
+        dedupe_legend(ax, fontsize=8)
     fig.suptitle(f"{study}: {METRIC_NAMES.get(metric, metric)} vs heads per depth "
                  f"(labels: parameters; {spread_note(summary)})")
     fig.tight_layout()

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..shown import Has, Varies, figure
-from .figure_parts import errorbars, panel_axes, seed_agg
+from .figure_parts import dedupe_legend, errorbars, mark_not_learned, panel_axes, seed_agg
 from .plots import log2_axis, log_y, offscale, pyplot, save
 
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
@@ -98,6 +98,8 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
             agg = g.groupby("head_dim")["best_train_loss"].agg(["min", "max"]).reset_index()
             ax.plot(agg["head_dim"], agg["min"], marker="o", color=color, label=_line_label(key, names))
             ax.fill_between(agg["head_dim"], agg["min"], agg["max"], color=color, alpha=0.2)
+            mark_not_learned(ax, g[g["learned"].astype("boolean") == False] if "learned" in g else g.iloc[:0],  # noqa: E712
+                             "head_dim", "best_train_loss", color)
             dv = g[g["status"] != "ok"]
             if len(dv):
                 ax.scatter(dv["head_dim"], dv["best_train_loss"].fillna(1.0), marker="x", color="red", s=70,
@@ -108,7 +110,7 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
         ax.set_ylabel("MSE (min over epochs; zero predictor = 1)")
         ax.set_title(f"{depth} layer{'s' if depth > 1 else ''}")
-        ax.legend(fontsize=7)
+        dedupe_legend(ax, fontsize=7)
     by = {"modules": "attention budget W", "tokens": "sequence length N", "dim": "dimension d",
           "posn": "positional encoding"}[hue]
     fig.suptitle(f"{study}: farthest-point MSE vs head rank, by {by} (line: min over seeds; band: range)")

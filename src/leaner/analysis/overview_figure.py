@@ -36,6 +36,11 @@ def overview_figure(configs: pd.DataFrame, corr: pd.DataFrame, prefix: str | Pat
             hi = (g[f"{y}_hi"] - g[y]).clip(lower=0).fillna(0)
             ax.errorbar(g[x], g[y], yerr=[lo, hi], color=palette[g["study"].iloc[0]],
                         marker=markers[g["family"].iloc[0]], markersize=4, linewidth=1, alpha=0.8, capsize=2)
+            if x == "depth":  # a study has a line per model it deepens: each says which at its end
+                heads = int(g["heads"].iloc[-1])
+                ax.annotate(f"{heads} head{'s' * (heads > 1)}, rank {g['rank'].iloc[-1]}",
+                            (g[x].iloc[-1], g[y].iloc[-1]), textcoords="offset points", xytext=(4, 0),
+                            fontsize=6, va="center", color=palette[g["study"].iloc[0]])
         ax.axhline(1, color="grey", linestyle="--", linewidth=1)
         if x == "heads":
             log2_axis(ax, configs[x], powers=True)
