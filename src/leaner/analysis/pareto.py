@@ -185,6 +185,7 @@ def layer_won_back(summary: pd.DataFrame, prefix: str | Path, study: str, claims
     names = list(dict.fromkeys(table["claim"]))
     colours = dict(zip(names, sns.color_palette("colorblind", max(len(names), 1))))
     base_params = []
+    stacked = {by_heads: {}, by_params: {}}  # labels drawn at each x of a panel, stacked apart
     for name in names:
         rows = table[table["claim"] == name]
         claim = next(c for c in claims if c["name"] == name)
@@ -199,10 +200,14 @@ def layer_won_back(summary: pd.DataFrame, prefix: str | Path, study: str, claims
             drawn = ax.errorbar(x, shares, yerr=[lo, hi], color=colour, marker="o", capsize=3, markersize=5,
                                 linewidth=1.6, label=label)
             drawn.lines[0].set_gid(name)
-            for xi, yi, verdict, role in zip(x, shares, rows["verdict"], rows["role"]):
-                if np.isfinite(yi) and role == "lean":
-                    ax.annotate(str(verdict), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=6,
-                                color=colour)
+            for xi, yi, verdict, role, heads in zip(x, shares, rows["verdict"], rows["role"], rows["heads"]):
+                if np.isfinite(yi) and role == "lean":  # rungs at one parameter count: a column of lines
+                    k = stacked[ax].get(xi, 0)
+                    stacked[ax][xi] = k + 1
+                    column = shares[(np.asarray(x) == xi) & np.isfinite(shares)]
+                    text = str(verdict) if len(column) < 2 else f"{heads} heads: {verdict}"
+                    ax.annotate(text, (xi, column.max() if len(column) > 1 else yi), textcoords="offset points",
+                                xytext=(4, 4 + 8 * k), fontsize=6, color=colour)
         if cost and math.isfinite(cost):
             within = 1 - claim["margin"] / abs(cost)
             for ax in (by_heads, by_params):
