@@ -316,6 +316,26 @@ def test_bad_config_is_one_clear_line(name, mutate, expected):
     assert "(allowed: " in problems[0], problems[0]  # says what would be accepted
 
 
+def test_every_mistake_of_a_file_is_said_at_once():
+    """A misspelt key and a value no schema allows in one study, a task that does not exist in
+    another, a dataset misspelt in a third: four lines, not two and then two more after a fix."""
+    cfg = tiny()
+    tiny_study = cfg["studies"]["tiny"]
+    cfg["studies"]["other"] = {**copy.deepcopy(tiny_study), "task": "image_clasification"}
+    tiny_study["recipe"]["epocs"] = 3
+    tiny_study["grid"][0]["heads"] = [3]  # a mistake the schema cannot see: 3 does not divide 16
+    cfg["studies"]["third"] = {**copy.deepcopy(cfg["studies"]["tiny_nearest"]), "dataset": "nearest_pint"}
+    with pytest.raises(ConfigError) as err:
+        build_plan(cfg)
+    said = err.value.problems
+    assert said[0].startswith("config error: studies.other.task: \"image_clasification\" is not allowed")
+    assert said[1].startswith("config error: studies.tiny.recipe.epocs: unknown key (did you mean 'epochs'?)")
+    assert any(line.startswith("config error: studies.tiny.grid[0].heads: 3 does not divide width 16") for line in said)
+    assert ("config error: studies.third.dataset: unknown dataset 'nearest_pint' (did you mean 'nearest_point'?) "
+            "(allowed: digits, nearest_point)") in said
+    assert len(said) == 4, said
+
+
 def test_cli_reports_bad_config_without_traceback(tmp_path):
     cfg = tiny()
     cfg["studies"]["tiny"]["grid"][0]["heads"] = [3]

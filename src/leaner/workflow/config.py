@@ -165,17 +165,32 @@ def _typed_cli_values(config: dict, validator) -> None:
             return
 
 
-def validate_schema(config: dict) -> None:
-    """Check `config` against the schema (strings from `--config` read as the type the schema
-    wants); ConfigError with one line per problem."""
+def schema_check(config: dict) -> tuple[list[str], dict]:
+    """(one line per problem of `config` against the schema, the config less its unknown keys):
+    strings from `--config` are read as the type the schema wants first, in place."""
     import jsonschema
 
     schema = config_schema()
     validator = jsonschema.Draft202012Validator(schema)
     _typed_cli_values(config, validator)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = list(dict.fromkeys(f"config error: {_format_error(e, schema)}" for e in errors))
+    lines = list(dict.fromkeys(f"config error: {_format_error(e, schema)}" for e in errors))
+    cleaned = copy.deepcopy(config) if errors else config
+    for err in errors:
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            holder = cleaned
+            for key in err.absolute_path:
+                holder = holder[key]
+            for extra in set(err.instance) - set(err.schema.get("properties", {})):
+                holder.pop(extra, None)
+    return lines, cleaned
+
+
+def validate_schema(config: dict) -> None:
+    """Check `config` against the schema (strings from `--config` read as the type the schema
+    wants); ConfigError with one line per problem."""
+    lines, _ = schema_check(config)
+    if lines:
         raise ConfigError(lines)
 
 

@@ -11,6 +11,7 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from .config import (
     apply_every_study,
     did_you_mean,
     load_configs,
+    schema_check,
     validate_schema,
 )
 from .datasets import check_dataset
@@ -103,12 +105,19 @@ class Plan:
 def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     """Validate `config` (schema, then semantics; `every_study` laid over each study) and expand
     it. Raises ConfigError."""
-    validate_schema(config)
+    early, cleaned = schema_check(config)
+    if early:  # the studies still wrong less their unknown keys are left out; the others are checked
+        remaining, _ = schema_check(cleaned)  # on, so that every mistake of a file is said at once
+        broken = {m.group(1) for line in remaining if (m := re.match(r"config error: studies\.(\w+)\.", line))}
+        if config.get("every_study") or not isinstance(cleaned.get("studies"), dict) or any(
+                not line.startswith("config error: studies.") for line in remaining):
+            raise ConfigError(early)
+        config = {**cleaned, "studies": {k: v for k, v in cleaned["studies"].items() if k not in broken}}
     declared = {name: st.get("claims") or [] for name, st in config["studies"].items() if isinstance(st, dict)}
     if config.get("every_study"):  # the studies it changed are checked again
         config = apply_every_study(config)
         validate_schema(config)
-    problems: list[str] = []
+    problems: list[str] = list(early)
     base_dir = Path(base_dir)
 
     datasets = {n: check_dataset(n, s, problems, base_dir) for n, s in (config.get("datasets") or {}).items()}
@@ -210,8 +219,8 @@ def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> 
                         f"(allowed: any name but {', '.join(RESERVED_STUDY_NAMES)})")
         return None
     if st["dataset"] not in datasets:
-        problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r} "
-                        f"(allowed: {', '.join(sorted(datasets))})")
+        problems.append(f"config error: studies.{name}.dataset: unknown dataset {st['dataset']!r}"
+                        f"{did_you_mean(st['dataset'], datasets)} (allowed: {', '.join(sorted(datasets))})")
         return None
     ds, info = datasets[st["dataset"]], task_info(st["task"])
     if ds["kind"] not in info.dataset_kinds:
