@@ -9,7 +9,7 @@ import pytest
 
 from leaner.cli import RULE_COMMANDS
 
-from conftest import BIN
+from conftest import BIN, REPO
 
 pytestmark = pytest.mark.fast
 
@@ -29,3 +29,15 @@ def test_help_lists_a_users_commands_and_names_the_rules_stages_below_them():
 def test_a_rules_stage_stays_callable():
     proc = subprocess.run([str(BIN / "leaner"), "train", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: leaner train"), proc.stderr
+
+
+def test_pilot_takes_its_config_as_every_command_does_and_as_an_option():
+    """`leaner pilot STUDY CONFIG` as `leaner status CONFIG`; `--config CONFIG` still works."""
+    def report(*args):
+        proc = subprocess.run([str(BIN / "leaner"), "pilot", "exchange_digits", *args, "--claim", "depth_costs",
+                               "--from-csv"], capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    positional = report("configs/exchange.yaml")
+    assert "power 97% at 10 seeds" in positional and positional == report("--config", "configs/exchange.yaml")

@@ -186,6 +186,7 @@ def cmd_pilot(a):
     from ..workflow.config import load_configs
 
     default = "config.yaml" if os.path.exists("config.yaml") else None
+    a.config = a.configs or a.config
     return pilot.main(load_configs(a.config, default), a)
 
 
@@ -282,7 +283,9 @@ def pilot_parser(sub) -> None:
     s.add_argument("--claim", required=True, help="the claim's name (studies.STUDY.claims[].name)")
     s.add_argument("--seeds", type=_seed_list, default=_seed_list("100-104"),
                    help="pilot seeds, none of the claim's (default 100-104)")
-    s.add_argument("--config", nargs="+", default=["config.yaml"], help=CONFIG_FILES["help"])
+    s.add_argument("configs", nargs="*", default=[], metavar="config", help=CONFIG_FILES["help"] + " (default "
+                   "config.yaml), as every leaner command takes them")
+    s.add_argument("--config", nargs="+", default=["config.yaml"], help="the same, as an option")
     s.add_argument("--out", default=None,
                    help="the pilot's CSV (default pilots/STUDY.csv: one per study, every claim's arms)")
     s.add_argument("--work", default=None, help="where the pilot's runs live (default pilot_runs/STUDY)")
@@ -296,6 +299,7 @@ def cmd_tune(a):
     from ..workflow.config import load_configs
 
     default = "config.yaml" if os.path.exists("config.yaml") else None
+    a.config = a.configs or a.config
     return tune.main(load_configs(a.config, default), a)
 
 
@@ -318,7 +322,9 @@ def tune_parser(sub) -> None:
                    help="pilot seeds, none of the claim's (default 100-102)")
     s.add_argument("--validation-fraction", type=float, default=0.2,
                    help="share of the training rows held out as the validation split (default 0.2)")
-    s.add_argument("--config", nargs="+", default=["config.yaml"], help=CONFIG_FILES["help"])
+    s.add_argument("configs", nargs="*", default=[], metavar="config", help=CONFIG_FILES["help"] + " (default "
+                   "config.yaml), as every leaner command takes them")
+    s.add_argument("--config", nargs="+", default=["config.yaml"], help="the same, as an option")
     s.add_argument("--out", default=None, help="the choice's CSV (default pilots/STUDY_lr.csv)")
     s.add_argument("--work", default=None, help="where the runs live (default pilot_runs/STUDY_lr)")
     s.add_argument("--cores", default="all", help="Snakemake's --cores (default all)")
