@@ -122,6 +122,14 @@ def test_a_finished_run_ends_by_saying_where_its_results_are(tiny_run):
     assert f"findings  {work / 'results' / 'overview' / 'findings.md'}" in tail, tail
     figures = len(list((work / "results" / "figures").glob("*.png")))
     assert f"figures   {work / 'results' / 'figures'}/ ({figures} figures" in tail and figures > 0, tail
+    # the report line is a command that makes the report
+    import shlex
+
+    command = re.search(r"^  report    (.*)  \(one page", tail, flags=re.M).group(1)
+    (work / "report.html").unlink(missing_ok=True)
+    subprocess.run(shlex.split(command), cwd=work, check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+    assert (work / "report.html").stat().st_size > 200_000
 
 
 def test_every_tiny_variant_agrees_with_an_independent_float64_recomputation(tiny_run):

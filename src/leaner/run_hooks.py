@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -125,8 +126,8 @@ def outcome_lines(root: Path) -> list[str]:
             f"  findings  {findings} (and findings.html beside it): what each study's claims and tables show",
             f"  figures   {root / 'results' / 'figures'}/ ({figures} figures, each .png and .pdf)",
             f"  tables    {root / 'results' / 'tables'}/ ({tables} tables, each .csv, .md, .tex and .html)",
-            "  report    the same snakemake command with --report report.html: one page with every figure, table "
-            "and caption",
+            f"  report    {shlex.join([*sys.argv, '--report', str(root / 'report.html')])}  (one page: every "
+            "figure, table and caption)",
             f"  status    leaner status --root {root}"]
 
 
