@@ -41,3 +41,16 @@ def test_pilot_takes_its_config_as_every_command_does_and_as_an_option():
 
     positional = report("configs/exchange.yaml")
     assert "power 97% at 10 seeds" in positional and positional == report("--config", "configs/exchange.yaml")
+
+
+def test_a_reader_that_leaves_the_pipe_ends_leaner_quietly(tmp_path):
+    """`leaner status --watch | head -1`: the next table meets a closed pipe; leaner ends with exit
+    status 0 and says nothing (it said "error: [Errno 32] Broken pipe", exit 1)."""
+    from conftest import TINY
+
+    proc = subprocess.Popen([str(BIN / "leaner"), "status", str(TINY), "--watch", "0.1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0 and first.endswith("variants: 8 pending\n")
+    assert proc.stderr.read() == ""
