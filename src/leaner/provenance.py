@@ -111,9 +111,10 @@ PACKAGE = Path(__file__).resolve().parent
 
 
 def _module_file(name: str) -> Path | None:
-    parts = name.split(".")[1:]
-    for path in (PACKAGE.joinpath(*parts).with_suffix(".py"), PACKAGE.joinpath(*parts, "__init__.py")):
-        if parts and path.is_file() or not parts and path.name == "__init__.py" and path.is_file():
+    """The file of leaner module `name` (a package's __init__.py), or None where it is no module."""
+    base = PACKAGE.joinpath(*name.split(".")[1:])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
             return path
     return None
 
@@ -122,9 +123,7 @@ def _imported(path: Path, tree) -> set[str]:
     """The leaner modules `path` imports, at module level or inside functions."""
     import ast
 
-    here = "leaner." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
-    package = package.removesuffix(".__init__")
+    package = ".".join(("leaner", *path.relative_to(PACKAGE).parts[:-1]))  # where a relative import starts
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
