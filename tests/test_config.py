@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 
 import pytest
@@ -334,6 +335,18 @@ def test_every_mistake_of_a_file_is_said_at_once():
     assert ("config error: studies.third.dataset: unknown dataset 'nearest_pint' (did you mean 'nearest_point'?) "
             "(allowed: digits, nearest_point)") in said
     assert len(said) == 4, said
+
+
+@pytest.mark.parametrize("value", [None, 3, "a study"])
+def test_a_study_that_is_no_mapping_is_one_line_beside_the_others_checks(value):
+    cfg = tiny()
+    cfg["studies"]["tiny"] = value
+    cfg["studies"]["tiny_nearest"]["grid"]["heads"] = [3]  # heads 3 do not divide P2's dim 8: said too
+    with pytest.raises(ConfigError) as err:
+        build_plan(cfg)
+    said = err.value.problems
+    assert said[0].startswith(f"config error: studies.tiny: {json.dumps(value)} is not allowed"), said
+    assert len(said) == 2 and said[1].startswith("config error: studies.tiny_nearest."), said
 
 
 def test_cli_reports_bad_config_without_traceback(tmp_path):

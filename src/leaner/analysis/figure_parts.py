@@ -70,11 +70,11 @@ def split_learned(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, p
     return frame[~failed | every.astype(bool)], frame[failed]
 
 
-def mark_not_learned(ax, runs: pd.DataFrame, x: str, y: str, color) -> None:
+def mark_not_learned(ax, runs: pd.DataFrame, x: str, y: str, color, label: str = NOT_LEARNED_LABEL) -> None:
     """Each run that did not learn at its own value: a hollow marker of its line's colour."""
     if len(runs):
         ax.scatter(runs[x], runs[y], marker="o", s=110, facecolors="none", edgecolors=color, linewidths=1.3,
-                   zorder=4, label=NOT_LEARNED_LABEL)
+                   zorder=4, label=label)
 
 
 def dedupe_legend(ax, **kwargs) -> None:

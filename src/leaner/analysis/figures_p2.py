@@ -99,7 +99,8 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
             ax.plot(agg["head_dim"], agg["min"], marker="o", color=color, label=_line_label(key, names))
             ax.fill_between(agg["head_dim"], agg["min"], agg["max"], color=color, alpha=0.2)
             mark_not_learned(ax, g[g["learned"].astype("boolean") == False] if "learned" in g else g.iloc[:0],  # noqa: E712
-                             "head_dim", "best_train_loss", color)
+                             "head_dim", "best_train_loss", color,
+                             label="a run that did not learn (inside the band: min and range over every seed)")
             dv = g[g["status"] != "ok"]
             if len(dv):
                 ax.scatter(dv["head_dim"], dv["best_train_loss"].fillna(1.0), marker="x", color="red", s=70,

@@ -262,7 +262,8 @@ def cost_parser(sub) -> None:
     s.add_argument("--wall-budget", type=positive_float, default=None, metavar="HOURS",
                    help="instead: the epochs each configuration completes within HOURS a job, on the card and on a "
                         "V100 (the authors' regime for P2's figN: 4 h, one job, no requeue; planning/reach.py)")
-    s.add_argument("--study", nargs="+", default=None, help="only these studies")
+    s.add_argument("--study", nargs="+", default=None,
+                   help="only these studies (the table and --wall-budget; --check checks every study)")
     s.add_argument("--check", choices=("local", "cluster"), default=None,
                    help="instead: each GPU study's jobs against the card they will run on ($LEANER_GPU_MEM_GB, else "
                         "this machine's CUDA devices (local) or the study's gpu_model (cluster)); one line per study "
@@ -284,7 +285,7 @@ def pilot_parser(sub) -> None:
     s.add_argument("--seeds", type=_seed_list, default=_seed_list("100-104"),
                    help="pilot seeds, none of the claim's (default 100-104)")
     s.add_argument("configs", nargs="*", default=[], metavar="config", help=CONFIG_FILES["help"] + " (default "
-                   "config.yaml), as every leaner command takes them")
+                   "config.yaml), right after the study")
     s.add_argument("--config", nargs="+", default=["config.yaml"], help="the same, as an option")
     s.add_argument("--out", default=None,
                    help="the pilot's CSV (default pilots/STUDY.csv: one per study, every claim's arms)")
@@ -323,7 +324,7 @@ def tune_parser(sub) -> None:
     s.add_argument("--validation-fraction", type=float, default=0.2,
                    help="share of the training rows held out as the validation split (default 0.2)")
     s.add_argument("configs", nargs="*", default=[], metavar="config", help=CONFIG_FILES["help"] + " (default "
-                   "config.yaml), as every leaner command takes them")
+                   "config.yaml), right after the study")
     s.add_argument("--config", nargs="+", default=["config.yaml"], help="the same, as an option")
     s.add_argument("--out", default=None, help="the choice's CSV (default pilots/STUDY_lr.csv)")
     s.add_argument("--work", default=None, help="where the runs live (default pilot_runs/STUDY_lr)")

@@ -33,14 +33,24 @@ CHATTER = re.compile(
     r"|    \w[\w ]*: .*"
     r"|RuleException:|CalledProcessError in file .*|Command '.*' returned non-zero exit status \d+\."
     r"|Removing output files of failed job .*|Shutting down, this might take some time\.)$")
+# a job's block printed inside a group's (Slurm, GPU-sharing groups), one level further in
+INDENTED_CHATTER = re.compile(r"^((local)?(rule|checkpoint) \w+:|\w[\w ]*: .*|\w[\w ]*:)$")
 # of a failed job's block, the lines a person needs (the command, inputs and outputs are in the log)
-ERROR_KEPT = re.compile(r"^    (message|jobid|log|wildcards): ")
-PATH = re.compile(r"^[^\s]+/[^\s]*$")  # a bare path (the outputs Snakemake removes after a failure)
-FINISHED = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)")
-STEPS = re.compile(r"^(\d+) of (\d+) steps \((\d+)%\) done")
-FAILED = re.compile(r"^Error in rule (\w+):")
+ERROR_KEPT = re.compile(r"^\s+(message|jobid|log|wildcards): ")
+PATHS = re.compile(r"^\S+/\S*(, \S+/\S*)*$")  # bare paths (the outputs Snakemake removes after a failure)
+FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)")
+RESTARTED = re.compile(r"^Trying to restart job (\d+)\.")
+STEPS = re.compile(r"^(\d+) of (\d+) steps \((\d+(?:\.\d+)?)%\) done")
+FAILED = re.compile(r"^(\s*)Error in rule (\w+):")
 STAT = re.compile(r"^(\w+) +(\d+)$")
 TAIL_LINES = 5
+
+
+@dataclass
+class Failure:
+    rule: str
+    log: str | None = None
+    jobid: str | None = None
 
 
 @dataclass
@@ -53,18 +63,27 @@ class Console:
     started: float = field(default_factory=time.time)
     totals: dict[str, int] = field(default_factory=dict)  # jobs by rule, from the job stats
     done: dict[str, int] = field(default_factory=dict)
-    failed: list[tuple[str, str | None]] = field(default_factory=list)  # (rule, log) of each failed job
+    failed: list[Failure] = field(default_factory=list)  # each failed job not since restarted or finished
     in_stats: bool = False
-    in_error: bool = False
+    error_indent: int | None = None  # inside a failed job's block: the indentation of its first line
     shown_tenth: int = 0
     partial: bool = False  # a progress line waiting to be rewritten (terminal)
+    gone: bool = False  # the reader left (a closed pipe): the run goes on, its log is still kept
+
+    def _write(self, text: str) -> None:
+        if self.gone:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except OSError:  # a closed pipe or a full disk under the console: Snakemake runs on regardless
+            self.gone = True
 
     def _say(self, text: str) -> None:
         if self.partial:
-            self.out.write("\r\033[K")
+            self._write("\r\033[K")
             self.partial = False
-        self.out.write(text + "\n")
-        self.out.flush()
+        self._write(text + "\n")
 
     def _elapsed(self) -> str:
         s = int(time.time() - self.started)
@@ -85,26 +104,28 @@ class Console:
                 jobs = ", ".join(f"{rule} {n}" for rule, n in self.totals.items() if rule != "all")
                 self._say(f"leaner run: {m.group(2)} jobs: {jobs}")
             return
-        if self.in_error:
-            if text.startswith("    "):
+        indent = len(text) - len(text.lstrip())
+        if self.error_indent is not None:
+            if text.strip() and indent > self.error_indent:
                 if ERROR_KEPT.match(text) and "message: None" not in text:
                     self._say(text)
-                log = re.match(r"^    log: (\S+)", text)
-                if log:
-                    self.failed[-1] = (self.failed[-1][0], log.group(1))
+                key, _, value = text.strip().partition(": ")
+                if key in ("log", "jobid"):
+                    setattr(self.failed[-1], key, value.split()[0])
                 return
-            self.in_error = False
-        if PATH.match(text):
-            return
+            self.error_indent = None
         m = FAILED.match(text)
         if m:
-            self.failed.append((m.group(1), None))
-            self.in_error = True
+            self.failed.append(Failure(m.group(2)))
+            self.error_indent = len(m.group(1))
             self._say(text)
             return
+        m = FINISHED.match(text) or RESTARTED.match(text)
+        if m:  # a job that finished, or is tried again, is no failure (a retry after a stop signal)
+            self.failed = [f for f in self.failed if f.jobid != m.group(1)]
         m = FINISHED.match(text)
         if m:
-            rule = m.group(1)
+            rule = m.group(2)
             self.done[rule] = self.done.get(rule, 0) + 1
             total = self.totals.get(rule)
             if total and self.done[rule] == total and rule != "all":
@@ -112,25 +133,25 @@ class Console:
             return
         m = STEPS.match(text)
         if m:
-            self._progress(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            self._progress(int(m.group(1)), int(m.group(2)), float(m.group(3)))
             return
-        if CHATTER.match(text):
+        if CHATTER.match(text) or PATHS.match(text) or indent and INDENTED_CHATTER.match(text.strip()):
             return
         self._say(text)
 
-    def _progress(self, n: int, total: int, percent: int) -> None:
+    def _progress(self, n: int, total: int, percent: float) -> None:
         if self.tty:
-            self.out.write(f"\r\033[K  [{n}/{total} jobs, {percent}%] {self._elapsed()}")
-            self.out.flush()
+            self._write(f"\r\033[K  [{n}/{total} jobs, {percent:g}%] {self._elapsed()}")
             self.partial = True
-        elif percent // 10 > self.shown_tenth and n < total:
-            self.shown_tenth = percent // 10
-            self._say(f"  [{n}/{total} jobs, {percent}%] {self._elapsed()}")
+        elif int(percent // 10) > self.shown_tenth and n < total:
+            self.shown_tenth = int(percent // 10)
+            self._say(f"  [{n}/{total} jobs, {percent:g}%] {self._elapsed()}")
 
     def closing(self, code: int, log: Path) -> None:
         """After Snakemake exits: each failed job's log and its last lines, and where the whole
         output is."""
-        for rule, path in self.failed:
+        for failure in self.failed:
+            rule, path = failure.rule, failure.log
             if path is None:
                 self._say(f"leaner run: rule {rule} failed (no log named)")
                 continue

@@ -152,6 +152,9 @@ def _told(folder: Path, command: list[str]) -> int:
                 console.line(text)
         code = proc.wait()
     finally:
+        if proc.poll() is None:  # this process failed while Snakemake ran (its log unwritable): stop it
+            proc.terminate()
+            proc.wait()
         for s, handler in passed.items():
             signal.signal(s, handler)
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -108,11 +108,12 @@ def build_plan(config: dict, base_dir: str | Path = ".") -> Plan:
     early, cleaned = schema_check(config)
     if early:  # the studies still wrong less their unknown keys are left out; the others are checked
         remaining, _ = schema_check(cleaned)  # on, so that every mistake of a file is said at once
-        broken = {m.group(1) for line in remaining if (m := re.match(r"config error: studies\.(\w+)\.", line))}
+        broken = {m.group(1) for line in remaining if (m := re.match(r"config error: studies\.(\w+)\b", line))}
         if config.get("every_study") or not isinstance(cleaned.get("studies"), dict) or any(
                 not line.startswith("config error: studies.") for line in remaining):
             raise ConfigError(early)
-        config = {**cleaned, "studies": {k: v for k, v in cleaned["studies"].items() if k not in broken}}
+        config = {**cleaned, "studies": {k: v for k, v in cleaned["studies"].items()
+                                         if k not in broken and isinstance(v, dict)}}
     declared = {name: st.get("claims") or [] for name, st in config["studies"].items() if isinstance(st, dict)}
     if config.get("every_study"):  # the studies it changed are checked again
         config = apply_every_study(config)
