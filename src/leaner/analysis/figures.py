@@ -174,12 +174,17 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     for ax, title, sub in panels:
         placed: list[tuple[float, float]] = []  # the labels drawn so far (axes fraction), kept apart
         for depth in depths:
-            kept, failed = split_learned(sub[sub["depth"] == depth], ["heads"])
+            runs = sub[sub["depth"] == depth]
+            kept, failed = split_learned(runs, ["heads"])
             agg = seed_agg(kept, ["heads"], metric)
             if not len(agg):
                 continue
+            # a diverged run is a red x on its configuration's point, whether or not the mean counts it
+            agg["diverged"] = agg["heads"].map((runs["status"] != "ok").groupby(runs["heads"]).sum()).fillna(0) \
+                if "status" in runs else 0
             errorbars(ax, agg["heads"], agg, palette[depth], f"depth {depth}")
-            mark_not_learned(ax, failed, "heads", metric, palette[depth])
+            mark_not_learned(ax, failed[failed["status"] == "ok"] if "status" in failed else failed, "heads", metric,
+                             palette[depth])
             for _, r in agg.iterrows():
                 ax.annotate(_fmt_params(r["params"]), (r["heads"], r["mean"]), textcoords="offset points",
                             fontsize=7, color=palette[depth],
