@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # `make demo` first: a result in about a minute (set-up aside), in demo/.
-.PHONY: demo study test test-fast reproduce bench gpu-check setup clean-results catalogue
+.PHONY: demo study test test-fast reproduce bench gpu-check setup clean-results catalogue timm-table
 
 setup: $(STAMP)
 
@@ -40,6 +40,12 @@ reproduce: $(STAMP)
 # After adding or changing a figure's or table's definition: its index and caption (shown.py).
 catalogue: $(STAMP)
 	$(BIN)/leaner catalogue
+
+# After a config plans a new timm backbone shape, or timm moves: the table planning reads instead of
+# importing timm (src/leaner/models/timm_families.py).
+timm-table: $(STAMP)
+	$(BIN)/python -c 'import sys; from leaner.models.timm_families import write_table; \
+	from leaner.workflow.plan import timm_variants; write_table(timm_variants(*sys.argv[1:]))' config.yaml configs/*.yaml
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -125,8 +125,6 @@ def _cpu_unless_a_gpu_test(request, monkeypatch):
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", str(Path(os.environ.get("PYTEST_HF_HOME", "/tmp/leaner-test-hf"))))
-# Parameter counts kept for the job memory estimates (leaner/models/memory.py): the session's own.
-os.environ.setdefault("LEANER_CACHE_DIR", "/tmp/leaner-test-cache")
 
 
 def parquet_image_dataset(root: Path, name: str = "pictures", rows: int = 12) -> Path:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from leaner.models import attention_modules, build_model, param_counts
-from leaner.models.backbones import timm_kwargs
 from leaner.models.config import TimmConfig
+from leaner.models.timm_families import timm_kwargs
 
 from conftest import REPO, run, snakemake
 

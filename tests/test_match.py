@@ -7,8 +7,9 @@ import subprocess
 import pytest
 import yaml
 
+from leaner.models.params import model_params
 from leaner.workflow.config import ConfigError, load_yaml
-from leaner.workflow.match import count_params, match
+from leaner.workflow.match import match
 from leaner.workflow.plan import build_plan, study_model_base
 
 from conftest import BIN, REPO
@@ -20,13 +21,12 @@ def _vit_b_base():
     return study_model_base(load_yaml(REPO / "configs" / "paper.yaml"), "vit_imagenet")[1]
 
 
-def test_meta_device_counts_equal_the_built_models_and_papers_md():
-    """Counts come from built models (on the meta device); they equal a real build, and the
-    ViT-B rows of papers.md 1.3."""
+def test_counts_equal_the_built_models_and_papers_md():
+    """Counts (models/params.py) equal a real build, and the ViT-B rows of papers.md 1.3."""
     from leaner.models import build_model, param_counts
 
     small = {**_vit_b_base(), "depth": 2, "heads": 4, "width": 64, "head_dim": 16, "mlp_hidden": 128}
-    assert count_params(small) == param_counts(build_model(small))["total"]
+    assert model_params(small) == param_counts(build_model(small))["total"]
     base, rows = match(_vit_b_base(), {"depth": 12, "heads": 12, "width": 768, "mlp_ratio": 4}, reduction=0.3,
                        depths=[8], heads=[16], mlp_ratios=[4, 2, 1.5])
     assert abs(base["params"] - 86.57e6) < 0.01e6 and base["budget"] == int(base["params"] * 0.7)
@@ -54,12 +54,12 @@ def test_a_lean_study_expands_to_the_baseline_and_every_variant_that_fits():
     ids = sorted(study.variants)
     assert "L3-H1-D64-hd64-mlp128-s0" in ids and "L3-H1-D64-hd64-mlp128-s1" in ids
     assert study.variants["L3-H1-D64-hd64-mlp128-s0"].protocols == ("fixed_width", "fixed_head_dim")
-    budget = int(count_params(study.variants["L3-H1-D64-hd64-mlp128-s0"].model) * 0.7)
+    budget = int(model_params(study.variants["L3-H1-D64-hd64-mlp128-s0"].model) * 0.7)
     lean_ids = [v for v in ids if not v.startswith("L3-")]
     assert sorted(lean_ids) == sorted(f"L{d}-H{h}-D64-hd{64 // h}-mlp128-s{s}" for d in (1, 2) for h in (4, 16)
                                       for s in (0, 1))
     for vid in lean_ids:
-        assert count_params(study.variants[vid].model) <= budget
+        assert model_params(study.variants[vid].model) <= budget
     assert study.baseline == {"depth": 3, "heads": 1, "width": 64, "mlp_hidden": 128}
     # fixed_head_dim candidates (width 256, 1024) are over the budget: none was kept
     assert not any(v.protocols == ("fixed_head_dim",) for v in study.variants.values())

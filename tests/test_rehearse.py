@@ -9,7 +9,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from leaner.models.memory import model_params
+from leaner.models.params import model_params
 from leaner.workflow.plan import load_plan
 
 from conftest import BIN, REPO, TINY

@@ -4,6 +4,7 @@ whether the working tree differed from it (recorded in every metrics.json, shown
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
@@ -138,16 +139,17 @@ def _imported(path: Path, tree) -> set[str]:
     return out
 
 
-_TREES: dict[Path, tuple] = {}  # a file's syntax tree less docstrings and its digest, read once a process
+_TREES: dict[Path, tuple] = {}  # a file's leaner imports and its digest, read once a process
 
 
-def _tree(path: Path) -> tuple:
+def _tree(path: Path) -> tuple[set[str], str]:
+    """(the leaner modules `path` imports, a digest of its syntax tree less docstrings)."""
     import ast
     import hashlib
 
     if path not in _TREES:
         bare = _without_docstrings(ast.parse(path.read_text(), str(path)))  # imports are kept
-        _TREES[path] = bare, hashlib.sha256(ast.dump(bare).encode()).hexdigest()
+        _TREES[path] = _imported(path, bare), hashlib.sha256(ast.dump(bare).encode()).hexdigest()
     return _TREES[path]
 
 
@@ -161,7 +163,7 @@ def stage_files(stage: str) -> list[Path]:
         if path is None or path in seen:
             continue
         seen.add(path)
-        todo += sorted(_imported(path, _tree(path)[0])) + [name.rsplit(".", 1)[0]] * ("." in name)
+        todo += sorted(_tree(path)[0]) + [name.rsplit(".", 1)[0]] * ("." in name)
     return sorted(seen)
 
 
@@ -177,6 +179,7 @@ def _without_docstrings(tree):
     return tree
 
 
+@functools.cache
 def stage_digest(stage: str) -> str:
     """A 16-hex digest of `stage`'s code: each file's syntax tree less its docstrings (a comment,
     a docstring or a blank line changes nothing; any statement does)."""

@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import build_model
 from .config import ModelConfig, NearestConfig, TimmConfig, ViTConfig, model_config
-from .memory import model_params
+from .params import model_params
 
 CUDA = torch.device("cuda", 0)  # an explicit index: nothing asks torch.cuda for the current device
 FUSED_BLOCK = 64  # the fused kernels' tile (queries and head dim) for their backward's accumulators

@@ -15,25 +15,17 @@ checks), from the size of the model and what each stage holds per parameter:
 On the host, plus a quarter (MARGIN) for what that leaves out (activations, allocator slack) and
 the runtime itself (Python, torch, timm and the data at rest: 0.7-0.9 GB measured).
 
-The count comes from built models, on the meta device (shapes only), and is made fast enough for a
-DAG of thousands of variants: one model of depth 1 per architecture without its depth, whose
-blocks are all alike, gives every depth as its count plus one block per further layer. The counts
-are kept in $LEANER_CACHE_DIR (default ~/.cache/leaner) for the same model code, torch and timm,
-so that Snakemake, which asks for them while it builds the DAG, need not import torch and timm
-(seconds) again for architectures it has seen. Nothing here imports torch but that count.
+The count is params.model_params's: closed forms for leaner's own models and a table for timm's
+backbones, so that Snakemake, which asks for every job's memory while it builds the DAG, imports
+neither torch nor timm.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import math
-import os
-from pathlib import Path
 
-from ..io import write_json
-from .config import ModelConfig, TimmConfig, model_config
+from .config import ModelConfig, model_config
+from .params import model_params
 
 MIB = 2**20
 STATE_BYTES = 16  # per parameter, training: fp32 weights, gradients, AdamW's two moments
@@ -57,72 +49,6 @@ CPU_PROBE_BYTES = 2**30  # the chunk a CPU conditioning job asks room for, at mo
 JACREV_CHUNK = 64  # rows of the exact Jacobian per vmapped backward: P2's L5-H64-W64 block took >20 GB at all 1024
 LANCZOS_COPIES = 2  # one input's score tensors a Lanczos product holds (forward-mode, then reverse): the
 # rehearsal's figN L2-H64-W64 N256 rose 12.5 GB with 6.5 GB an input
-
-
-def _cache_file() -> Path:
-    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("LEANER_CACHE_DIR") or user_cache / "leaner") / "param_counts.json"
-
-
-@functools.cache
-def _code_version() -> str:
-    """The model code and the torch and timm it builds with (a kept count holds for these only)."""
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(f"torch {version('torch')} timm {version('timm')}".encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):  # the models package
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-@functools.cache
-def _kept() -> dict:
-    """The counts kept for this code: {architecture: [parameters at depth 1, of one block]}."""
-    try:
-        data = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data.get("counts", {}) if isinstance(data, dict) and data.get("code") == _code_version() else {}
-
-
-@functools.cache
-def _one_layer(shape_json: str) -> tuple[int, int]:
-    """(parameters of the model at depth 1, parameters of its block)."""
-    kept = _kept()
-    if shape_json not in kept:
-        import torch
-
-        from . import build_model, param_counts
-
-        with torch.device("meta"):
-            model = build_model(model_config({**json.loads(shape_json), "depth": 1}))
-        kept[shape_json] = [param_counts(model)["total"], sum(p.numel() for p in model.blocks[0].parameters())]
-        try:
-            write_json(_cache_file(), {"code": _code_version(), "counts": kept})
-        except OSError:  # a read-only home: counted again next time
-            pass
-    total, block = kept[shape_json]
-    return total, block
-
-
-@functools.cache
-def _built_params(spec_json: str) -> int:
-    import torch
-
-    from . import build_model
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in build_model(model_config(json.loads(spec_json))).parameters())
-
-
-def model_params(model: ModelConfig | dict) -> int:
-    """Parameters of `model` (built once per architecture without its depth; a timm backbone,
-    whose blocks differ by stage, built as it is)."""
-    model = model_config(model)
-    if isinstance(model, TimmConfig):
-        return _built_params(json.dumps(model.to_spec(), sort_keys=True))
-    total, block = _one_layer(model.shape_key())
-    return total + (model.depth - 1) * block
 
 
 def _mb(params: int, bytes_per_param: int, copies: int = 1) -> int:

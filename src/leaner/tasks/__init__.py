@@ -69,7 +69,7 @@ _VIT_ONLY = ("patch_size", "qkv_bias", "global_pool")
 
 def _vit(given: dict, ds: dict, problem: Callable[[str], None]) -> dict:
     if given.get("timm"):
-        from ..models.backbones import family_of  # timm's registry (imports torch): only for a timm study
+        from ..models.timm_families import family_of
         from ..schema import defaults
 
         try:

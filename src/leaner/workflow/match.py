@@ -3,8 +3,8 @@
 P1's recipe is "cut depth, add heads, keep accuracy at fewer parameters". Given a baseline
 architecture (depth, heads, width, MLP) and a budget (an absolute parameter count, or a reduction
 against the baseline), this lists every configuration with fewer layers and more heads, under
-either head-scaling protocol and any MLP ratio asked for, with its exact parameter count from the
-built model (on PyTorch's meta device: no memory, no initialisation cost), and says which fit.
+either head-scaling protocol and any MLP ratio asked for, with its exact parameter count
+(models/params.py: the built model's, without building it), and says which fit.
 
     leaner match config.yaml --study vit_digits --baseline depth=3,heads=1,width=64,mlp_ratio=2 --reduction 0.3
 
@@ -18,17 +18,8 @@ import math
 
 from ..grid import SCALING, head_shape
 from ..models.config import ModelConfig, model_config
-
-
-def count_params(model: ModelConfig | dict) -> int:
-    """Total parameters of `model` as built (tied weights counted once)."""
-    import torch
-
-    from ..models import build_model, param_counts
-
-    with torch.device("meta"):
-        built = build_model(model)
-    return param_counts(built)["total"]
+from ..models.params import model_params
+from ..models.timm_families import min_depth
 
 
 def baseline_point(baseline: dict) -> dict:
@@ -73,12 +64,8 @@ def candidates(base: dict, depths=None, heads=None, protocols=SCALING, mlp_ratio
 
 def shallowest(model_base: dict) -> int:
     """The fewest layers the study's model can be built with: 1, or a DaViT's other stages' blocks
-    and one (models/backbones.py)."""
-    if model_base.get("arch") != "timm":
-        return 1
-    from ..models.backbones import min_depth
-
-    return min_depth(model_base["backbone"])
+    and one (models/timm_families.py)."""
+    return 1 if model_base.get("arch") != "timm" else min_depth(model_base["backbone"])
 
 
 def _spec(model_base: dict, point: dict) -> ModelConfig:
@@ -94,12 +81,12 @@ def match(model_base: dict, baseline: dict, budget: int | None = None, reduction
     if reduction is not None and not 0 < reduction < 1:
         raise ValueError(f"reduction {reduction} is not a fraction (allowed: 0 < reduction < 1)")
     base = baseline_point(baseline)
-    base_params = count_params(_spec(model_base, base))
+    base_params = model_params(_spec(model_base, base))
     depths = depths or list(range(shallowest(model_base), base["depth"]))
     limit = int(budget) if budget is not None else int(base_params * (1 - reduction))
     rows = []
     for point in candidates(base, depths, heads, protocols, mlp_ratios):
-        params = count_params(_spec(model_base, point))
+        params = model_params(_spec(model_base, point))
         rows.append({**point, "params": params, "vs_baseline": params / base_params, "fits": params <= limit})
     rows.sort(key=lambda r: (not r["fits"], -r["params"] if r["fits"] else r["params"]))
     return {**base, "params": base_params, "budget": limit}, rows

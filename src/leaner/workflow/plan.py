@@ -268,3 +268,10 @@ def load_plan(*paths: str | Path, default: str | Path | None = None) -> Plan:
     `default` when they are an overlay (config.merge_cli_config); relative dataset paths resolve
     against the working directory, as they do under Snakemake."""
     return build_plan(load_configs(paths, default))
+
+
+def timm_variants(default: str | Path, *paths: str | Path) -> list:
+    """The timm backbones that `default` and every config of `paths` (laid over it where an overlay)
+    plan, each config on its own (`make timm-table` counts their shapes into models/timm_table.json)."""
+    return [v.model for path in (default, *paths) for study in load_plan(path, default=default).studies.values()
+            for v in study.variants.values() if v.model.arch == "timm"]
