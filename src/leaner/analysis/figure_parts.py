@@ -20,12 +20,16 @@ METRIC_LABELS = {"eval_acc": "accuracy (evaluation split)", "eval_loss": "loss (
                  "glue_avg": "GLUE average score (evaluation splits)"}
 
 
-def seed_agg(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+def seed_agg(frame: pd.DataFrame, keys: list[str], value: str, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per key: the value's mean with its 95% interval over the rows, as the tables report it: a
     metric's arithmetic mean with its t-interval cut to the metric's range (stats.ci95_cut); a
     kappa's geometric mean with its interval on the log scale, cut at 1. A +inf value (a singular
-    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out."""
+    kappa) makes the point +inf, drawn as an off-scale marker (`offscale`); NaN is left out. Its
+    `diverged` counts the diverged runs of `runs` (default: the rows) per key: its red x."""
     kappa = "kappa" in value
+    runs = frame if runs is None else runs
+    bad = runs[runs["status"] != "ok"].groupby(keys).size().items() if "status" in runs else ()
+    diverged = {k if isinstance(k, tuple) else (k,): int(n) for k, n in bad}  # per configuration
     rows = []
     for key, g in frame.groupby(keys, sort=True):
         vals = g[value].to_numpy(float)
@@ -37,7 +41,7 @@ def seed_agg(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({"mean": mean, "lo": lo, "hi": hi, "n": n,
                     "params": g["params_total"].iloc[0] if "params_total" in g else None,
-                    "diverged": int((g["status"] != "ok").sum()) if "status" in g else 0})
+                    "diverged": diverged.get(key if isinstance(key, tuple) else (key,), 0)})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -172,16 +172,14 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
     fig, panels, depths, palette = _heads_figure(summary)
     for ax, title, sub in panels:
-        placed: list[tuple[float, float]] = []  # the labels drawn so far (axes fraction), kept apart
+        placed: list[tuple[float, float]] = []  # the labels drawn so far (data coordinates), kept apart
         for depth in depths:
             runs = sub[sub["depth"] == depth]
             kept, failed = split_learned(runs, ["heads"])
-            agg = seed_agg(kept, ["heads"], metric)
+            # a diverged run is a red x on its configuration's point, whether or not the mean counts it
+            agg = seed_agg(kept, ["heads"], metric, runs=runs)
             if not len(agg):
                 continue
-            # a diverged run is a red x on its configuration's point, whether or not the mean counts it
-            agg["diverged"] = agg["heads"].map((runs["status"] != "ok").groupby(runs["heads"]).sum()).fillna(0) \
-                if "status" in runs else 0
             errorbars(ax, agg["heads"], agg, palette[depth], f"depth {depth}")
             mark_not_learned(ax, failed[failed["status"] == "ok"] if "status" in failed else failed, "heads", metric,
                              palette[depth])

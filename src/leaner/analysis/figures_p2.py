@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..shown import Has, Varies, figure
-from .figure_parts import dedupe_legend, errorbars, mark_not_learned, panel_axes, seed_agg
+from .figure_parts import dedupe_legend, errorbars, mark_not_learned, panel_axes, seed_agg, split_learned
 from .plots import log2_axis, log_y, offscale, pyplot, save
 
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
@@ -98,8 +98,7 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
             agg = g.groupby("head_dim")["best_train_loss"].agg(["min", "max"]).reset_index()
             ax.plot(agg["head_dim"], agg["min"], marker="o", color=color, label=_line_label(key, names))
             ax.fill_between(agg["head_dim"], agg["min"], agg["max"], color=color, alpha=0.2)
-            mark_not_learned(ax, g[g["learned"].astype("boolean") == False] if "learned" in g else g.iloc[:0],  # noqa: E712
-                             "head_dim", "best_train_loss", color,
+            mark_not_learned(ax, split_learned(g, ["head_dim"])[1], "head_dim", "best_train_loss", color,
                              label="a run that did not learn (inside the band: min and range over every seed)")
             dv = g[g["status"] != "ok"]
             if len(dv):

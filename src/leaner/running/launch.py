@@ -91,10 +91,10 @@ PARALLELISM = ("-c", "--cores", "-j", "--jobs", "--profile", "--executor", "-e",
 
 def run_snakemake(args: list[str]) -> int:
     """Run snakemake with `args` (plus --rerun-incomplete, and --cores all where nothing says how
-    many jobs) in place of this process, after clearing a lock that no live run holds and reading
-    each config file named (a missing or unparsable one: one line with its file and line, exit
-    status 2). Its output is told through the console (running/console.py); Snakemake's exit status.
-    `--help` is Snakemake's own, in place of this process."""
+    many jobs), after clearing a lock that no live run holds and reading each config file named (a
+    missing or unparsable one: one line with its file and line, exit status 2). Its output is told
+    through the console (running/console.py); Snakemake's exit status. `--help` is Snakemake's own,
+    in place of this process."""
     from ..workflow.config import ConfigError, load_yaml
 
     for path in _config_files(args):
