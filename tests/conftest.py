@@ -35,6 +35,17 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = TINY, check: 
     return run(cmd, cwd=workdir, check=check, timeout=timeout)
 
 
+def fault_env(env: dict | None = None, **faults) -> dict:
+    """`env` (default: this process's) with the faults of tests/faults/sitecustomize.py put into every
+    Python process started with it (stall=[step, s], slow_step=s, slow_rename=[name, s], stall_floor_s=s)."""
+    import json
+
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests" / "faults"), env.get("PYTHONPATH")]))
+    env["LEANER_TEST_FAULTS"] = json.dumps(faults)
+    return env
+
+
 def venv_activate(folder: Path) -> Path:
     """A venv's `activate` as users source it: this venv's own, else (the tests run by a Python
     that is no venv's) a new venv's from the standard library, made in `folder`."""

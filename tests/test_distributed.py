@@ -30,7 +30,7 @@ from leaner.data import batch_indices
 from leaner.training.resume import RESUME_DIR, RESUME_FILE
 from leaner.training.train import train
 
-from conftest import BIN, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
+from conftest import BIN, fault_env, kill_after_checkpoint, nearest_setup, saved_checkpoint, small_spec
 
 pytestmark = pytest.mark.slow
 
@@ -252,12 +252,9 @@ def test_stopped_two_process_run_resumes_from_rank0_checkpoint(tmp_path, digits_
         assert saved_checkpoint(ckpt) and not (out / "metrics.json").exists(), "the kill came too late to test resume"
     else:
         # step 10's write held: a certain moment; and under SIGTERM a stop that outlasts torchrun's 30 s
-        os.environ["LEANER_FAULT_SLOW_RENAME"] = "state.pt:16" if how == "SIGTERM" else "state.pt:2"
-        try:
-            proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True)
-        finally:
-            del os.environ["LEANER_FAULT_SLOW_RENAME"]
+        held = fault_env(slow_rename=["state.pt", 16 if how == "SIGTERM" else 2])
+        proc = _train(spec, digits_manifest, out, nproc=2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                      text=True, start_new_session=True, env=held)
         deadline = time.time() + 120
         while not list(ckpt.parent.glob(".state.pt.*.tmp")):
             assert time.time() < deadline and proc.poll() is None, "no checkpoint was written"

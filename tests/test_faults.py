@@ -1,7 +1,7 @@
 """Fault injection: real kills at chosen moments, damaged files, and what the pipeline does.
 
 Every kill here is SIGKILL of Snakemake and everything it started (a node dying), at a moment
-made deterministic by LEANER_FAULT_SLOW_RENAME (io.py), which holds one file's write between its
+made deterministic by a slow filesystem the tests build (tests/faults), which holds one file's write between its
 complete temporary copy and the rename. The re-run is the documented one (`--unlock`, then `--rerun-incomplete`),
 and on the CPU the result must be bit-identical to an uninterrupted run of the same seed: the
 checkpoint holds weights, optimiser moments, step, history and every RNG state, and the batch
@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from leaner.training.resume import PREVIOUS_FILE, RESUME_DIR, RESUME_FILE
 
-from conftest import BIN, REPO, TINY, saved_checkpoint, small_spec
+from conftest import BIN, REPO, TINY, fault_env, saved_checkpoint, small_spec
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,11 @@ def _snakemake_cmd(workdir: Path) -> list[str]:
             "--rerun-incomplete", "--configfile", str(TINY)]
 
 
-def _env(**extra) -> dict:
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra}
+def _env(held: str | None = None, seconds: float = 0.0, **extra) -> dict:
+    """The tests' environment; with `held`, every write of that file held `seconds` before its rename
+    (tests/faults: a slow filesystem)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra}
+    return fault_env(env, slow_rename=[held, seconds]) if held else env
 
 
 def _wait_for(predicate, timeout_s: float = 120.0) -> None:
@@ -115,7 +118,7 @@ KILL_POINTS = {
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 def test_killed_snakemake_run_resumes_and_ends_identical(tmp_path, reference, point):
     held, moment, expect = KILL_POINTS[point]
-    env = _env(LEANER_FAULT_SLOW_RENAME=f"{held}:4") if held else _env()
+    env = _env(held, 4)
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(lambda: moment(tmp_path))
@@ -238,7 +241,7 @@ def test_sigterm_mid_epoch_saves_the_step_and_leaner_run_ends_identical(tmp_path
     from leaner.training.stopping import STOPPED_EXIT
     from leaner.training.tracking import read_progress
 
-    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=_env(LEANER_FAULT_SLOW_RENAME="state.pt:2"),
+    proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=_env("state.pt", 2),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
     trainer = read_progress(tmp_path / VARIANT)["pid"]
@@ -283,7 +286,7 @@ def test_ctrl_c_saves_the_running_job_before_snakemake_exits(tmp_path, reference
     resumes there and ends bit-identical to an uninterrupted run."""
     from leaner.training.stopping import STOPPED_EXIT
 
-    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3", **({} if warm == "warm" else {"LEANER_WARM": "off"}))
+    env = _env("state.pt", 3, **({} if warm == "warm" else {"LEANER_WARM": "off"}))
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))
@@ -308,7 +311,7 @@ def test_a_second_ctrl_c_aborts_the_save_and_the_re_run_resumes_from_the_last_on
     with its temporary file removed. The re-run resumes from the last complete checkpoint (step 20)
     and still ends bit-identical. (A temporary file left by a kill during a save is removed by the
     re-run: test_killed_snakemake_run_resumes_and_ends_identical.)"""
-    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3", LEANER_WARM="off")
+    env = _env("state.pt", 3, LEANER_WARM="off")
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     def held() -> set[str]:
@@ -341,7 +344,7 @@ def test_a_stopped_run_stops_its_warm_training_and_a_continued_one_ends_identica
     of an uninterrupted one."""
     import psutil
 
-    env = _env(LEANER_FAULT_SLOW_RENAME="state.pt:3")
+    env = _env("state.pt", 3)
     proc = subprocess.Popen(_snakemake_cmd(tmp_path), cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: any(_resume_dir(tmp_path).glob(".state.pt.*.tmp")))

@@ -21,7 +21,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import BIN, REPO, TINY
+from conftest import BIN, REPO, TINY, fault_env
 from slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.workflow,
@@ -324,10 +324,11 @@ def _long_config(tmp_path, name: str, grid_heads: list[int], epochs: dict, study
     return path
 
 
-def _on_slurm(cluster, work, config, *args, extra_env=None) -> subprocess.Popen:
+def _on_slurm(cluster, work, config, *args, extra_env=None, faults=None) -> subprocess.Popen:
     cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), *args,
            "--profile", str(REPO / "profiles" / "slurm"), *NO_ACCOUNTING, "--verbose", "--configfile", str(config)]
     env = {**cluster.env, "PATH": f"{BIN}{os.pathsep}{cluster.env['PATH']}", **(extra_env or {})}
+    env = fault_env(env, **faults) if faults else env
     return subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -338,10 +339,10 @@ def _slurm_job_of(cluster, what: str) -> str:
 
 
 def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_uninterrupted_run(cluster, tmp_path):
-    """A training job of ~84 s of steps (644 steps, each held 0.13 s: LEANER_FAULT_SLOW_STEP, long in
+    """A training job of ~84 s of steps (644 steps, each held 0.13 s by the data source tests/faults builds, long in
     time, not in work; more than one attempt's 43-73 s of steps, less than two) under a 1-minute
     limit, whose every save of its resume state is held 8 s
-    (LEANER_FAULT_SLOW_RENAME): longer than the Snakemake in the job takes to exit once its job
+    (tests/faults): longer than the Snakemake in the job takes to exit once its job
     ends. Attempt 1 gets SIGUSR1 as `sbatch --signal=USR1@N`
     delivers it (every process of the job's steps, the Snakemake in it included); later attempts
     get Slurm's SIGTERM at the time limit (every process of every step, the batch shell included).
@@ -362,8 +363,8 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
     # 1-minute attempts: no early signal (the profile's 300 s lead would come at once), and no plan
     # check (its 5 minutes of assumed start-up refuse a 1-minute runtime)
     proc = _on_slurm(cluster, work, config, target, "--set-resources", "train:slurm_extra=''",
-                     extra_env={"LEANER_FAULT_SLOW_RENAME": "state.pt:8", "LEANER_FAULT_SLOW_STEP": "0.13",
-                                "LEANER_SKIP_PLAN_CHECK": "1"})
+                     extra_env={"LEANER_SKIP_PLAN_CHECK": "1"},
+                     faults={"slow_rename": ["state.pt", 8], "slow_step": 0.13})
     progress = work / "results" / "tiny" / variant / "progress.json"
     deadline = time.time() + 300
     while not (progress.exists() and json.loads(progress.read_text()).get("step")):
@@ -409,7 +410,7 @@ def test_a_job_longer_than_its_time_limit_stops_with_a_slow_save_and_ends_as_an_
 def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, tmp_path):
     """Two variants share a GPU (jobs_per_gpu 2): one Snakemake group, one Slurm job. Once the short
     one (69 steps) has finished training, the job gets SIGUSR1 as `sbatch --signal` sends it; the
-    long one (276 steps, each held 0.1 s: LEANER_FAULT_SLOW_STEP)
+    long one (276 steps, each held 0.1 s: tests/faults)
     stops with its state saved, so Snakemake fails the group, deletes both members' outputs and
     runs the group again. There the finished one is put back from its kept copy, not trained (its
     metrics.json still records one attempt), and the long one resumes where it stopped; both end
@@ -419,7 +420,7 @@ def test_a_finished_member_of_a_gpu_sharing_group_is_not_trained_again(cluster, 
     work = tmp_path / "work"
     work.mkdir()
     short, long_ = (work / "results" / "tiny" / v for v in ("L1-H1-D16-hd16-mlp32-s0", "L1-H2-D16-hd8-mlp32-s0"))
-    proc = _on_slurm(cluster, work, config, extra_env={"LEANER_FAULT_SLOW_STEP": "0.1"})
+    proc = _on_slurm(cluster, work, config, faults={"slow_step": 0.1})
     deadline = time.time() + 300
     while not ((short / "metrics.json").exists() and (long_ / ".resume" / "attempts.json").exists()):
         assert time.time() < deadline and proc.poll() is None, "the group never got going"

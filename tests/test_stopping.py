@@ -376,25 +376,25 @@ def test_a_finished_cluster_job_is_put_back_not_trained_again(tmp_path, digits_m
 
 def test_a_stalled_job_saves_stops_and_comes_back_to_the_same_result(tmp_path):
     """Through Snakemake on this machine: the batch after step 30 is held for 10 minutes (a loader
-    that stopped feeding). With the stall floor at 2 s the run says so in one line within
+    that stopped feeding: tests/faults). With the stall floor at 2 s the run says so in one line within
     seconds, saves its state at step 30 (it was waiting for a batch: a step boundary) and stops
     (75); the job comes back, resumes at step 30 and ends bit-identical to an uninterrupted run."""
     from safetensors.torch import load_file
 
-    from conftest import REPO
+    from conftest import REPO, fault_env
 
     config, _ = _vit_config(tmp_path, "stall", [2], {"epochs": 3, "checkpoint_every": 1000,
                                                       "checkpoint_minutes": None}, attempts=2)
     target = "results/tiny/L1-H2-D16-hd8-mlp32-s0"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
-    def run(work, **extra):
+    def run(work, env):
         cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "1",
                f"{target}/metrics.json", "--configfile", str(config)]
-        return subprocess.run(cmd, env={**env, **extra}, capture_output=True, text=True, timeout=300)
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
     started = time.monotonic()
-    stalled = run(tmp_path / "stalled", LEANER_FAULT_STALL="30:600", LEANER_FAULT_STALL_FLOOR_S="2")
+    stalled = run(tmp_path / "stalled", fault_env(env, stall=[30, 600], stall_floor_s=2))
     took = time.monotonic() - started
     assert stalled.returncode == 0, stalled.stderr[-3000:]
     assert took < 200, took  # not the 600 s the batch was held
@@ -407,7 +407,7 @@ def test_a_stalled_job_saves_stops_and_comes_back_to_the_same_result(tmp_path):
     assert [(a["began_at_step"], a["saved_step"], a["end"]) for a in metrics["attempts"]] == [
         (0, 30, "stopped"), (30, 69, "done")]
 
-    assert run(tmp_path / "plain").returncode == 0
+    assert run(tmp_path / "plain", env).returncode == 0
     ref = load_file(str(tmp_path / "plain" / target / "model.safetensors"))
     got = load_file(str(tmp_path / "stalled" / target / "model.safetensors"))
     assert all(torch.equal(ref[k], got[k]) for k in ref)

@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual mode
-        _fault_pause(path)
         os.replace(tmp_path, path)
     except (OSError, RuntimeError) as exc:
         if _disk_full(exc, path):
@@ -67,17 +65,6 @@ def _disk_full(exc: BaseException, path: Path) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return _free_mb(path) < LOW_SPACE_MB
-
-
-def _fault_pause(path: Path) -> None:
-    """Fault injection for the tests: LEANER_FAULT_SLOW_RENAME="<file name>:<seconds>" holds every
-    write of that file between its complete temporary copy and the rename, so a test can kill
-    the process in the middle of writing it."""
-    spec = os.environ.get("LEANER_FAULT_SLOW_RENAME")
-    if spec:
-        name, _, seconds = spec.rpartition(":")
-        if name == path.name:
-            time.sleep(float(seconds))
 
 
 def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:

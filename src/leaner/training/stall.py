@@ -14,12 +14,6 @@ collective), the process exits EXIT_AFTER_S later with STOPPED_EXIT. Either way 
 "stopped", resumable, and comes back where its state was saved (or, without progress, is not tried
 again: attempts.py). A multi-process run's collective timeout (compute/distributed.py) is
 LONG_ALLOWANCE_S and a little: the watch, which says what hung, acts first.
-
-LEANER_FAULT_STALL="<step>:<seconds>" (tests only) holds the batch after that step for that long
-(in an attempt that began before it), and LEANER_FAULT_STALL_FLOOR_S sets STALL_FLOOR_S, so a test
-can make a stall and see it caught. LEANER_FAULT_SLOW_STEP="<seconds>" (tests only) holds every
-batch that long: a run long in time but not in work, which meets a scheduler's time limit in a
-minute of almost no computing and computes what it would without it.
 """
 
 from __future__ import annotations
@@ -38,7 +32,6 @@ STALL_FLOOR_S = 600.0  # ... and at least this long
 LONG_ALLOWANCE_S = 1800.0  # start-up (compile, CUDA graph capture), an evaluation, a checkpoint's write
 EXIT_AFTER_S = 60.0  # a main thread that does not answer the stall is ended this much later
 STALL_SIGNAL = signal.SIGUSR2
-FLOOR_ENV, FAULT_ENV, SLOW_STEP_ENV = "LEANER_FAULT_STALL_FLOOR_S", "LEANER_FAULT_STALL", "LEANER_FAULT_SLOW_STEP"
 
 
 class Stalled(Exception):
@@ -54,7 +47,7 @@ class StallWatch(Watcher):
     def __init__(self, log, exit_code: int, on_exit=None, floor_s: float | None = None,
                  exit_after_s: float = EXIT_AFTER_S):
         self.log, self.exit_code, self.on_exit, self.exit_after = log, exit_code, on_exit, exit_after_s
-        self.floor = float(os.environ.get(FLOOR_ENV, STALL_FLOOR_S)) if floor_s is None else floor_s
+        self.floor = STALL_FLOOR_S if floor_s is None else floor_s
         self.recent: deque[float] = deque(maxlen=50)
         self.step, self.saved = 0, 0
         self.doing, self.allowance = "start-up", max(LONG_ALLOWANCE_S, self.floor)
@@ -125,20 +118,7 @@ class StallWatch(Watcher):
             os._exit(self.exit_code)
 
 
-def fault_hold(step: int, began_at: int) -> None:
-    """Tests only: LEANER_FAULT_STALL="<step>:<seconds>" holds the batch after `step`, in an
-    attempt that began before it (a stall that does not come back when the run resumes there);
-    LEANER_FAULT_SLOW_STEP="<seconds>" holds every batch that long."""
-    spec, slow = os.environ.get(FAULT_ENV), os.environ.get(SLOW_STEP_ENV)
-    if spec:
-        at, _, seconds = spec.partition(":")
-        if int(at) == step > began_at:
-            time.sleep(float(seconds))
-    if slow:
-        time.sleep(float(slow))
-
-
 def collective_timeout_min() -> float:
     """Minutes a multi-process run's collectives wait before they fail: beyond what the watch
     allows (it acts first and says what hung), not the 120 min a hung peer used to hold a job."""
-    return (max(LONG_ALLOWANCE_S, float(os.environ.get(FLOOR_ENV, STALL_FLOOR_S))) + EXIT_AFTER_S) / 60 + 5
+    return (max(LONG_ALLOWANCE_S, STALL_FLOOR_S) + EXIT_AFTER_S) / 60 + 5

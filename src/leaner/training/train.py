@@ -55,7 +55,7 @@ from .metrics import best_of, cost_and_provenance, log_data_events
 from .optim import lr_at, make_optimizer
 from .progress import Bar, budget_record, logger, past_budget
 from .resume import RESUME_DIR, CheckpointClock, RunState, checkpoint_minutes, save_checkpoint
-from .stall import Stalled, StallWatch, collective_timeout_min, fault_hold
+from .stall import Stalled, StallWatch, collective_timeout_min
 from .start import initial_model, resume_state, training_module
 from .step import GraphedStep, autocast_for, set_precision, sync_interval
 from .stopping import STOPPED_EXIT, Stopped, StopSignal, agree
@@ -394,7 +394,6 @@ def _next_batch(run: Run, state: State, watchers: Watchers, batches):
     stall = run.stall
     stall.fetching = True
     try:
-        fault_hold(state.step, state.saved.step)
         return next(batches)
     except StopIteration:
         return None
