@@ -198,3 +198,20 @@ def test_every_package_the_code_imports_is_declared():
     third = {m for m in imported if m not in sys.stdlib_module_names and m not in ("leaner", "__future__")}
     missing = sorted(m for m in third if DISTRIBUTION.get(m, m).lower().replace("-", "_") not in declared)
     assert missing == [], f"imported, not declared in pyproject.toml: {missing}"
+
+
+# What the house replaced, and with what: each old name must stay gone from the package, so that a
+# reader meets one way of doing each thing.
+REPLACED = {
+    "param_counts.json": "parameter counts without building (models/params.py, models/timm_families.py's table)",
+    "LEANER_CACHE_DIR": "the same: nothing is cached, the counts are closed forms and a committed table",
+    "fault_hold": "faults the tests build into the processes they start (tests/faults/sitecustomize.py)",
+    "LEANER_FAULT_": "the same: the loop, io.py and the stall watch carry no test hooks",
+}
+
+
+def test_what_was_replaced_stays_gone():
+    found = {old: [str(p.relative_to(REPO)) for p in sorted(PACKAGE.rglob("*.py")) if old in p.read_text()]
+             for old in REPLACED}
+    assert not {old: where for old, where in found.items() if where}, \
+        f"replaced (see REPLACED for by what): {found}"
