@@ -311,7 +311,7 @@ def test_short_training_run_learns_and_keeps_init_seed(tmp_path):
 def test_the_plateau_is_read_from_the_curve_and_the_fresh_point_mse_sits_beside_the_training_one():
     import pandas as pd
 
-    from leaner.analysis.plateau import last_quarter_fall
+    from leaner.analysis.summary import last_quarter_fall
     from leaner.analysis.tables import by_config
 
     steps = list(range(10, 110, 10))

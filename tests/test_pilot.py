@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from leaner.analysis.power import seeds_for, welch_power
+from leaner.analysis.stats import seeds_for, welch_power
 from leaner.workflow.config import load_yaml
 from leaner.workflow.kept import variant_identity
 from leaner.workflow.plan import load_plan

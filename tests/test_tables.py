@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from leaner.analysis.labels import column_label
-from leaner.analysis.table_render import number_format, write_table
+from leaner.analysis.table_render import column_label, number_format, write_table
 
 pytestmark = pytest.mark.fast
 

@@ -1,20 +1,20 @@
-"""From per-variant results to what a reader sees: all 24 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 20 modules, each importing only those above it:
 
-    stats           intervals, differences, rank correlations, when a difference is resolved
-    power           a declared claim's power from a pilot (noncentral t), and the pilot's report
-    labels          readable column headers for the tables people read (the CSV keeps raw names)
-    table_render    the one table writer: CSV, Markdown, LaTeX and HTML from a data frame
-    plateau         whether a run ended on a plateau: its best training loss's last-quarter fall
-    summary         summary.csv (one row per variant); a configuration's axes; the headline metric
+    stats           intervals, differences, rank correlations, when a difference is resolved; the
+                    power of a declared claim's test (noncentral t; `leaner pilot` reports it)
+    table_render    the one table writer: CSV, Markdown, LaTeX and HTML from a data frame, with
+                    readable column headers for the tables people read (the CSV keeps raw names)
+    summary         summary.csv (one row per variant, whether it ended on a plateau); a
+                    configuration's axes; the headline metric
     tables          tables over configurations: by config, lean vs baseline, acceptance, claims
     kappa_within    kappa against the metric with the architecture removed (within a configuration)
-    theorem         Theorem 3.2 against the real heads: kappa and head structure beside Gaussian heads
     job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     findings        the findings paragraphs, generated from the overview's numbers
     trade           where P1's rule holds: each declared test of the trade as held, failed, not testable
     papers          the papers' reported numbers beside ours
     study_data      what a study's figures and tables are made from (its summary and its plan)
-    study_tables    what the tables rules write (a study's tables, the theory tables)
+    study_tables    what the tables rules write (a study's tables, the theory tables; Theorem 3.2
+                    against the real heads: kappa and head structure beside Gaussian heads)
     plots           what every figure shares (style, saving, log axes, off-scale marks)
     figure_parts    the pieces several figures draw: seed aggregates, error bars, panel grids, metric names
     curves          training curves: loss and metric against the step, one line per configuration

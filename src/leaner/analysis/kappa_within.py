@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .power import ALPHA, TARGET_POWER
+from .stats import ALPHA, TARGET_POWER
 from .summary import ARCH, learned_rows
 
 KAPPAS = {  # summary column -> what it is

@@ -1,6 +1,6 @@
 """The statistics every table and finding uses: intervals over seeds, differences between two
-configurations, rank correlations, and when a difference counts as resolved. scipy does the
-arithmetic; this module decides what is reported."""
+configurations, rank correlations, when a difference counts as resolved, a claim's verdict and the
+power its seeds give. scipy does the arithmetic; this module decides what is reported."""
 
 from __future__ import annotations
 
@@ -319,3 +319,73 @@ def kept_share(lean, base, control, mode: str = "max", resamples: int = BOOTSTRA
         return point, math.nan, math.nan
     lo, hi = np.percentile(shares, [5.0, 95.0])
     return float(point), float(lo), float(hi)
+
+
+# How many seeds a declared claim needs: the power of its one-sided Welch test from a pilot's
+# per-arm standard deviations, by the noncentral t distribution (`leaner pilot` reports it:
+# planning/pilot.py).
+#
+# A claim (claim_verdict above) judges lean - baseline by its one-sided 95% Welch bound. For
+# `non-inferior` the bound must clear -margin: the power is taken at a true difference of zero. For
+# `superior` it must clear 0: the power is taken at a true gain of one margin (the margin is the gain
+# the test is sized for, not a threshold: any gain whose bound clears 0 counts). For `inferior` (a
+# cost declared, e.g. "depth matters") the upper bound must fall below -margin: the power is taken at
+# the pilot's difference. A non-inferiority claim's report adds the power of equivalence (two
+# one-sided tests within +-margin), simulated: a stronger verdict than non-inferiority (it also
+# bounds the gain), so at the same seeds its power is lower.
+
+ALPHA = 0.05  # one-sided, as the claims' bounds
+TARGET_POWER = 0.80
+MAX_SEEDS = 200  # the search for the seeds a target power needs stops here
+
+
+def welch_df(sd_a: float, sd_b: float, n_a: int, n_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of a difference of two means."""
+    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
+    return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+
+
+def welch_power(sd_a: float, sd_b: float, n_a: int, n_b: int, shift: float, alpha: float = ALPHA) -> float:
+    """The chance that a one-sided Welch t test at level `alpha` rejects when the true difference
+    sits `shift` beyond the null (a margin, for a non-inferiority test at a true difference of 0):
+    1 - F(t_{1-alpha}) under the noncentral t with the Welch degrees of freedom and noncentrality
+    shift / sqrt(sd_a^2/n_a + sd_b^2/n_b)."""
+    from scipy import stats
+
+    if min(n_a, n_b) < 2:
+        return math.nan
+    se = math.sqrt(sd_a**2 / n_a + sd_b**2 / n_b)
+    if se == 0:
+        return 1.0 if shift > 0 else 0.0
+    df = welch_df(sd_a, sd_b, n_a, n_b)
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, shift / se))
+
+
+def seeds_for(sd_a: float, sd_b: float, shift: float, target: float = TARGET_POWER) -> int | None:
+    """The fewest seeds an arm (both arms alike) for `target` power; None beyond MAX_SEEDS."""
+    for n in range(2, MAX_SEEDS + 1):
+        if welch_power(sd_a, sd_b, n, n, shift) >= target:
+            return n
+    return None
+
+
+EQUIVALENCE_DRAWS = 20_000  # simulated replications of the equivalence test, from a fixed seed
+
+
+def equivalence_power(sd_a: float, sd_b: float, n: int, margin: float, truth: float = 0.0) -> float:
+    """The chance that two one-sided tests (TOST: both one-sided 95% Welch bounds of a - b inside
+    +-margin) call two arms of n runs each equivalent at a true difference `truth`, by simulation
+    (EQUIVALENCE_DRAWS normal replications from seed 0)."""
+    import numpy as np
+    from scipy import stats
+
+    if n < 2:
+        return math.nan
+    rng = np.random.default_rng(0)
+    a = rng.normal(truth, sd_a, (EQUIVALENCE_DRAWS, n))
+    b = rng.normal(0.0, sd_b, (EQUIVALENCE_DRAWS, n))
+    va, vb = a.var(axis=1, ddof=1) / n, b.var(axis=1, ddof=1) / n
+    df = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1))
+    half = stats.t.ppf(1 - ALPHA, df) * np.sqrt(va + vb)
+    diff = a.mean(axis=1) - b.mean(axis=1)
+    return float(np.mean((diff - half > -margin) & (diff + half < margin)))

@@ -12,11 +12,11 @@ from ..compute.numerics import UNRECORDED, describe_mix
 from ..outputs import ACCEPTANCE_CHECKS
 from ..shown import TABLE_CODE, Architectures, BelowBaseline, Ladder, outputs_for, table
 from ..tasks import task_info
-from . import papers, pareto, tables, theorem
+from . import papers, pareto, tables
 from .kappa_within import kappa_within_table
-from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, gmean
 from .study_data import StudyData
-from .summary import read_summary, replicate_note
+from .summary import ARCH, learned_rows, read_summary, replicate_note
 from .table_render import write_table
 
 
@@ -201,7 +201,7 @@ def exchange(d: StudyData) -> tuple[pd.DataFrame, str]:
         "every head's output lies along one direction over the tokens).\n"
     ))
 def theorem_vs_real(d: StudyData) -> tuple[pd.DataFrame, str]:
-    return theorem.theorem_vs_real(d.summary), (
+    return theorem_rows(d.summary), (
         f"{d.study}: Theorem 3.2 against the real heads (layer 1; runs that learned): theorem_kappa, the closed "
         f"form (sqrt(D) + sqrt(N)) / (sqrt(D) - sqrt(N)) at D = h*d; gauss_*: the median over 256 Gaussian "
         f"N x (h*d) blocks; kappa_init, kappa_final: geometric means over seeds of each run's median; isotropy: "
@@ -226,3 +226,37 @@ def kappa_within(d: StudyData) -> tuple[pd.DataFrame, str]:
         f"means, pooled; one-sided Student t in P1's declared direction, lower kappa better; Fisher-z 95% interval; "
         f"slope: {d.metric[0]} per decade of kappa), and across configurations (Spearman rho of the means, and "
         f"partial on log parameters and log heads). Runs that did not learn and singular kappas are left out")
+
+
+# P1's Theorem 3.2 held against the real heads: per configuration, the closed form's kappa and
+# Gaussian heads' for the same shape beside the measured kappa and the head structure the theorem
+# assumes (measure/heads.py writes both into conditioning.csv; summary.py keeps layer 1's).
+THEOREM_COLUMNS = ["configuration", "heads", "head_dim", "cols", "tokens", "n", "theorem_kappa", "gauss_kappa",
+                   "kappa_init", "kappa_final", "init_over_gauss", "gauss_isotropy", "isotropy_init", "isotropy_final",
+                   "gauss_alignment", "alignment_init", "alignment_final"]
+
+
+def theorem_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Theorem 3.2 against the real heads, per configuration (layer 1, its runs that learned): the
+    closed form's kappa and Gaussian heads' for the same (N, h, d), the measured kappa at init
+    and after training (geometric means over seeds of the per-run medians), and what the theorem
+    assumes of the heads, measured (medians over seeds) beside the Gaussian heads': isotropy (mean
+    stable rank over min(N, d)) and alignment (mean |cos| between heads' top token directions)."""
+    if "theorem_kappa_l1" not in summary:
+        return pd.DataFrame(columns=THEOREM_COLUMNS)
+    rows = []
+    for _, g in learned_rows(summary).groupby(ARCH, sort=True):
+        first = g.iloc[0]
+        kappa_init, kappa_final = gmean(g["kappa_init_l1"]), gmean(g["kappa_final_l1"])
+        rows.append({"configuration": tables.arch_label(first), "heads": int(first["heads"]),
+                     "head_dim": int(first["head_dim"]), "cols": int(first["heads"] * first["head_dim"]),
+                     "tokens": int(first["probe_tokens"]), "n": len(g), "theorem_kappa": first["theorem_kappa_l1"],
+                     "gauss_kappa": first["gauss_kappa_l1"], "kappa_init": kappa_init, "kappa_final": kappa_final,
+                     "init_over_gauss": kappa_init / first["gauss_kappa_l1"],
+                     "gauss_isotropy": first["gauss_isotropy_l1"],
+                     "isotropy_init": g["heads_isotropy_init_l1"].median(),
+                     "isotropy_final": g["heads_isotropy_final_l1"].median(),
+                     "gauss_alignment": first["gauss_alignment_l1"],
+                     "alignment_init": g["heads_alignment_init_l1"].median(),
+                     "alignment_final": g["heads_alignment_final_l1"].median()})
+    return pd.DataFrame(rows, columns=THEOREM_COLUMNS)

@@ -1,8 +1,8 @@
 """`leaner pilot`: a declared claim's arms trained on pilot seeds, the seeds the claim itself never
 uses, through the same Snakemake workflow as the study; their per-run results kept as a small CSV
 (pilots/{study}.csv, in the repository: one per study, every claim's arms, so that claims sharing
-a configuration share its pilot runs) and the report a rationale quotes (analysis/power.py: each
-arm's mean and sd, the declared test's power, the seeds 80% needs).
+a configuration share its pilot runs) and the report a rationale quotes (each arm's mean and sd,
+the declared test's power by analysis/stats.py, the seeds 80% needs).
 
 The runs live in their own folder (pilot_runs/{study}, ignored by git): a pilot never writes into
 the study's results, and a second call trains only what is missing."""
@@ -10,13 +10,15 @@ the study's results, and a second call trains only what is missing."""
 from __future__ import annotations
 
 import copy
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
-from ..analysis.power import claim_arms, merged, report
+from ..analysis.stats import ALPHA, MAX_SEEDS, TARGET_POWER, equivalence_power, seeds_for, welch_power
 from ..io import read_json, write_csv, write_text
 from ..provenance import SOURCE_ROOT
 from ..running.launch import snakemake_command
@@ -142,3 +144,105 @@ def main(config: dict, a) -> int:
         print(f"leaner pilot: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+# The pilot's report
+
+
+def arms(pilot: pd.DataFrame, claim: dict, label) -> pd.DataFrame:
+    """Per arm of `claim` (role: baseline, lean[j], control), from a pilot's per-run rows (its CSV:
+    configuration, seed, metric, value; `label` names a claim point's configuration as the CSV
+    does): configuration, runs, n (the runs that learned: summary.nearest_learned for P2's MSE,
+    every run otherwise), mean and sd over those. An arm the pilot did not run is left out."""
+    from ..analysis.summary import nearest_learned
+
+    rows = []
+    for role, point in claim_arms(claim):
+        runs = pilot[(pilot["configuration"] == label(point)) & (pilot["metric"] == claim["metric"])]["value"]
+        kept = runs[runs.map(nearest_learned)] if claim["metric"] == "best_train_loss" else runs
+        if len(runs):
+            rows.append({"role": role, "configuration": label(point), "runs": len(runs), "n": len(kept),
+                         "mean": kept.mean(), "sd": kept.std()})
+    return pd.DataFrame(rows, columns=["role", "configuration", "runs", "n", "mean", "sd"])
+
+
+def claim_arms(claim: dict) -> list[tuple[str, dict]]:
+    """(role, grid point) of every arm of a claim: the baseline, each lean model, the control."""
+    out = [("baseline", claim["baseline"])] + [(f"lean[{j}]", p) for j, p in enumerate(claim["lean"])]
+    return out + ([("control", claim["control"])] if claim.get("control") else [])
+
+
+def comparisons(claim: dict) -> list[tuple[str, str]]:
+    """(arm, against) pairs a claim's report covers: each lean model against the baseline, and the
+    control against the baseline where the claim names one."""
+    return [(role, "baseline") for role, _ in claim_arms(claim)[1:]]
+
+
+def shift_of(hypothesis: str, margin: float, seen: float) -> tuple[float, str]:
+    """The shift beyond the null a declared test's power is taken at, and the truth it assumes:
+    non-inferior at a true difference of 0 (the bound must clear -margin); superior at a true gain
+    of one margin (the bound must clear 0); inferior at the pilot's difference (the upper bound
+    must fall below -margin: the cost the pilot saw, less the margin)."""
+    if hypothesis == "non-inferior":
+        return margin, "a true difference of 0"
+    if hypothesis == "superior":
+        return margin, f"a true gain of {margin:g}"
+    return -seen - margin, f"the pilot's difference {seen:+.3f}"
+
+
+def report(pilot: pd.DataFrame, claim: dict, label) -> list[str]:
+    """What a claim's rationale needs, from the pilot's per-run values: each arm's mean and sd (over
+    the runs that learned, with how many did not), then per comparison the difference seen, the
+    power of the declared test at the declared margin for the declared seeds (each arm with its own
+    sd; where runs did not learn, at the learned runs the collapse rate leaves of the declared seeds)
+    and the seeds 80% power needs; for a non-inferiority claim, the power of equivalence too."""
+    per_arm = arms(pilot, claim, label).set_index("role")
+    declared = len(claim["seeds"])
+    hypothesis = claim.get("hypothesis", "non-inferior")
+    sign = 1.0 if claim.get("mode", "max") == "max" else -1.0
+    seeds = sorted(pilot[pilot["configuration"].isin(per_arm["configuration"])]["seed"].unique())
+    lines = [f"pilot of claim {claim['name']} ({claim['metric']}, {len(seeds)} seeds: "
+             f"{', '.join(str(s) for s in seeds)})"]
+    for role, arm in per_arm.iterrows():
+        stuck = f", {arm['runs'] - arm['n']} of {arm['runs']} did not learn" if arm["runs"] > arm["n"] else ""
+        lines.append(f"  {role:<9} {arm['configuration']:<22} mean {arm['mean']:.3f} (sd {arm['sd']:.3f}), "
+                     f"n {arm['n']}{stuck}")
+    lines.append(f"  the declared test: {hypothesis}, margin {claim['margin']:g}, one-sided {ALPHA:.0%} Welch; "
+                 f"each arm at its own pilot sd:")
+    for role, against in comparisons(claim):
+        if role not in per_arm.index or against not in per_arm.index:
+            continue
+        a, b = per_arm.loc[role], per_arm.loc[against]
+        seen = sign * (a["mean"] - b["mean"])
+        if role == "control":  # compared, not claimed: a test of it is a claim of its own (e.g. depth_costs)
+            lines.append(f"  control {a['configuration']} against {b['configuration']}: seen {seen:+.3f}")
+            continue
+        shift, truth = shift_of(hypothesis, claim["margin"], seen)
+        # the runs a declared seed count leaves, at the pilot's rate of learning (both arms' least)
+        rate = min(a["n"] / a["runs"], b["n"] / b["runs"])
+        n = int(declared * rate)
+        power = welch_power(a["sd"], b["sd"], n, n, shift)
+        need = seeds_for(a["sd"], b["sd"], shift)
+        need_text = f"over {MAX_SEEDS}" if need is None else str(math.ceil(need / rate)) if rate else "n/a"
+        learned = f" ({n} that learn at the pilot's rate)" if rate < 1 else ""
+        power_text = (f"power {power:.0%} at {declared} seeds{learned}, at {truth}" if n > 1
+                      else f"no test at the declared {'one seed' if declared == 1 else 'seeds'}")
+        lines.append(f"  {a['configuration']} against {b['configuration']}: seen {seen:+.3f}; {power_text}; "
+                     f"{TARGET_POWER:.0%} needs {need_text} seeds")
+        if hypothesis == "non-inferior" and n > 1:
+            lines.append(f"    equivalence (both bounds within +-{claim['margin']:g}) at a true difference of 0: "
+                         f"power {equivalence_power(a['sd'], b['sd'], n, claim['margin']):.0%} (simulated)")
+    return lines
+
+
+PILOT_COLUMNS = ["study", "configuration", "variant", "seed", "metric", "value", "identity"]  # workflow/kept.py
+
+
+def merged(old: pd.DataFrame | None, new: list[dict]) -> pd.DataFrame:
+    """A study's pilot CSV with `new` runs laid over the `old` ones (a run measured again replaces
+    its row), ordered by configuration, seed and metric."""
+    frame = pd.DataFrame(new, columns=PILOT_COLUMNS)
+    if old is not None and len(old):
+        keep = ~old.set_index(["variant", "metric"]).index.isin(frame.set_index(["variant", "metric"]).index)
+        frame = pd.concat([old[keep].reindex(columns=PILOT_COLUMNS), frame], ignore_index=True)
+    return frame.sort_values(["configuration", "seed", "metric"], kind="stable").reset_index(drop=True)

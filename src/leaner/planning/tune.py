@@ -15,13 +15,13 @@ import math
 import sys
 from pathlib import Path
 
-from ..analysis.power import claim_arms
 from ..io import read_json, write_csv
 from ..workflow.config import ConfigError
 from ..workflow.kept import variant_identity
 from ..workflow.plan import build_plan
 from .pilot import (
     PilotError,
+    claim_arms,
     find_claim,
     pilot_config,
     pilot_runs,
