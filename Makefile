@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # `make demo` first: a result in about a minute (set-up aside), in demo/.
-.PHONY: demo study test test-fast reproduce bench gpu-check setup clean-results catalogue timm-table
+.PHONY: demo study test test-fast reproduce bench gpu-check setup clean-results schema timm-table
 
 setup: $(STAMP)
 
@@ -38,8 +38,8 @@ reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q --tier reproduce
 
 # After adding or changing a figure's or table's definition: its index and caption (shown.py).
-catalogue: $(STAMP)
-	$(BIN)/leaner catalogue
+schema: $(STAMP)
+	$(BIN)/leaner schema
 
 # After a config plans a new timm backbone shape, or timm moves: the table planning reads instead of
 # importing timm (src/leaner/models/timm_families.py).

@@ -7,8 +7,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from leaner.workflow.config import ConfigError, load_yaml, merge_cli_config
-from leaner.outputs import OVERVIEW_TABLES, THEORY_TABLES
-from leaner.shown import caption
 from leaner.workflow.plan import RESERVED_STUDY_NAMES, build_plan
 from leaner.data.glue import GLUE_TASKS
 from leaner.workflow.datasets import data_spec
@@ -38,30 +36,14 @@ except ConfigError as err:
 run_hooks.prepare(workflow, PLAN, workflow.basedir)
 
 STUDIES = list(PLAN.studies)
-CLAIMING_STUDIES = [s for s in STUDIES if PLAN.studies[s].claims]  # their claims make the headline
-FIG_EXT = ["png", "pdf"]
-TABLE_EXT = ["csv", "md", "tex", "html"]
 
 
-def figure_files(prefix, names, category, subcategory="figures"):
-    """results/figures/{prefix}-{name}.{png,pdf}; the PNG goes into the report with the caption
-    of the figure's record (shown.caption)."""
-    out = []
-    for name in names:
-        png, pdf = (f"results/figures/{prefix}-{name}.{ext}" for ext in FIG_EXT)
-        text = caption("figures", name)
-        out += [report(png, caption=text, category=category, subcategory=subcategory), pdf]
-    return out
-
-
-def table_files(prefix, names, category, subcategory="tables"):
-    """results/tables/{prefix}-{name}.{csv,md,tex,html}; the HTML goes into the report."""
-    out = []
-    for name in names:
-        csv, md, tex, html = (f"results/tables/{prefix}-{name}.{ext}" for ext in TABLE_EXT)
-        text = caption("tables", name)
-        out += [csv, md, tex, report(html, caption=text, category=category, subcategory=subcategory)]
-    return out
+def report_category(wildcards):
+    """The report's category of results/{figures,tables}/{study}-{name}.*: its study's, the theory
+    check's, both papers' or the run's."""
+    if wildcards.name == "job_costs":
+        return "Run"
+    return {"theory": "Theorem 3.2", "all_studies": "Both papers"}.get(wildcards.study, wildcards.study)
 
 
 wildcard_constraints:
@@ -190,18 +172,18 @@ def study_files(wildcards, name):
 
 
 def final_outputs():
-    out = []
-    for study in STUDIES:
-        figures, tables = PLAN.studies[study].outputs()
-        out.append(f"results/{study}/summary.csv")
-        out += expand("results/figures/{study}-{fig}.{ext}", study=study, fig=figures, ext=FIG_EXT)
-        out += expand("results/tables/{study}-{table}.{ext}", study=study, table=tables, ext=TABLE_EXT)
-    out += expand("results/tables/all_studies-{table}.{ext}", table=OVERVIEW_TABLES + ("job_costs",), ext=TABLE_EXT)
-    out += expand("results/figures/all_studies-overview.{ext}", ext=FIG_EXT)
-    out += ["results/overview/findings.md", "results/overview/findings.html", "results/overview/config.yaml"]
-    out += expand("results/figures/theory-gaussian_conditioning.{ext}", ext=FIG_EXT)
-    out += expand("results/tables/theory-{table}.{ext}", table=THEORY_TABLES, ext=TABLE_EXT)
-    return out
+    """Every study's summary, and the run's report (analysis/report.py): its figures, tables,
+    captions, index and findings, and the configuration it resolved."""
+    out = [f"results/{study}/summary.csv" for study in STUDIES]
+    return out + [
+        "results/figures",
+        "results/tables",
+        "results/overview/captions",
+        "results/overview/index.md",
+        "results/overview/findings.md",
+        "results/overview/findings.html",
+        "results/overview/config.yaml",
+    ]
 
 
 def benchmark_files():
@@ -230,7 +212,6 @@ def trained_metrics():
 
 # Names a target under results/ may start with (rules/refuse_unknown_studies.smk refuses any other).
 KNOWN_FOLDERS = "|".join(STUDIES + list(RESERVED_STUDY_NAMES))
-KNOWN_PREFIXES = "|".join(STUDIES + ["theory", "all_studies"])
 
 
 def refuse(message):
@@ -242,3 +223,11 @@ def refuse(message):
 def refuse_unknown_study(study, path):
     """Stop the run before any job: target `path` names a study the config does not define."""
     refuse(unknown_study_message(path, study, STUDIES))
+
+
+def refuse_report_file(folder, file):
+    """Stop the run before any job: a figure or table was named as a target."""
+    path, study = f"results/{folder}/{file}", file.split("-", 1)[0]
+    if study not in STUDIES + ["theory", "all_studies"]:
+        refuse_unknown_study(study, path)
+    refuse(f"{path}: the report job makes results/{folder}/ whole; target results/{folder} (or run the workflow)")

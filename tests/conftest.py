@@ -35,6 +35,18 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = TINY, check: 
     return run(cmd, cwd=workdir, check=check, timeout=timeout)
 
 
+def planned_outputs(study) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(figure names, table names) the report gives a planned study (a plan.Study), before its runs."""
+    import pandas as pd
+
+    from leaner.analysis.report import StudyData, study_outputs
+
+    d = study.declared()
+    figs, tabs = study_outputs(StudyData(study.name, pd.DataFrame({"task": [study.task]}), d["baseline"],
+                                         tuple(d["checks"]), d["claims"], points=d["points"]))
+    return tuple(name for name, *_ in figs), tuple(name for name, _ in tabs)
+
+
 def fault_env(env: dict | None = None, **faults) -> dict:
     """`env` (default: this process's) with the faults of tests/faults/sitecustomize.py put into every
     Python process started with it (stall=[step, s], slow_step=s, slow_rename=[name, s], stall_floor_s=s)."""

@@ -2,14 +2,13 @@
 module, registered there under the task's name. Here a toy task (digit parity: is the digit odd?)
 lives in a module of the test's own and its record is added through the catalogue's door, and it
 runs through every stage: config expansion, training, summary.csv, its tables and figures. A toy
-dataset kind, a toy figure, a toy table and the registry itself follow. Each is added inside
-`leaner.extend.scoped()`, which leaves the catalogues as they were."""
+dataset kind and the registry itself follow. Each is added inside `leaner.extend.scoped()`, which
+leaves the catalogues as they were. (A figure or a table is no record: tests/test_report.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 
 import pandas as pd
 import pytest
@@ -77,8 +76,7 @@ def toy_task(tmp_path, monkeypatch, scope):
 def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_task, digits_manifest):
     import yaml
 
-    from leaner.analysis.study_figures import write_study_figures
-    from leaner.analysis.study_tables import write_study_tables
+    from leaner.analysis.report import StudyData, write_study
     from leaner.analysis.summary import write_summary
     from leaner.measure.conditioning import write_conditioning
     from leaner.training.train import train
@@ -109,17 +107,19 @@ def test_a_task_added_in_the_catalogue_runs_through_every_stage(tmp_path, toy_ta
     frame = write_summary("parity", metrics_paths, cond_paths, study.protocol_map(), str(summary_csv),
                           kappa_csv=str(kappa_csv))
     assert set(frame["task"]) == {"digit_parity"} and frame["error"].between(0, 0.4).all()
-    # its outputs are those whose records select a P1 task scored by accuracy, where its grid shows them
-    # (one MLP ratio: no figure against it)
-    figure_names, table_names = study.outputs()
-    assert figure_names == ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves")
-    assert table_names == ("by_config", "lean_vs_baseline", "paper_comparison", "kappa_within", "theorem_vs_real")
-    tables = write_study_tables(str(summary_csv), "parity", {}, str(tmp_path / "tables"), table_names)
-    assert {p.name for p in tables} >= {"parity-by_config.csv", "parity-lean_vs_baseline.csv"}
+    # its outputs: a P1 task scored by accuracy, where its grid shows them (one MLP ratio: no figure against it)
+    declared = study.declared()
+    data = StudyData("parity", frame, declared["baseline"], declared["checks"], declared["claims"],
+                     pd.read_csv(kappa_csv), histories, declared["points"])
+    captions = write_study(data, tmp_path / "figures", tmp_path / "tables")
+    figure_names = ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves")
+    assert list(captions["figures"]) == [f"parity-{name}" for name in figure_names]
+    assert list(captions["tables"]) == [f"parity-{name}" for name in ("by_config", "lean_vs_baseline",
+                                                                      "paper_comparison", "kappa_within",
+                                                                      "theorem_vs_real")]
     assert len(pd.read_csv(tmp_path / "tables" / "parity-by_config.csv")) == 4
-    figures = write_study_figures(str(summary_csv), "parity", str(tmp_path / "figures"), figure_names,
-                                  kappa_csv=str(kappa_csv), histories=histories)
-    assert {p.name for p in figures} == {f"parity-{name}.{ext}" for name in figure_names for ext in ("png", "pdf")}
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == {f"parity-{name}.{ext}" for name in figure_names
+                                                                    for ext in ("png", "pdf")}
     with open(metrics_paths[0]) as fh:
         assert json.load(fh)["spec"]["task"] == "digit_parity"
 
@@ -266,112 +266,33 @@ def test_a_dataset_kind_added_in_the_catalogue_is_checked_prepared_trained_on_pr
     assert row["params"] == metrics["params"]["total"] and row["kappa_methods"]
 
 
-# A figure is added in one place too: one definition, its record (what it needs from the grid,
-# which tasks show it, its caption) on the function that draws it; a table the same way.
-
-def _depth_histogram(summary, prefix, study, bins=4):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots()
-    ax.hist(summary["depth"], bins=bins)
-    ax.set_xlabel("depth")
-    ax.set_title(study)
-    paths = [prefix.with_suffix(".png"), prefix.with_suffix(".pdf")]
-    for path in paths:
-        fig.savefig(path)
-    plt.close(fig)
-    return paths
-
-
-def test_a_figure_and_a_table_defined_beside_their_code_are_listed_where_the_grid_shows_them_and_made(
-        tmp_path, toy_task):
-    from leaner.analysis.study_figures import write_study_figures
-    from leaner.analysis.study_tables import write_study_tables
-    from leaner.catalogue import catalogue_files
-    from leaner.outputs import study_outputs
-    from leaner.shown import FIGURES, Has, figure, table
-
-    figure("depth_histogram", requires=(Has((("depth", 3),)),), tasks={"name": "digit_parity"}, bins=3,
-           caption="How deep the variants are.\n")(_depth_histogram)
-
-    @table("depth_counts", tasks={"name": "digit_parity"}, caption="Variants per depth.\n")
-    def depth_counts(data):
-        return data.summary.groupby("depth").size().rename("variants").reset_index(), f"{data.study}: per depth"
-
-    shallow, deep = [{"depth": 1, "heads": 1}, {"depth": 2, "heads": 1}], [{"depth": 3, "heads": 1}]
-    assert "depth_histogram" not in study_outputs("digit_parity", shallow)[0]  # its requirement unmet: not listed
-    assert "depth_histogram" in study_outputs("digit_parity", shallow + deep)[0]
-    assert "depth_counts" in study_outputs("digit_parity", shallow)[1]
-    assert "depth_histogram" not in study_outputs("image_classification", shallow + deep)[0]  # another task's
-    # `leaner catalogue` would index both and write their captions from the definitions
-    files = catalogue_files()
-    assert files["report/figures/depth_histogram.rst"] == "How deep the variants are.\n"
-    assert '"name": "depth_counts"' in files["src/leaner/catalogue.json"]
-    summary = tmp_path / "summary.csv"
-    summary.write_text("task,depth\ndigit_parity,1\ndigit_parity,3\n")
-    paths = write_study_figures(str(summary), "parity", str(tmp_path), ["depth_histogram"])
-    assert [p.name for p in paths] == ["parity-depth_histogram.png", "parity-depth_histogram.pdf"]
-    assert all(p.stat().st_size > 1000 for p in paths)
-    (csv, *_) = write_study_tables(str(summary), "parity", {}, str(tmp_path), ["depth_counts"])
-    assert pd.read_csv(csv).to_dict("list") == {"depth": [1, 3], "variants": [1, 1]}
-    with pytest.raises(ValueError, match="figure 'depth_histogram': defined twice"):
-        figure("depth_histogram", caption="again")
-    with pytest.raises(ValueError, match="tasks: 'size' is not a task field"):
-        figure("depth_box", caption="x", tasks={"size": "big"})
-    assert "depth_box" not in FIGURES
-
-
 def test_the_scope_leaves_the_catalogues_as_they_were():
     from leaner.extend import load_builtins, scoped
-    from leaner.shown import FIGURE_CODE, FIGURES, figure
     from leaner.tasks import CATALOG, TaskInfo, add_task
 
     load_builtins()  # (scoped does too: what it loads stays)
-    before = (list(FIGURES), list(FIGURE_CODE.code), list(CATALOG))
+    before = list(CATALOG)
     with scoped():
-        figure("nothing", caption="Nothing.")(_depth_histogram)
         add_task(TaskInfo("nothing", "P1", "arch", ("digits",), (), _parity_model, ("eval_acc", "max"),
                           ("eval_acc", "max")))
         with pytest.raises(ValueError, match="task 'nothing': in the catalogue already"):
             add_task(CATALOG["nothing"])
-        assert "nothing" in FIGURES and "nothing" in FIGURE_CODE and "nothing" in CATALOG
-    assert (list(FIGURES), list(FIGURE_CODE.code), list(CATALOG)) == before
+        assert "nothing" in CATALOG
+    assert list(CATALOG) == before
 
 
-def test_the_index_and_captions_are_those_the_definitions_give():
-    """src/leaner/catalogue.json (read by the Snakefile's side) and report/'s captions are written
-    by `leaner catalogue`: a definition changed without it fails here, naming the stale files."""
-    import leaner.shown as shown
-    from leaner.catalogue import stale_files
-    from leaner.extend import load_builtins
-
-    load_builtins()
-    assert stale_files() == []
-    for kind, records in shown.CATALOGUES.items():
-        for name, record in records.items():  # the index reads back as the definitions' records
-            assert shown.Shown.of_entry(kind, record.entry()) == dataclasses.replace(record, caption="")
-            assert name in shown.CODE[kind]
-
-
-def test_leaner_catalogue_writes_what_is_stale_and_its_check_only_names_it(tmp_path):
-    from leaner.catalogue import write_catalogue
+def test_leaner_schema_writes_the_schema_where_stale_and_its_check_only_says_so(tmp_path):
     from leaner.cli import main
+    from leaner.workflow.config import SCHEMA_JSON, write_schema
 
     with pytest.raises(ValueError, match="not a source tree of this project"):
-        write_catalogue(tmp_path)
-    for folder in ("report/figures", "report/tables", "src/leaner", "schemas"):
-        (tmp_path / folder).mkdir(parents=True)
-    stale = write_catalogue(tmp_path, check=True)
-    assert {"src/leaner/catalogue.json", "report/figures/kappa_vs_heads.rst", "report/tables/claims.rst",
-            "schemas/config.schema.json"} <= set(stale)
-    assert not (tmp_path / "src/leaner/catalogue.json").exists()  # a check writes nothing
-    assert write_catalogue(tmp_path) == stale and write_catalogue(tmp_path, check=True) == []
-    for rel in stale:
-        assert (tmp_path / rel).read_text() == (REPO / rel).read_text(), rel
-    assert main(["catalogue", "--check"]) == 0  # this checkout's are current
+        write_schema(tmp_path)
+    (tmp_path / "schemas").mkdir()
+    assert write_schema(tmp_path, check=True) == str(tmp_path / SCHEMA_JSON)
+    assert not (tmp_path / SCHEMA_JSON).exists()  # a check writes nothing
+    assert write_schema(tmp_path) == str(tmp_path / SCHEMA_JSON) and write_schema(tmp_path, check=True) == ""
+    assert (tmp_path / SCHEMA_JSON).read_text() == (REPO / SCHEMA_JSON).read_text()
+    assert main(["schema", "--check"]) == 0  # this checkout's is current
 
 
 def test_every_record_has_its_code_registered():
@@ -407,18 +328,3 @@ def test_the_registry_refuses_a_name_without_a_record_a_second_registration_and_
         registry.register("a")(lambda: 2)
     with pytest.raises(ValueError, match="toy 'b': none registered \\(allowed: a\\)"):
         registry["b"]
-
-
-def test_every_caption_is_restructuredtext_that_renders_without_an_error():
-    """The report's captions are reStructuredText (Snakemake renders them with docutils): a bare
-    |x| is a substitution reference and renders as an error in the report."""
-    import docutils.core
-    import docutils.nodes
-
-    problems = []
-    for path in sorted((REPO / "report").rglob("*.rst")):
-        text = re.sub(r"{{.*?}}", "name", path.read_text())  # Snakemake's Jinja, filled in before
-        doctree = docutils.core.publish_doctree(text, settings_overrides={"report_level": 5, "halt_level": 5})
-        problems += [f"{path.relative_to(REPO)}: {node.astext()!r} does not render"
-                     for node in doctree.findall(docutils.nodes.problematic)]  # the report's error spans
-    assert problems == []

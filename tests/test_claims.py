@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -16,10 +15,11 @@ from scipy import stats
 
 from leaner.analysis.stats import claim_verdict
 from leaner.analysis.tables import claims_table
+from leaner.grid import grid_points
 from leaner.workflow.config import ConfigError, load_yaml
 from leaner.workflow.plan import build_plan
 
-from conftest import BIN, TINY, run, snakemake
+from conftest import TINY, planned_outputs, snakemake
 
 pytestmark = pytest.mark.fast
 
@@ -83,8 +83,9 @@ def test_a_claim_names_configurations_of_the_grid_and_its_seeds():
     assert claim["baseline"] == {"depth": 1, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32,
                                  "qk_scale": 1.0}
     assert claim["metric"] == "eval_acc" and claim["mode"] == "max" and claim["seeds"] == [0, 1]
-    assert "claims" in plan.studies["tiny"].outputs()[1] and "pareto" in plan.studies["tiny"].outputs()[0]
-    assert "pareto" not in build_plan(tiny([])).studies["tiny"].outputs()[0]
+    figs, tabs = planned_outputs(plan.studies["tiny"])
+    assert "claims" in tabs and "pareto" in figs
+    assert "pareto" not in planned_outputs(build_plan(tiny([])).studies["tiny"])[0]
 
     good = {"name": "c", "baseline": {"depth": 2, "heads": 1}, "lean": [{"depth": 1, "heads": 2}],
             "margin": 0.01, "seeds": [0]}
@@ -134,36 +135,42 @@ def test_the_table_uses_the_declared_seeds_only_and_puts_the_baseline_first():
     assert declared_4["n"] == 4 and declared_4["seeds_missing"] == 1 and declared_4["verdict"] == "inconclusive"
 
 
-def test_snakemake_hands_the_resolved_claims_to_the_tables_rule(tmp_path):
+def test_the_report_reads_the_claims_from_the_run_config_not_from_its_command_line(tmp_path):
+    """One channel: the report job's claims are its study's, as the plan resolves them from the
+    configuration the run resolved (its input), never an argument of its own; and the config the
+    run resolved rebuilds the same plan."""
     path = tmp_path / "claimed.yaml"
     path.write_text(yaml.safe_dump(tiny()))
-    out = snakemake(tmp_path, "-n", "-p", "results/tables/tiny-claims.csv", "--cores", "1", configfile=path).stdout
-    assert "rule tables_tiny:" in out and "results/tables/tiny-claims.csv" in out
-    handed = json.loads(re.search(r"--claims '(\[.*?\])'", out).group(1))
-    assert handed == [dict(build_plan(tiny()).studies["tiny"].claims[0])]
-    assert snakemake(tmp_path, "-n", "results/tables/tiny-claims.csv", "--cores", "1", check=False).returncode != 0
-    out = snakemake(tmp_path, "-n", "-p", "results/figures/tiny-pareto.png", "--cores", "1", configfile=path).stdout
-    assert "rule figures_tiny:" in out and " training_curves pareto --outdir " in out
-    assert json.loads(re.search(r"--claims '(\[.*?\])'", out).group(1)) == handed
+    out = snakemake(tmp_path, "-n", "-p", "results/tables", "--cores", "1", configfile=path).stdout
+    command = out[out.index("rule report:"):]
+    assert "leaner report --config results/overview/config.yaml" in command and "--claims" not in command
+    snakemake(tmp_path, "results/overview/config.yaml", "--cores", "1", configfile=path)
+    resolved = build_plan(load_yaml(tmp_path / "results" / "overview" / "config.yaml")).studies["tiny"]
+    assert resolved.declared() == build_plan(tiny()).studies["tiny"].declared()
+    assert resolved.declared()["claims"] == json.loads(json.dumps(build_plan(tiny()).studies["tiny"].claims))
+    proc = snakemake(tmp_path, "-n", "results/tables/tiny-claims.csv", "--cores", "1", configfile=path, check=False)
+    assert proc.returncode != 0 and "the report job makes results/tables/ whole; target results/tables" in proc.stderr
 
 
-def test_leaner_tables_writes_the_claims_table_people_read(tmp_path):
+def test_the_report_writes_the_claims_table_people_read(tmp_path):
     summary = _summary().assign(task="image_classification", protocols="fixed_width", status="ok",
                                 variant="v")
     summary.to_csv(tmp_path / "summary.csv", index=False)
     claim = {"name": "lean", "metric": "eval_acc", "mode": "max", "margin": 0.01, "seeds": [0, 1, 2],
              "baseline": {"depth": 2, "heads": 1, "width": 16, "head_dim": 16, "mlp_hidden": 32},
              "lean": [{"depth": 1, "heads": 2, "width": 16, "head_dim": 8, "mlp_hidden": 32}], "rationale": ""}
-    proc = run([str(BIN / "leaner"), "tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s",
-                "--claims", json.dumps([claim]), "--names", "claims", "--outdir", str(tmp_path / "t")], cwd=tmp_path)
-    assert proc.returncode == 0
+    from leaner.analysis import report
+
+    points = grid_points(summary.to_dict("records"))
+    declared = report.StudyData("s", summary, claims=[claim], points=points)
+    tables = dict(report.study_outputs(declared)[1])
+    report.write_tables(declared, tmp_path / "t", [("claims", tables["claims"])])
     md = (tmp_path / "t" / "s-claims.md").read_text()
     assert "difference (+: lean better)" in md and "superior" in md and "one-sided 95% lower bound" in md
     body = md.split("else inconclusive")[1]
     assert body.index("L2-H1-D16-mlp32") < body.index("L1-H2-D16-mlp32") < body.index("superior")
-    proc = run([str(BIN / "leaner"), "tables", "--summary", str(tmp_path / "summary.csv"), "--study", "s",
-                "--names", "claims", "--outdir", str(tmp_path / "t")], cwd=tmp_path, check=False)
-    assert proc.returncode != 0 and "no table claims for task image_classification" in proc.stderr
+    # a study that declares no claims gets no claims table
+    assert "claims" not in dict(report.study_outputs(report.StudyData("u", summary, points=points))[1])
 
 
 def test_the_headline_is_every_studys_declared_claims_baseline_first():
@@ -303,8 +310,7 @@ def test_each_run_records_the_declaration_and_a_later_change_is_said_without_ret
                                        "mlp_ratio": [2], "seeds": [0]}]
     path = tmp_path / "claimed.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    targets = ["results/tables/tiny-claims.csv", "results/tables/all_studies-headline.csv",
-               "results/tables/all_studies-where_trade_holds.csv"]
+    targets = ["results/tables"]
     snakemake(tmp_path, *targets, "--cores", "2", configfile=path)
     digest = build_plan(cfg).studies["tiny"].claims_digest
     metrics = sorted((tmp_path / "results" / "tiny").glob("*/metrics.json"))

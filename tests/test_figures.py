@@ -13,10 +13,9 @@ import pytest
 import yaml
 
 from leaner.analysis import curves, figure_parts, figures, figures_p2, pareto, plots, stats
-from leaner.cli import main
 from leaner.workflow.plan import build_plan
 
-from conftest import TINY, snakemake
+from conftest import TINY, planned_outputs, snakemake
 
 pytestmark = pytest.mark.fast
 
@@ -33,16 +32,16 @@ def outputs(study: str, **grid) -> tuple[tuple[str, ...], tuple[str, ...]]:
         st["grid"] = grid.pop("grids")
     elif grid:
         st["grid"] = {**st["grid"], **grid}
-    return build_plan(config).studies[study].outputs()
+    return planned_outputs(build_plan(config).studies[study])
 
 
 def test_the_tiny_config_lists_only_what_its_grid_shows():
     plan = build_plan(copy.deepcopy(CONFIG))
     # one MLP width; P2 with one d, one N, one positional encoding
-    assert plan.studies["tiny"].outputs() == (
+    assert planned_outputs(plan.studies["tiny"]) == (
         ("kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training", "training_curves"),
         ("by_config", "lean_vs_baseline", "paper_comparison", "kappa_within", "theorem_vs_real"))
-    assert plan.studies["tiny_nearest"].outputs() == (
+    assert planned_outputs(plan.studies["tiny_nearest"]) == (
         ("mse_vs_rank", "perfect_angle", "kappa_vs_rank", "kappa_through_training", "training_curves"),
         ("by_config", "acceptance", "paper_comparison"))
 
@@ -332,37 +331,34 @@ def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
             assert len(labels) >= 2 and not any(re.search(r"\de[+-]", label) for label in labels), (which, labels)
 
 
-def test_the_cli_writes_the_figures_and_tables_it_is_named_and_refuses_others(tmp_path, capsys):
-    summary = p1_summary()  # one MLP width, heads and depth vary
-    summary.to_csv(tmp_path / "summary.csv", index=False)
-    p1_kappa(summary).to_csv(tmp_path / "kappa.csv", index=False)
-    args = ["--summary", str(tmp_path / "summary.csv"), "--study", "s"]
-    with pytest.raises(SystemExit):  # the names are the plan's: the command does not decide them again
-        main(["figures", *args, "--kappa", str(tmp_path / "kappa.csv"), "--outdir", str(tmp_path / "x")])
-    assert "--names" in capsys.readouterr().err
-    named = tmp_path / "named"
-    assert main(["figures", *args, "--kappa", str(tmp_path / "kappa.csv"), "--names", "kappa_through_training",
-                 "accuracy_vs_heads", "--outdir", str(named)]) == 0
-    assert sorted(p.name for p in named.glob("*.png")) == ["s-accuracy_vs_heads.png", "s-kappa_through_training.png"]
-    assert main(["figures", *args, "--names", "mse_vs_rank", "--outdir", str(named)]) == 1
-    tables = tmp_path / "tables"
-    assert main(["tables", *args, "--baseline", '{"depth": 1}', "--names", "by_config", "paper_comparison",
-                 "--outdir", str(tables)]) == 0
-    assert sorted(p.name for p in tables.glob("*.csv")) == ["s-by_config.csv", "s-paper_comparison.csv"]
+def test_a_study_gets_the_figures_and_tables_its_grid_shows_each_with_its_caption(tmp_path):
+    from leaner.analysis import report
+    from leaner.grid import grid_points
+
+    summary = p1_summary().assign(qk_scale=1.0)  # one MLP width, heads and depth vary
+    data = report.StudyData("s", summary, {}, kappa=p1_kappa(summary),
+                            points=grid_points(summary.to_dict("records")))
+    figs, tabs = report.study_outputs(data)
+    assert [name for name, *_ in figs] == ["kappa_vs_heads", "accuracy_vs_heads", "kappa_through_training",
+                                           "training_curves"]
+    assert [name for name, _ in tabs] == ["by_config", "lean_vs_baseline", "paper_comparison", "kappa_within",
+                                          "theorem_vs_real"]
+    for name, _, draw in figs[:3]:  # (the training curves read every variant's history.csv)
+        draw(data, tmp_path / f"s-{name}")
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "s-accuracy_vs_heads.png", "s-kappa_through_training.png", "s-kappa_vs_heads.png"]
+    captions = report.write_tables(data, tmp_path, tabs[:1])
+    assert captions["s-by_config"].startswith("**s**: one row per configuration")
+    assert "Numerics:" in (tmp_path / "s-by_config.md").read_text().split("\n")[0]
 
 
 @pytest.mark.workflow
-def test_a_dry_run_of_the_tiny_config_lists_only_what_its_grid_shows(tmp_path):
+def test_a_dry_run_plans_one_report_job_for_every_study(tmp_path):
+    """One report job for the run, whatever its studies' grids (it decides their outputs itself)."""
     out = snakemake(tmp_path, "-n", "--cores", "1").stdout
-    listed = set(re.findall(r"results/(?:figures|tables)/([\w-]+)\.(?:png|csv)", out))
-    assert {"tiny-accuracy_vs_heads", "tiny-kappa_vs_heads", "tiny-kappa_through_training", "tiny-training_curves",
-            "tiny-lean_vs_baseline",
-            "tiny_nearest-mse_vs_rank", "tiny_nearest-perfect_angle", "tiny_nearest-acceptance"} <= listed
-    for name in ("tiny-accuracy_vs_mlp", "tiny_nearest-mse_vs_rank_by_dim", "tiny_nearest-mse_vs_rank_by_posn",
-                 "tiny_nearest-mse_vs_rank_by_tokens"):
-        assert name not in out
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.MULTILINE))
-    assert jobs["figures_tiny"] == jobs["figures_tiny_nearest"] == jobs["tables_tiny"] == "1"
+    assert jobs["report"] == "1" and jobs["summary"] == "2"
+    assert not [rule for rule in jobs if rule.startswith(("figures", "tables", "overview", "theory_report"))]
 
 
 def test_singular_kappa_is_an_off_scale_marker_and_the_jacobian_a_row_of_its_own(monkeypatch):
@@ -467,7 +463,6 @@ def test_the_exchange_table_gives_each_rung_its_share_of_the_lost_layer_and_the_
     and the layer_won_back figure: each rung's share of the control's cost won back, 0 at the
     control and 1 at the baseline; another claim gets neither."""
     from leaner.analysis.pareto import exchange_table
-    from leaner.shown import Ladder
 
     summary, claims = ladder_summary(), ladder_claims()
     table = exchange_table(summary, claims)
@@ -483,9 +478,9 @@ def test_the_exchange_table_gives_each_rung_its_share_of_the_lost_layer_and_the_
     assert table.loc[table["role"] == "control", "kept_lo"].isna().all()
     assert list(lean["verdict"][:3]) == ["inferior", "equivalent", "superior"]
     # only a ladder shows them: three head counts and a control
-    assert Ladder().met([], {}, claims)
-    assert not Ladder().met([], {}, [{**claims[0], "lean": claims[0]["lean"][:2]}])
-    assert not Ladder().met([], {}, [{**claims[0], "control": None}])
+    assert all(map(pareto.is_ladder, claims))
+    assert not pareto.is_ladder({**claims[0], "lean": claims[0]["lean"][:2]})
+    assert not pareto.is_ladder({**claims[0], "control": None})
     assert exchange_table(summary, [{**claims[0], "control": None}]).empty
     fig = drawn(monkeypatch, pareto.layer_won_back, summary, "x", "s", claims)
     by_heads, by_params = [ax for ax in fig.axes if ax.get_visible()]

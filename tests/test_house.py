@@ -136,6 +136,10 @@ ONE_IDEA = {
                                     "correlations, and the power a claim's seeds give",
     "src/leaner/analysis/summary.py": "summary.csv: one row per run, every column a reader of a run needs (its "
                                       "plateau among them)",
+    "src/leaner/analysis/overview.py": "both papers in one view: every configuration of every study, the heads "
+                                       "comparisons, kappa against error, the headline, each with its caption",
+    "src/leaner/analysis/report.py": "the report job: which figures and tables each study gets (plain code over "
+                                     "its grid and claims), its tables with their captions, the run's index",
 }
 
 
@@ -214,7 +218,18 @@ REPLACED = {
     "analysis/power.py": "analysis/stats.py (a claim's power beside its test) and planning/pilot.py (its report)",
     "analysis/plateau.py": "analysis/summary.py (a run's plateau is one of its summary's columns)",
     "analysis/labels.py": "analysis/table_render.py (the headers beside the one table writer)",
-    "analysis/theorem.py": "analysis/study_tables.py (the theorem_vs_real table beside its rows)",
+    "analysis/theorem.py": "analysis/report.py (the theorem_vs_real table beside its rows)",
+    "shown.py": "analysis/report.py study_outputs (which figures and tables a study gets: plain code over its grid "
+                "and claims, run in the report job) and plots.captioned (the caption on the function that draws)",
+    "outputs.py": "the same; grid.grid_points (a study's points), plan.Study.declared (what the report reads)",
+    "catalogue.py": "`leaner schema` (workflow/config.py write_schema): nothing else is generated from code",
+    "catalogue.json": "nothing: the report decides at run time, the Snakefile lists the report's folders",
+    "analysis/study_figures.py": "analysis/report.py (one report job for every study)",
+    "analysis/study_tables.py": "analysis/report.py",
+    "analysis/study_data.py": "analysis/report.py (StudyData beside the functions that take it)",
+    "FIGURE_CODE": "report.study_outputs' lines (name, function, how it is drawn)",
+    "TABLE_CODE": "the same",
+    "theory-report": "`leaner report` (the theory check's figure and tables are the report's)",
 }
 
 

@@ -337,7 +337,7 @@ def _summary(rows):
 
 def test_acceptance_checks_pass_and_fail_on_the_numbers():
     from leaner.analysis.tables import acceptance_checks
-    from leaner.outputs import ACCEPTANCE_CHECKS
+    from leaner.grid import ACCEPTANCE_CHECKS
 
     rows = []
     for seed, (full, half) in enumerate([(0.04, 0.57), (0.05, 0.58)]):
@@ -382,8 +382,9 @@ def test_p2_tables_say_what_a_replicate_is_and_give_intervals_only_over_independ
     table's caption names what a replicate is."""
     import pandas as pd
 
+    from leaner.analysis import report
     from leaner.analysis.overview import NOT_INDEPENDENT, configurations, heads_effect
-    from leaner.analysis.study_tables import write_study_tables
+    from leaner.analysis.summary import read_summary
     from leaner.analysis.tables import by_config
 
     rows = [{"depth": 1, "heads": h, "head_dim": 16 // h, "tokens": 8, "seed": s, "best_train_loss": mse + 0.01 * s,
@@ -400,7 +401,8 @@ def test_p2_tables_say_what_a_replicate_is_and_give_intervals_only_over_independ
                                        "P2 data seed (shared init 613 and streams)")
         path = tmp_path / f"{replicates}.csv"
         summary.to_csv(path, index=False)
-        write_study_tables(str(path), "p2", {}, str(tmp_path / replicates), ["by_config"])
+        report.write_tables(report.StudyData("p2", read_summary(path)), tmp_path / replicates,
+                            [("by_config", report.by_config)])
         caption = (tmp_path / replicates / "p2-by_config.md").read_text().split("\n")[0]
         assert ("not independent and no interval" in caption) != independent
         assert ("a replicate is an independent seed" in caption.lower()) == independent

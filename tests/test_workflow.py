@@ -39,7 +39,7 @@ def test_tiny_study_end_to_end(tiny_run):
     assert all(p.read_text().splitlines()[-1].startswith("leaner ") for p in logs if "train" not in p.parts)
     # training, conditioning and theory ran in the run's warm process, which stopped with the run (the
     # activated venv's PS1, which the warm process has and the jobs lack, is not what a library reads)
-    computed = [p for p in logs if {"train", "conditioning", "theory"} & set(p.parts) and "theory_report" not in p.name]
+    computed = [p for p in logs if {"train", "conditioning", "theory"} & set(p.parts)]
     assert len(computed) == 17 and all(p.read_text().splitlines()[-1].startswith(WARM_LINE) for p in computed)
     assert not [p for p in logs if "refused this job" in p.read_text()]
     # each beside its Snakemake benchmark (which saw only the client), the child's own
@@ -337,7 +337,7 @@ def test_leaner_run_tells_a_run_in_a_few_lines_and_keeps_snakemakes_whole_output
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     assert re.fullmatch(r"leaner run: \d+ jobs: summary 2, .*", lines[0]), lines[:3]
-    assert "  summary: 2 of 2 done, 0:" in proc.stderr and "  overview: 1 of 1 done, 0:" in proc.stderr
+    assert "  summary: 2 of 2 done, 0:" in proc.stderr and "  report: 1 of 1 done, 0:" in proc.stderr
     assert any(line.startswith("leaner: the results are in") for line in lines)
     assert not [line for line in lines if line.startswith(("localrule ", "rule ", "    output:", "[Mon", "[Tue"))]
     whole = Path(re.search(r"Snakemake's whole output: (\S+)$", lines[-1]).group(1))
@@ -473,8 +473,7 @@ def test_adding_a_head_count_schedules_only_the_new_variants(tiny_run, tmp_path)
     assert counts["train"] == 2 and counts["conditioning"] == 2, out[-3000:]
     assert set(re.findall(r"variant=(\S+)", out)) == new
     # and the aggregates of that study downstream, nothing of the other study
-    assert counts["summary"] == 1 and counts["figures_tiny"] == 1
-    assert counts["tables_tiny"] == 1 and "figures_tiny_nearest" not in counts
+    assert counts["summary"] == 1 and counts["report"] == 1
 
 
 def _code_copy(tmp_path: Path) -> Path:
@@ -512,7 +511,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 def test_a_code_change_reruns_the_stage_it_moves_and_a_docstring_or_comment_nothing(tiny_run, tmp_path):
     """Each stage's rule carries its code's digest (provenance.stage_digest) as a param: an edit
     that cannot change a number re-runs nothing; a statement in the training code re-trains every
-    variant (and what follows); one in a figure's code re-draws figures, not models."""
+    variant (and what follows); one in a figure's code re-makes the report, not models."""
     work, _ = tiny_run
     trained = len(list((work / "results").glob("*/*/metrics.json")))
     copy = _code_copy(tmp_path)
@@ -527,14 +526,14 @@ def test_a_code_change_reruns_the_stage_it_moves_and_a_docstring_or_comment_noth
     (pkg / "training" / "step.py").write_text(step + "\nEDITED = True\n")
     counts = _job_counts(_dry_run_with(copy, work))
     assert counts["train"] == trained and counts["conditioning"] == trained, counts
-    assert counts["summary"] == 2 and counts["figures_tiny"] == 1, counts  # and what follows
+    assert counts["summary"] == 2 and counts["report"] == 1, counts  # and what follows
     (pkg / "training" / "step.py").write_text(step)
 
     plots = pkg / "analysis" / "plots.py"
     plots.write_text(plots.read_text() + "\nEDITED = True\n")
     out = _dry_run_with(copy, work)
     counts = _job_counts(out)
-    assert counts.get("figures_tiny") == 1 and counts.get("figures_tiny_nearest") == 1, out[-3000:]
+    assert counts.get("report") == 1, out[-3000:]
     assert not {"train", "conditioning", "summary", "prepare_data"} & set(counts), counts
 
 

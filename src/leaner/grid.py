@@ -1,6 +1,7 @@
-"""A study's grid: the head-scaling protocols, the expansion of a grid into points, and each
-point's variant id and model. workflow/plan.py (a study's grid) and workflow/match.py (lean variants of a
-baseline) share these."""
+"""A study's grid: the head-scaling protocols, the expansion of a grid into points, each point's
+variant id and model, and a study's points as its report decides its outputs from them.
+workflow/plan.py (a study's grid), workflow/match.py (lean variants of a baseline) and the report
+(analysis/report.py) share these."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ SCALING = ("fixed_width", "fixed_head_dim")  # how a head-scaling curve keeps th
 # `crossed`: width and head dim both given, so heads move the attention's inner width h*d (projected
 # back to D), not the residual stream: count and rank (head dim) each move with the other held
 PROTOCOLS = (*SCALING, "crossed")
+ACCEPTANCE_CHECKS = ("full_rank_gap", "short_sequences", "perfect_angle")  # P2's, a study runs every one by default
+POINT_AXES = ("protocol", "depth", "heads", "width", "head_dim", "mlp_hidden", "qk_scale", "modules", "dim", "tokens",
+              "posn")
 
 
 def join_protocols(protocols) -> str:
@@ -25,6 +29,20 @@ def split_protocols(value) -> list[str]:
     if isinstance(value, str):
         return [p for p in value.split(";") if p]
     return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def grid_points(rows) -> list[dict]:
+    """A study's points from its variants' models: one per (architecture, protocol), seeds merged;
+    `protocols` a list or a ';'-joined string."""
+    points = {}
+    for row in rows:
+        for protocol in split_protocols(row.get("protocols")) or [None]:
+            p = {k: row[k] for k in POINT_AXES if k in row and k != "protocol"}
+            p["protocol"] = protocol
+            if "width" in p and "mlp_hidden" in p:
+                p["mlp_ratio"] = round(p["mlp_hidden"] / p["width"], 6)
+            points[tuple(sorted(p.items(), key=lambda kv: kv[0]))] = p
+    return list(points.values())
 
 
 def head_shape(protocol: str, heads: int, width: int | None = None,

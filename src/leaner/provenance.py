@@ -103,10 +103,7 @@ STAGE_ROOTS = {
     "conditioning": ("leaner.measure.conditioning",),
     "theory": ("leaner.measure.theory",),
     "summary": ("leaner.analysis.summary",),
-    "figures": ("leaner.analysis.study_figures",),
-    "tables": ("leaner.analysis.study_tables",),
-    "overview": ("leaner.analysis.overview",),
-    "job_costs": ("leaner.analysis.job_costs",),
+    "report": ("leaner.analysis.report", "leaner.workflow.plan"),  # the plan: what each study declared
 }
 PACKAGE = Path(__file__).resolve().parent
 

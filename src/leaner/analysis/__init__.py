@@ -1,4 +1,4 @@
-"""From per-variant results to what a reader sees: all 20 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 18 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved; the
                     power of a declared claim's test (noncentral t; `leaner pilot` reports it)
@@ -8,20 +8,20 @@
                     configuration's axes; the headline metric
     tables          tables over configurations: by config, lean vs baseline, acceptance, claims
     kappa_within    kappa against the metric with the architecture removed (within a configuration)
-    job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     findings        the findings paragraphs, generated from the overview's numbers
     trade           where P1's rule holds: each declared test of the trade as held, failed, not testable
     papers          the papers' reported numbers beside ours
-    study_data      what a study's figures and tables are made from (its summary and its plan)
-    study_tables    what the tables rules write (a study's tables, the theory tables; Theorem 3.2
-                    against the real heads: kappa and head structure beside Gaussian heads)
-    plots           what every figure shares (style, saving, log axes, off-scale marks)
+    plots           what every figure shares (style, saving, log axes, off-scale marks), and the
+                    caption a figure's or a table's function carries
+    job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
     figure_parts    the pieces several figures draw: seed aggregates, error bars, panel grids, metric names
     curves          training curves: loss and metric against the step, one line per configuration
     figures         a study's figures: kappa, metric vs heads and MLP, kappa in training, Pareto, theory
     figures_p2      P2's figures: MSE and kappa against head rank, the angle of one-head models
     pareto          a claim's models on the parameter-metric plane, with its baseline, control and margin
-    study_figures   what the figures rules write (a study's figures, the theory figure)
     overview_figure the overview figure: every configuration of every study on common axes
     overview        across studies: configurations, effects, correlations, the headline, findings
+    report          the report job: which figures and tables each study gets (plain code over its
+                    grid and claims), a study's tables (Theorem 3.2 against the real heads among
+                    them), the theory check's, captions and the run's index
 """

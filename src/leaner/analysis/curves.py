@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..shown import figure
 from ..tasks import task_info
 from .figure_parts import panel_axes, seed_agg
-from .plots import log_y, offscale, pyplot, save
+from .plots import captioned, log_y, offscale, pyplot, save
 from .stats import SCALES, onto_scale, scale_of
 from .summary import explode_protocols
 
@@ -90,7 +89,7 @@ def panels_for(history: pd.DataFrame, task: str) -> list[str]:
 LABELS = {"train_loss": "training loss (epoch mean)", "eval_loss": "evaluation loss", "eval_acc": "evaluation accuracy"}
 
 
-@figure("training_curves", reads="history", passes=("task",), caption=(
+@captioned("training_curves", (
         "**{{ snakemake.wildcards.study }}**: how every configuration trained. The training loss (the\n"
         "epoch's mean) and the metric the runs track (evaluation accuracy or loss) against the training\n"
         "step, one line per configuration (the variant id without its seed), the mean over seeds with a "
@@ -141,7 +140,7 @@ def training_curves(history: pd.DataFrame, prefix: str | Path, study: str, task:
     return save(fig, prefix)
 
 
-@figure("kappa_through_training", reads="kappa", caption=(
+@captioned("kappa_through_training", (
         "**{{ snakemake.wildcards.study }}**: does the conditioning seen at initialisation survive "
         "training?\n"
         "(P1's reviewers asked.) kappa of the concatenated head outputs at initialisation, at each step\n"

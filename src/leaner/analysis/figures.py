@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..shown import Varies, figure
 from .figure_parts import (
     METRIC_LABELS,
     METRIC_NAMES,
@@ -22,19 +21,12 @@ from .figure_parts import (
     split_learned,
     spread_note,
 )
-from .plots import SINGULAR_NOTE, log2_axis, log_y, offscale, pyplot, save, singular_handle
+from .plots import SINGULAR_NOTE, captioned, log2_axis, log_y, offscale, pyplot, save, singular_handle
 from .summary import explode_protocols
 
 KAPPA_NOTE = ("kappa on a log scale. At timm's initialisation attention is near-uniform, so the head-output "
               "matrix is nearly rank one and kappa is orders of magnitude above the Gaussian prediction; "
               "only the trend with heads is comparable to Theorem 3.2.")
-
-
-# What a figure needs from the grid: heads varying within one depth, protocol and MLP ratio (a line
-# in one panel), or the MLP width within one architecture.
-HEADS_VARY = (Varies("heads", ("protocol", "mlp_ratio", "depth")),)
-MLP_VARIES = (Varies("mlp_hidden", ("protocol", "depth", "heads")),)
-P1 = {"family": "P1"}
 
 
 def _vs_heads_caption(what: str) -> str:
@@ -97,7 +89,7 @@ KAPPA_SERIES = (("", "head outputs [A_1 ... A_h] before W_O"), ("out_", "attenti
                 ("jac_", "Jacobian of the attention block"))
 
 
-@figure("kappa_vs_heads", requires=HEADS_VARY, tasks=P1, caption=(
+@captioned("kappa_vs_heads", (
         "**{{ snakemake.wildcards.study }}**: P1's Fig. 2, for three measurements (rows): the "
         "concatenated head\n"
         "outputs A = [A_1 ... A_h] before W_O (Theorem 3.2's matrix), the attention block's output after\n"
@@ -162,12 +154,9 @@ def kappa_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str) -> lis
     return save(fig, prefix)
 
 
-@figure("accuracy_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "eval_acc"},
-        caption=_vs_heads_caption("evaluation accuracy"))
-@figure("loss_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "eval_loss"}, metric="eval_loss",
-        caption=_vs_heads_caption("validation loss (nats per byte)"))
-@figure("glue_vs_heads", requires=HEADS_VARY, tasks={**P1, "metric": "glue_avg"}, metric="glue_avg",
-        caption=_vs_heads_caption("GLUE average after fine-tuning"))
+@captioned("accuracy_vs_heads", _vs_heads_caption("evaluation accuracy"))
+@captioned("loss_vs_heads", _vs_heads_caption("validation loss (nats per byte)"))
+@captioned("glue_vs_heads", _vs_heads_caption("GLUE average after fine-tuning"))
 def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 3: accuracy vs heads at each depth, every point annotated with its parameter count."""
     fig, panels, depths, palette = _heads_figure(summary)
@@ -198,12 +187,9 @@ def metric_vs_heads(summary: pd.DataFrame, prefix: str | Path, study: str, metri
     return save(fig, prefix)
 
 
-@figure("accuracy_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "eval_acc"},
-        caption=_vs_mlp_caption("evaluation accuracy"))
-@figure("loss_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "eval_loss"}, metric="eval_loss",
-        caption=_vs_mlp_caption("validation loss"))
-@figure("glue_vs_mlp", requires=MLP_VARIES, tasks={**P1, "metric": "glue_avg"}, metric="glue_avg",
-        caption=_vs_mlp_caption("GLUE average"))
+@captioned("accuracy_vs_mlp", _vs_mlp_caption("evaluation accuracy"))
+@captioned("loss_vs_mlp", _vs_mlp_caption("validation loss"))
+@captioned("glue_vs_mlp", _vs_mlp_caption("GLUE average"))
 def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric: str = "eval_acc") -> list[Path]:
     """P1 Fig. 4: accuracy vs MLP width, one line per (depth, heads) that sweeps the MLP width."""
     plt, sns = pyplot()
@@ -239,6 +225,13 @@ def metric_vs_mlp(summary: pd.DataFrame, prefix: str | Path, study: str, metric:
     return save(fig, prefix)
 
 
+@captioned("gaussian_conditioning", (
+        "Theorem 3.2 by Monte Carlo: kappa of N x (h*d) blocks of i.i.d. Gaussian heads against the closed\n"
+        "form (sqrt(D) + sqrt(N)) / (sqrt(D) - sqrt(N)), D = h*d, only where D > N (the theorem's regime).\n"
+        "Left: head dim d fixed, so D grows with h and kappa falls toward 1 (case b). Right: width D fixed,\n"
+        "the control: kappa stays flat, because under Gaussian heads kappa depends only on (N, D).\n"
+        "Mean and standard deviation over draws.\n"
+    ))
 def theory_curves(theory: pd.DataFrame, prefix: str | Path) -> list[Path]:
     """Theorem 3.2: Monte Carlo kappa of Gaussian head blocks vs heads, against the closed form."""
     plt, sns = pyplot()

@@ -8,25 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..shown import Has, Varies, figure
 from .figure_parts import dedupe_legend, errorbars, mark_not_learned, panel_axes, seed_agg, split_learned
-from .plots import log2_axis, log_y, offscale, pyplot, save
+from .plots import captioned, log2_axis, log_y, offscale, pyplot, save
 
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
 
 
 P2_AXES = ("modules", "dim", "tokens", "posn")
 
-
-# What a figure needs from the grid: the head rank varying along one line (equal on every other
-# axis), and for a figure of lines told apart by `axis`, two of them.
-P2_LINE = ("depth", *P2_AXES)
-RANK_VARIES = Varies("head_dim", P2_LINE)
-P2 = {"family": "P2"}
-
-
-def _lines_by(axis: str) -> tuple:
-    return RANK_VARIES, Varies(axis, tuple(a for a in P2_LINE if a != axis))
 
 def _line_label(key: tuple, names: list[str]) -> str:
     return ", ".join(HUE_LABELS[n].format(v) for n, v in zip(names, key))
@@ -50,7 +39,7 @@ def _rank_axis(ax, ranks):
     ax.set_xlabel("rank (head dim = d_model / heads)")
 
 
-@figure("mse_vs_rank", requires=(RANK_VARIES,), tasks=P2, hue="modules", caption=(
+@captioned("mse_vs_rank", (
         "**{{ snakemake.wildcards.study }}**: P2's fig1. Farthest-point MSE (per-token squared error "
         "summed\n"
         "over coordinates; the zero predictor scores 1) against head rank r = d/heads, one line per\n"
@@ -60,7 +49,7 @@ def _rank_axis(ax, ranks):
         "headline: one full-rank head solves the task; every halving of the rank costs orders of "
         "magnitude.\n"
     ))
-@figure("mse_vs_rank_by_tokens", requires=_lines_by("tokens"), tasks=P2, hue="tokens", log=False, caption=(
+@captioned("mse_vs_rank_by_tokens", (
         "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per "
         "sequence length N (P2's figN: depth rescues low rank only for short sequences).\n"
         "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
@@ -74,13 +63,13 @@ def _rank_axis(ax, ranks):
         "The paper's points there rest on truncated training; this pipeline trains the full schedule "
         "unless a study's `recipe.wall_budget_minutes` sets the authors' regime.\n"
     ))
-@figure("mse_vs_rank_by_dim", requires=_lines_by("dim"), tasks=P2, hue="dim", caption=(
+@captioned("mse_vs_rank_by_dim", (
         "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per input "
         "dimension d (P2's fig_d grid).\n"
         "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
         "axis.\n"
     ))
-@figure("mse_vs_rank_by_posn", requires=_lines_by("posn"), tasks=P2, hue="posn", caption=(
+@captioned("mse_vs_rank_by_posn", (
         "**{{ snakemake.wildcards.study }}**: farthest-point MSE against head rank, one line per "
         "positional encoding (P2's fig3: concatenated positions let depth compensate for low rank).\n"
         "Minimum over data seeds, band: the seeds' range. Made only for a study whose grid varies that "
@@ -118,7 +107,7 @@ def mse_vs_rank(summary: pd.DataFrame, prefix: str | Path, study: str, hue: str 
     return save(fig, prefix)
 
 
-@figure("perfect_angle", requires=(Has((("depth", 1), ("heads", 1))),), tasks=P2, caption=(
+@captioned("perfect_angle", (
         "**{{ snakemake.wildcards.study }}**: P2's fig_perfect. For trained 1-layer models with one "
         "full-rank\n"
         "head per module, the angle between W_Q^T W_K and the identity, acos(tr(M) / (||M||_F sqrt(d))):\n"
@@ -152,7 +141,7 @@ def perfect_angle(summary: pd.DataFrame, prefix: str | Path, study: str) -> list
     return save(fig, prefix)
 
 
-@figure("kappa_vs_rank", requires=(RANK_VARIES,), tasks=P2, caption=(
+@captioned("kappa_vs_rank", (
         "**{{ snakemake.wildcards.study }}**: P1's conditioning measure on P2's models: kappa of the\n"
         "concatenated head outputs against head rank, at initialisation (dashed) and after training\n"
         "(solid), one line per budget W, one panel per depth. Mean over seeds with a 95% interval (log\n"

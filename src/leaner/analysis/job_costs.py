@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..running.handoff import WARM_LINE, child_benchmark, log_of
+from .plots import captioned
 from .table_render import write_table
 
 
@@ -95,6 +96,11 @@ def job_costs(benchmark_paths: list[str], metrics_paths: list[str] = ()) -> pd.D
     return pd.DataFrame(out + ([cost("all", "-", jobs)] if len(jobs) else []))
 
 
+@captioned("job_costs", (
+        "What each stage of this run cost, from Snakemake's per-job benchmark files\n"
+        "(``benchmarks/{rule}/...``): per rule and study the number of jobs, wall time (median, maximum,\n"
+        "total), peak resident memory, total CPU time and mean CPU load; the last row sums the run.\n"
+    ))
 def write_job_costs(benchmark_paths: list[str], table_dir: str, metrics_paths: list[str] = ()) -> list[Path]:
     return write_table(job_costs(benchmark_paths, metrics_paths), Path(table_dir) / "all_studies-job_costs",
                        "What each stage cost, from Snakemake's per-job benchmark files: wall time (s), peak "

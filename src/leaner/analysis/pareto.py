@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..shown import Architectures, Ladder, figure
 from .figure_parts import METRIC_LABELS, METRIC_NAMES, panel_grid, seed_agg, spread_note
-from .plots import log2_axis, log_x, pyplot, save
+from .plots import captioned, log2_axis, log_x, pyplot, save
 from .stats import signed
 
 
-@figure("pareto", requires=(Architectures(),), claims=True, passes=("claims",), caption=(
+@captioned("pareto", (
         "**{{ snakemake.wildcards.study }}**: P1's Fig. 1 view of each claim the config declared before "
         "the\n"
         "run. Left: every configuration of the study, its metric against its parameter count (mean over\n"
@@ -138,8 +137,14 @@ EXCHANGE_COLUMNS = ["claim", "role", "configuration", "heads", "head_dim", "widt
                     "kept_share", "kept_lo", "kept_hi"]
 
 
+def is_ladder(claim: dict, rungs: int = 3) -> bool:
+    """A claim with a control and lean models at `rungs` head counts or more: a ladder of heads,
+    each rung's share of the control's cost won back."""
+    return bool(claim.get("control")) and len({p.get("heads") for p in claim["lean"]}) >= rungs
+
+
 def exchange_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
-    """How many heads buy back a layer: for each ladder claim (shown.Ladder), the control (the lean
+    """How many heads buy back a layer: for each ladder claim (is_ladder), the control (the lean
     depth at the baseline's heads: share 0) and each lean model by heads, its heads, head dim,
     width and parameters (params_ratio: against the baseline's), its difference from the baseline
     with the claim's bounds and verdict, and the share of the control's cost it wins back with
@@ -147,7 +152,7 @@ def exchange_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     from .tables import claims_table
 
     rows = []
-    for claim in filter(Ladder().is_ladder, claims):
+    for claim in filter(is_ladder, claims):
         table = claims_table(summary, [claim])
         base = table[table["role"] == "baseline"].iloc[0]
         points = [*claim["lean"], claim["control"]]
@@ -164,7 +169,7 @@ def exchange_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).reindex(columns=EXCHANGE_COLUMNS)
 
 
-@figure("layer_won_back", requires=(Architectures(), Ladder()), claims=True, passes=("claims",), caption=(
+@captioned("layer_won_back", (
         "**{{ snakemake.wildcards.study }}**: how many heads buy back a layer. For each claim that puts\n"
         "one-layer models with more and more heads against a deeper baseline, with a control (the\n"
         "shallower model at the baseline's heads), the share of the control's cost each model wins\n"
@@ -175,7 +180,7 @@ def exchange_table(summary: pd.DataFrame, claims: list[dict]) -> pd.DataFrame:
         "with its declared verdict (table exchange: the numbers).\n"
     ))
 def layer_won_back(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[dict]) -> list[Path]:
-    """Each ladder claim (shown.Ladder) as a line: its control and lean models' share of the
+    """Each ladder claim (is_ladder) as a line: its control and lean models' share of the
     control's cost won back (exchange_table) with their 90% intervals, against heads (log 2)
     and against parameters (log), with the baseline's share 1, the control's 0 and the share at
     which a model comes within the margin of the baseline."""

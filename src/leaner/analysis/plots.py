@@ -1,14 +1,29 @@
 """What every figure shares: the plotting style, saving (PNG and PDF, atomically), readable log
-axes, and the marks for singular (off-scale) points."""
+axes, the marks for singular (off-scale) points, and the caption a figure's (or a table's) function
+carries."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..io import atomic_path
+
+
+def captioned(name: str, text: str) -> Callable:
+    """Decorator: `text` is the report's caption of output `name`, which the decorated function
+    draws or makes (reStructuredText; ``{{ snakemake.wildcards.study }}`` is the study's name, as
+    in Snakemake's captions). Stacked where one function makes several outputs; the function keeps
+    them in its `captions`."""
+
+    def add(fn: Callable) -> Callable:
+        fn.captions = {name: text, **getattr(fn, "captions", {})}
+        return fn
+
+    return add
 
 
 def pyplot():

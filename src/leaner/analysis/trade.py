@@ -72,7 +72,7 @@ def _ladder_reading(leans: pd.DataFrame, control: str | None) -> str:
 
 
 def _is_ladder(leans: pd.Series) -> bool:
-    """One model at three head counts or more (shown.Ladder's rungs) and nothing else moved."""
+    """One model at three head counts or more (pareto.is_ladder's rungs) and nothing else moved."""
     shapes = [_shape(c) for c in leans]
     return len({h for _, h, _ in shapes}) >= 3 and len({d for d, _, _ in shapes}) == 1
 

@@ -15,16 +15,14 @@ from . import analysis, planning, running, stages
 SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order: a user's, then the rules'
     running.run_parser, running.status_parser, planning.check_config_parser, planning.variants_parser,
     planning.cost_parser, planning.pilot_parser, planning.tune_parser, planning.rehearse_parser,
-    planning.check_data_parser, planning.match_parser, analysis.catalogue_parser,
+    planning.check_data_parser, planning.match_parser, analysis.schema_parser,
     stages.prepare_data_parser, stages.train_parser, stages.conditioning_parser, stages.theory_parser,
-    analysis.summary_parser, analysis.glue_scores_parser, analysis.tables_parser, analysis.job_costs_parser,
-    analysis.run_config_parser, analysis.overview_parser, analysis.figures_parser, analysis.theory_report_parser,
+    analysis.summary_parser, analysis.glue_scores_parser, analysis.run_config_parser, analysis.report_parser,
 )
 
 
 # pipeline stages (the rules' commands): each job's log ends with a line saying what it wrote
-STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "tables", "job-costs", "run-config",
-          "overview", "figures", "theory-report")
+STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "run-config", "report")
 # the rules' commands, callable but left out of `leaner --help`'s list of what a user types
 RULE_COMMANDS = ("train", *STAGES)
 
@@ -56,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in SUBCOMMANDS:
         add(commands)
     return p
-OUTPUT_ARGS = ("out", "kappa_out", "outdir", "figdir", "tabledir", "findings")
+OUTPUT_ARGS = ("out", "kappa_out", "outdir", "results")
 
 
 def _closing_line(args, seconds: float) -> None:

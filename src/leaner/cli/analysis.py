@@ -1,5 +1,6 @@
-"""The report stages: `leaner summary`, `glue-scores`, `tables`, `job-costs`, `run-config`,
-`overview`, `figures` and `theory-report` (each reads results and writes tables, figures or text)."""
+"""The report stages: `leaner summary` (a study's runs in one table), `glue-scores`, `run-config`
+(the configuration a run resolved) and `report` (every figure and table of the run, with their
+captions); and `leaner schema`, the config's JSON Schema for editors."""
 
 from __future__ import annotations
 
@@ -18,18 +19,6 @@ def cmd_glue_scores(a):
     write_glue_scores(a.metrics, a.out)
 
 
-def cmd_tables(a):
-    from ..analysis.study_tables import write_study_tables
-
-    write_study_tables(a.summary, a.study, a.baseline, a.outdir, a.names, a.checks, a.claims)
-
-
-def cmd_job_costs(a):
-    from ..analysis.job_costs import write_job_costs
-
-    write_job_costs(a.benchmarks, a.outdir, a.metrics)
-
-
 def cmd_run_config(a):
     import yaml
 
@@ -40,34 +29,23 @@ def cmd_run_config(a):
                yaml.safe_dump(a.config, sort_keys=False))
 
 
-def cmd_overview(a):
-    from ..analysis.overview import write_overview
+def cmd_report(a):
+    from ..analysis.report import write_report
+    from ..workflow.config import load_yaml
+    from ..workflow.plan import build_plan
 
-    write_overview(a.summaries, a.figdir, a.tabledir, a.findings, a.claims)
-
-
-def cmd_figures(a):
-    from ..analysis.study_figures import write_study_figures
-
-    write_study_figures(a.summary, a.study, a.outdir, a.names, a.kappa, a.histories, a.claims)
+    plan = build_plan(load_yaml(a.config))
+    write_report({name: st.declared() for name, st in plan.studies.items()}, a.results, a.theory, a.benchmarks,
+                 a.metrics, a.workers)
 
 
-def cmd_catalogue(a):
-    from ..catalogue import write_catalogue
+def cmd_schema(a):
+    from ..workflow.config import write_schema
 
-    stale = write_catalogue(check=a.check)
+    stale = write_schema(check=a.check)
     if a.check and stale:
-        raise SystemExit(f"leaner catalogue: stale, run `leaner catalogue` to write them: {', '.join(stale)}")
-    print(f"leaner catalogue: {'stale' if stale else 'up to date'}{': ' if stale else ''}{', '.join(stale)}"
-          f"{' (written)' if stale else ''}")
-
-
-def cmd_theory_report(a):
-    from ..analysis.study_figures import write_theory_figure
-    from ..analysis.study_tables import write_theory_table
-
-    write_theory_figure(a.theory, a.figdir)
-    write_theory_table(a.theory, a.tabledir)
+        raise SystemExit(f"leaner schema: {stale} is stale, run `leaner schema` to write it")
+    print(f"leaner schema: {stale or 'up to date'}{' (written)' if stale else ''}")
 
 
 def summary_parser(sub) -> None:
@@ -90,30 +68,6 @@ def glue_scores_parser(sub) -> None:
     s.set_defaults(func=cmd_glue_scores)
 
 
-def tables_parser(sub) -> None:
-    s = sub.add_parser("tables", help="per-configuration and lean-vs-baseline tables of a study")
-    s.add_argument("--summary", required=True)
-    s.add_argument("--study", required=True)
-    s.add_argument("--baseline", type=json_arg, default={})
-    s.add_argument("--checks", type=json_arg, default=None, help="acceptance checks to run (JSON list)")
-    s.add_argument("--claims", type=json_arg, default=None, help="the study's declared claims, as the plan "
-                                                                   "resolved them (JSON list)")
-    s.add_argument("--names", nargs="+", required=True,
-                   help="the tables to write: the study's, as its plan decides them (the workflow passes them)")
-    s.add_argument("--outdir", required=True)
-    s.set_defaults(func=cmd_tables)
-
-
-def job_costs_parser(sub) -> None:
-    s = sub.add_parser("job-costs", help="per-job benchmark files -> a table of what each stage cost")
-    s.add_argument("--benchmarks", nargs="+", required=True)
-    s.add_argument("--metrics", nargs="*", default=[],
-                   help="the training jobs' metrics.json: their earlier attempts' costs (a retried job's benchmark "
-                        "file holds its last attempt only)")
-    s.add_argument("--outdir", required=True)
-    s.set_defaults(func=cmd_job_costs)
-
-
 def run_config_parser(sub) -> None:
     s = sub.add_parser("run-config", help="write the configuration a run resolved, as YAML")
     s.add_argument("--config", required=True, type=json_arg)
@@ -121,40 +75,23 @@ def run_config_parser(sub) -> None:
     s.set_defaults(func=cmd_run_config)
 
 
-def overview_parser(sub) -> None:
-    s = sub.add_parser("overview", help="both papers in one view: every study's heads, rank, depth, error and kappa")
-    s.add_argument("--summaries", nargs="+", required=True)
-    s.add_argument("--figdir", required=True)
-    s.add_argument("--tabledir", required=True)
-    s.add_argument("--findings", required=True, help="prefix of the generated summary (.md and .html)")
-    s.add_argument("--claims", nargs="*", default=[], help="the claims tables of the studies that declare claims")
-    s.set_defaults(func=cmd_overview)
+def report_parser(sub) -> None:
+    s = sub.add_parser("report", help="every figure and table of a run, their captions and an index of them")
+    s.add_argument("--config", required=True, help="the configuration the run resolved (results/overview/config.yaml)")
+    s.add_argument("--results", required=True, help="the run's results folder: each study's summary.csv, "
+                   "kappa_through_training.csv and history.csv files are read from it; figures/, tables/ and "
+                   "overview/ are written there")
+    s.add_argument("--theory", required=True, help="the theory check's CSV (results/theory/gaussian_conditioning.csv)")
+    s.add_argument("--benchmarks", nargs="+", required=True, help="every job's benchmark file (what each cost)")
+    s.add_argument("--metrics", nargs="*", default=[],
+                   help="the training jobs' metrics.json: their earlier attempts' costs (a retried job's benchmark "
+                        "file holds its last attempt only)")
+    s.add_argument("--workers", type=int, default=1, help="processes drawing the studies side by side (default 1)")
+    s.set_defaults(func=cmd_report)
 
 
-def figures_parser(sub) -> None:
-    s = sub.add_parser("figures", help="the papers' figures for a study")
-    s.add_argument("--summary", required=True)
-    s.add_argument("--kappa", default=None, help="kappa at every kept checkpoint (summary --kappa-out)")
-    s.add_argument("--histories", nargs="*", default=None, help="every variant's history.csv (training curves)")
-    s.add_argument("--study", required=True)
-    s.add_argument("--names", nargs="+", required=True,
-                   help="the figures to make: the study's, as its plan decides them (the workflow passes them)")
-    s.add_argument("--claims", type=json_arg, default=None, help="the study's declared claims, as the plan "
-                   "resolves them (JSON; the Pareto view)")
-    s.add_argument("--outdir", required=True)
-    s.set_defaults(func=cmd_figures)
-
-
-def theory_report_parser(sub) -> None:
-    s = sub.add_parser("theory-report", help="figure and table of the theory check")
-    s.add_argument("--theory", required=True)
-    s.add_argument("--figdir", required=True)
-    s.add_argument("--tabledir", required=True)
-    s.set_defaults(func=cmd_theory_report)
-
-
-def catalogue_parser(sub) -> None:
-    s = sub.add_parser("catalogue", help="write the index and captions of every figure and table from their "
-                       "definitions (for a maintainer, in a source tree)")
-    s.add_argument("--check", action="store_true", help="only say which are stale (exit 1 where some are)")
-    s.set_defaults(func=cmd_catalogue)
+def schema_parser(sub) -> None:
+    s = sub.add_parser("schema", help="write schemas/config.schema.json, the config's JSON Schema with the task and "
+                       "dataset names filled in (for a maintainer, in a source tree)")
+    s.add_argument("--check", action="store_true", help="only say whether it is stale (exit 1 where it is)")
+    s.set_defaults(func=cmd_schema)

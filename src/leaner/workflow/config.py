@@ -60,6 +60,26 @@ def config_schema() -> dict:
     return schema
 
 
+SCHEMA_JSON = "schemas/config.schema.json"
+SOURCE_ROOT = Path(__file__).resolve().parents[3]  # the source tree this package is in (an editable install's)
+
+
+def write_schema(root: str | Path = SOURCE_ROOT, check: bool = False) -> str:
+    """Write config_schema() to `root`/schemas/config.schema.json (a source tree's) where it differs,
+    or with `check` only compare; returns the file's path where it was stale, else ""."""
+    from ..io import write_text
+
+    path = Path(root) / SCHEMA_JSON
+    if not path.parent.is_dir():
+        raise ValueError(f"{root}: not a source tree of this project (no schemas/ there)")
+    text = json.dumps(config_schema(), indent=1) + "\n"
+    if path.is_file() and path.read_text() == text:
+        return ""
+    if not check:
+        write_text(path, text)
+    return str(path)
+
+
 def _key_path(path: Iterable[Any]) -> str:
     out = ""
     for part in path:

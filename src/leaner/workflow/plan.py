@@ -11,6 +11,7 @@ Everything here is light (no torch import): Snakemake imports it to build the DA
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,8 @@ from pathlib import Path
 from ..compute.numerics import DEFAULT_MODE
 from ..data.glue import GLUE_TASKS
 from ..data.kinds import KINDS, implicit_kinds, kind_defaults
+from ..grid import ACCEPTANCE_CHECKS, grid_points
 from ..models.config import model_config
-from ..outputs import ACCEPTANCE_CHECKS, grid_points, study_outputs
 from ..schema import Recipe, recipe_spec
 from ..tasks import CATALOG, FINETUNE_SUFFIX, task_info
 from .claims import claims_digest, resolve_claims
@@ -55,11 +56,15 @@ class Study:
     claims: tuple[dict, ...] = ()  # declared comparisons, checked against the grid (_claims)
     claims_digest: str = ""  # claims_digest() of the study's claims block as the config declares it
 
-    def outputs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(figure names, table names) with something to show on this study's grid; the claims
-        table where the study declares claims."""
-        rows = [{**v.model.to_spec(), "protocols": v.protocols} for v in self.variants.values()]
-        return study_outputs(self.task, grid_points(rows), self.baseline, self.claims)
+    def points(self) -> list[dict]:
+        """The grid's points (grid.grid_points): what the report decides the study's outputs from."""
+        return grid_points({**v.model.to_spec(), "protocols": v.protocols} for v in self.variants.values())
+
+    def declared(self) -> dict:
+        """What the report needs of the study (analysis/report.py read_study), as JSON would carry it."""
+        return {"baseline": json.loads(json.dumps(self.baseline, sort_keys=True)), "checks": list(self.acceptance),
+                "claims": json.loads(json.dumps(self.claims, sort_keys=True)), "points": self.points(),
+                "variants": list(self.variants)}
 
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
