@@ -37,7 +37,7 @@ test-fast: $(STAMP)
 reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q --tier reproduce
 
-# After adding or changing a figure's or table's definition: its index and caption (shown.py).
+# After changing the config schema, a task or a dataset kind: schemas/config.schema.json.
 schema: $(STAMP)
 	$(BIN)/leaner schema
 

@@ -22,7 +22,7 @@ Uses:
   table): `.venv/bin/python tests/reference_run.py --named NAME WORKDIR [WALL] [--same-code WHY]`;
 - the README's headline figure alone: `.venv/bin/python tests/reference_run.py --figure` draws
   docs/headline.png from the reference's summaries with the overview's own code (the figure
-  `leaner overview` draws as results/figures/all_studies-overview.png).
+  `leaner report` draws as results/figures/all_studies-overview.png).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def readme_blocks() -> dict[tuple[Path, str], str]:
 
 
 def headline_figure(path: Path = FIGURE) -> Path:
-    """Draw the overview figure of the reference run into `path` (a PNG), as `leaner overview` draws
+    """Draw the overview figure of the reference run into `path` (a PNG), as `leaner report` draws
     it: the summaries in the run's study order, the configurations and correlations computed from
     them (the same as the run's all_studies-kappa_rank_error and -kappa_error_correlation tables)."""
     import shutil

@@ -240,7 +240,7 @@ def test_pinned_results_are_the_same_bits_whatever_the_instruction_ceiling(tmp_p
 def test_summaries_tables_and_status_say_when_numerics_are_mixed(tmp_path):
     """Two runs of a study made under different numerics: the summary's column, every table's
     caption and `leaner status` say so; one numerics: the caption names it."""
-    from leaner.analysis.study_tables import numerics_note
+    from leaner.analysis.report import numerics_note
     from leaner.running.status import Row, render
 
     mixed = pd.DataFrame({"numerics": ["cpu A", "cpu A", "cpu B"], "kappa_numerics": ["cpu A", "cpu A", "cpu B"]})

@@ -2,8 +2,8 @@
 
 A task is what a study trains on and how it is read: which datasets it takes, its grid (the
 architecture axes of a configuration), the model settings its variants share, its recipe
-defaults, the metric that heads its study (and which way is better; the figures and tables a
-study shows are those whose records select its task by family, grid or metric: shown.py), which
+defaults, the metric that heads its study (and which way is better; which figures and tables a
+study shows, analysis/report.py decides from its task's family and metric and its grid), which
 paper's rows it reproduces, and the class that trains it (imported only when training:
 this module needs neither torch nor pandas, so the Snakefile can read it).
 
