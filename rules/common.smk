@@ -174,16 +174,10 @@ def study_files(wildcards, name):
 def final_outputs():
     """Every study's summary, and the run's report (analysis/report.py): its figures, tables,
     captions, index and findings, and the configuration it resolved."""
-    out = [f"results/{study}/summary.csv" for study in STUDIES]
-    return out + [
-        "results/figures",
-        "results/tables",
-        "results/overview/captions",
-        "results/overview/index.md",
-        "results/overview/findings.md",
-        "results/overview/findings.html",
-        "results/overview/config.yaml",
-    ]
+    summaries = [f"results/{study}/summary.csv" for study in STUDIES]
+    made = ["results/figures", "results/tables", "results/overview/captions", "results/overview/index.md"]
+    overview = ["results/overview/findings.md", "results/overview/findings.html", "results/overview/config.yaml"]
+    return [*summaries, *made, *overview]
 
 
 def benchmark_files():
@@ -216,7 +210,7 @@ KNOWN_FOLDERS = "|".join(STUDIES + list(RESERVED_STUDY_NAMES))
 
 def refuse(message):
     """Stop the run before any job, with one line saying why."""
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(f"{message}\n")
     raise SystemExit(2)
 
 
@@ -228,6 +222,6 @@ def refuse_unknown_study(study, path):
 def refuse_report_file(folder, file):
     """Stop the run before any job: a figure or table was named as a target."""
     path, study = f"results/{folder}/{file}", file.split("-", 1)[0]
-    if study not in STUDIES + ["theory", "all_studies"]:
+    if study not in (*STUDIES, "theory", "all_studies"):
         refuse_unknown_study(study, path)
     refuse(f"{path}: the report job makes results/{folder}/ whole; target results/{folder} (or run the workflow)")
