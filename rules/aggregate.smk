@@ -7,6 +7,7 @@ rule summary:
         conditioning=lambda wildcards: study_files(wildcards, "conditioning.csv"),
         histories=lambda wildcards: study_files(wildcards, "history.csv"),
         glue=glue_files,
+        declared="results/{study}/declared.json",
     output:
         summary="results/{study}/summary.csv",
         kappa="results/{study}/kappa_through_training.csv",
@@ -16,10 +17,9 @@ rule summary:
     conda:
         "../envs/leaner.yaml"
     params:
-        protocols=lambda wildcards: json.dumps(study_of(wildcards).protocol_map(), sort_keys=True),
         code=stage_digest("summary"),
     shell:
-        "leaner summary --study {wildcards.study:q} --protocols {params.protocols:q}"
+        "leaner summary --study {wildcards.study:q} --declared {input.declared:q}"
         " --metrics {input.metrics:q} --conditioning {input.conditioning:q} --histories {input.histories:q}"
         " --glue {input.glue:q} --out {output.summary:q} --kappa-out {output.kappa:q} > {log:q} 2>&1"
 

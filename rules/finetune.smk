@@ -7,6 +7,7 @@ rule finetune:
     input:
         pretrained=pretrained_weights,
         data=finetune_manifest,
+        declared=ancient("results/{study}/declared.json"),
     output:
         model="results/{study}/{variant}/glue/{glue_task}/model.safetensors",
         init="results/{study}/{variant}/glue/{glue_task}/init.safetensors",
@@ -39,7 +40,8 @@ rule finetune:
         numerics=PLAN.numerics,
         code=stage_digest("training"),
     shell:
-        "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        "exec leaner train --spec {params.spec:q} --data {input.data:q} --declared {input.declared:q}"
+        " --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
         " --numerics {params.numerics} --attempt {resources.attempt} --log {log:q} > {log:q} 2>&1"
 

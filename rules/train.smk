@@ -10,9 +10,28 @@
 # conditioning.steps (possibly none), for kappa through training.
 
 
+# What a study's jobs read of its declarations (workflow/plan.py Study.job_declaration): the claims
+# digest each training run records, each variant's protocols for the summary. Training takes it
+# `ancient`: a claim declared or reworded after the runs retrains nothing, and the claims table
+# says the declaration came after them.
+rule declare:
+    output:
+        "results/{study}/declared.json",
+    log:
+        "logs/declare/{study}.log",
+    localrule: True
+    conda:
+        "../envs/leaner.yaml"
+    params:
+        declaration=lambda wildcards: json.dumps(study_of(wildcards).job_declaration(), sort_keys=True),
+    shell:
+        "leaner declare --declaration {params.declaration:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule train:
     input:
         data=dataset_manifest,
+        declared=ancient("results/{study}/declared.json"),
     output:
         model="results/{study}/{variant}/model.safetensors",
         init="results/{study}/{variant}/init.safetensors",
@@ -46,6 +65,7 @@ rule train:
         numerics=PLAN.numerics,
         code=stage_digest("training"),
     shell:
-        "exec leaner train --spec {params.spec:q} --data {input.data:q} --out {params.outdir:q}"
+        "exec leaner train --spec {params.spec:q} --data {input.data:q} --declared {input.declared:q}"
+        " --out {params.outdir:q}"
         " --threads {threads} --nproc {params.nproc} --gpu-share {resources.gpu_share}"
         " --numerics {params.numerics} --attempt {resources.attempt} --log {log:q} > {log:q} 2>&1"

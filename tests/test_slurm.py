@@ -88,7 +88,7 @@ def test_study_on_a_real_slurm(cluster, tmp_path):
     assert all("--signal=USR1@300" in c for c in train_calls), train_calls  # the profile's early stop signal
     assert "leaner cost --check cluster: 4 GPU jobs checked" in out  # the plan check at the start
     # aggregation and figures stay on the submitting host
-    assert not any(re.search(r"rule_(summary|run_config|report)", c) for c in calls)
+    assert not any(re.search(r"rule_(summary|run_config|declare|report)", c) for c in calls)
     jobs = subprocess.run(["squeue", "-t", "all", "-h", "-O", "Comment:|,TresPerJob:|,State"], env=cluster.env,
                           capture_output=True, text=True, check=True).stdout.splitlines()
     jobs = ["|".join(part.strip() for part in j.split("|")) for j in jobs]

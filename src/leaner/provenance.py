@@ -76,23 +76,6 @@ def describe() -> str:
     return f"leaner {s['version']} (commit {s['commit'][:10]}{', with local changes' if s['dirty'] else ''})"
 
 
-# The Snakefile puts each study's claims digest (workflow/plan.claims_digest) here for its jobs: a
-# run records the declaration its study had when it trained (metrics.json `claims_digest`), so
-# that the claims table can tell a declaration changed after its runs.
-CLAIMS_ENV = "LEANER_CLAIMS_DIGESTS"
-
-
-def claims_declared(study: str) -> str | None:
-    """The digest of `study`'s claims block the running workflow declares; None outside one."""
-    import json
-    import os
-
-    try:
-        return json.loads(os.environ.get(CLAIMS_ENV) or "{}").get(study)
-    except ValueError:
-        return None
-
-
 # The modules each stage's numbers come from (the stage's command and what they import inside the
 # package). A rule carries its stage's digest as a param, so Snakemake re-runs a stage, and what
 # follows, when that code changes; a comment or a docstring changes no digest (the digest is of the

@@ -17,13 +17,11 @@ Every reach into Snakemake's internals goes through workflow/engine.py.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
-from .provenance import CLAIMS_ENV
 from .workflow import engine
 from .workflow.preflight import resource_problems
 from .workflow.scheduling import (
@@ -50,11 +48,9 @@ def _stop(problems: list[str]) -> None:
 def prepare(workflow, plan, basedir: str) -> None:
     """While the Snakefile is parsed: jobs run the `leaner` CLI of the environment Snakemake runs
     in (--sdm conda: envs/leaner.post-deploy.sh installs the package from `basedir`, wherever
-    --directory points); each job records its study's claims as declared now
-    (provenance.claims_declared); retries and stop signals as the module docstring says."""
+    --directory points); retries and stop signals as the module docstring says."""
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     os.environ.setdefault("LEANER_SOURCE", basedir)
-    os.environ[CLAIMS_ENV] = json.dumps({s: st.claims_digest for s, st in plan.studies.items()}, sort_keys=True)
     engine.retries_by_job(retry_decision(plan, engine.inside_cluster_job(workflow)))
     engine.relay_stop_signals(os.environ, sys.argv)
 

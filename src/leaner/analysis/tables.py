@@ -208,7 +208,7 @@ CLAIMS_COLUMNS = ["claim", "role", "configuration", "params", "param_reduction_p
 
 # What a claim's declaration was, checked after its runs (`declaration` in the claims table): only
 # AS_DECLARED claims make the headline. A run records its study's claims digest when it trains
-# (metrics.json `claims_digest`, provenance.claims_declared); a claim run on other seeds than it
+# (metrics.json `claims_digest`, from its declared.json: rule declare); a claim run on other seeds than it
 # declared (an `every_study` overlay) gets no verdict.
 AS_DECLARED = "as declared"
 DECLARED_AFTER = "declared after the runs"

@@ -17,12 +17,13 @@ SUBCOMMANDS = (  # each adds its subcommand's parser, in --help's order: a user'
     planning.cost_parser, planning.pilot_parser, planning.tune_parser, planning.rehearse_parser,
     planning.check_data_parser, planning.match_parser, analysis.schema_parser,
     stages.prepare_data_parser, stages.train_parser, stages.conditioning_parser, stages.theory_parser,
-    analysis.summary_parser, analysis.glue_scores_parser, analysis.run_config_parser, analysis.report_parser,
+    analysis.summary_parser, analysis.glue_scores_parser, analysis.run_config_parser,
+    analysis.declare_parser, analysis.report_parser,
 )
 
 
 # pipeline stages (the rules' commands): each job's log ends with a line saying what it wrote
-STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "run-config", "report")
+STAGES = ("prepare-data", "conditioning", "theory", "summary", "glue-scores", "run-config", "declare", "report")
 # the rules' commands, callable but left out of `leaner --help`'s list of what a user types
 RULE_COMMANDS = ("train", *STAGES)
 

@@ -1,6 +1,7 @@
 """The report stages: `leaner summary` (a study's runs in one table), `glue-scores`, `run-config`
-(the configuration a run resolved) and `report` (every figure and table of the run, with their
-captions); and `leaner schema`, the config's JSON Schema for editors."""
+(the configuration a run resolved), `declare` (what a study's jobs read of its declarations) and
+`report` (every figure and table of the run, with their captions); and `leaner schema`, the
+config's JSON Schema for editors."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from .args import json_arg
 
 def cmd_summary(a):
     from ..analysis.summary import write_summary
+    from ..io import read_json
 
-    write_summary(a.study, a.metrics, a.conditioning, a.protocols, a.out, a.glue, a.kappa_out, a.histories)
+    protocols = read_json(a.declared)["protocols"]
+    write_summary(a.study, a.metrics, a.conditioning, protocols, a.out, a.glue, a.kappa_out, a.histories)
 
 
 def cmd_glue_scores(a):
@@ -27,6 +30,12 @@ def cmd_run_config(a):
     write_text(a.out, "# The configuration this run resolved (defaults filled in by the Snakefile's config\n"
                       "# loading; every variant's full spec is in its metrics.json).\n" +
                yaml.safe_dump(a.config, sort_keys=False))
+
+
+def cmd_declare(a):
+    from ..io import write_json
+
+    write_json(a.out, a.declaration)
 
 
 def cmd_report(a):
@@ -51,7 +60,7 @@ def cmd_schema(a):
 def summary_parser(sub) -> None:
     s = sub.add_parser("summary", help="one row per variant of a study")
     s.add_argument("--study", required=True)
-    s.add_argument("--protocols", required=True, type=json_arg, help="{variant: [protocols]}")
+    s.add_argument("--declared", required=True, help="the study's declared.json (its variants' protocols)")
     s.add_argument("--metrics", nargs="+", required=True)
     s.add_argument("--conditioning", nargs="+", required=True)
     s.add_argument("--glue", nargs="*", default=[], help="glue.json of each variant (glue studies)")
@@ -73,6 +82,14 @@ def run_config_parser(sub) -> None:
     s.add_argument("--config", required=True, type=json_arg)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_run_config)
+
+
+def declare_parser(sub) -> None:
+    s = sub.add_parser("declare", help="write what a study's jobs read of its declarations (its declared.json)")
+    s.add_argument("--declaration", required=True, type=json_arg,
+                   help="{study, claims_digest, protocols} (workflow/plan.py Study.job_declaration)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_declare)
 
 
 def report_parser(sub) -> None:

@@ -48,11 +48,13 @@ def cmd_train(a):
         if not code:
             drop_single_attempt_log(a.log, _attempts_of(a.out))
         return STOPPED_EXIT if stopped else code
+    from ..io import read_json
     from ..training.train import train
 
+    declared = read_json(a.declared)["claims_digest"] if a.declared else None
     try:
         metrics = train(spec, a.data, a.out, device=a.device, threads=a.threads, progress=not a.no_progress,
-                        gpu_share=a.gpu_share, attempt=a.attempt)
+                        gpu_share=a.gpu_share, attempt=a.attempt, claims_digest=declared)
         if not distributed.launched_by_torchrun():
             drop_single_attempt_log(a.log, metrics.get("attempts", []))
     except Stopped as exc:
@@ -108,6 +110,8 @@ def train_parser(sub) -> None:
     s.add_argument("--spec", required=True, type=json_arg, help="the variant spec (JSON)")
     s.add_argument("--data", required=True, help="the prepared dataset's manifest.json")
     s.add_argument("--out", required=True, help="the variant's output directory")
+    s.add_argument("--declared", default=None, help="its study's declared.json: the claims digest the run "
+                                                    "records (metrics.json claims_digest)")
     s.add_argument("--device", default=None, help="force cpu, cuda or cuda:N (also $LEANER_DEVICE)")
     s.add_argument("--gpu-share", type=nonneg_int, default=None, help=GPU_SHARE_HELP)
     s.add_argument("--threads", type=int, default=None, help="CPU threads in all (split over --nproc processes)")

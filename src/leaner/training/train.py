@@ -46,7 +46,7 @@ import torch
 from ..compute import distributed
 from ..compute.devices import pick_device
 from ..io import sha256_file, write_json
-from ..provenance import claims_declared, describe
+from ..provenance import describe
 from ..runspec import RunSpec
 from ..tasks.trainers import make_task
 from .attempts import AttemptRecord
@@ -68,7 +68,7 @@ NEVER = 2**62  # "no bad step yet"
 
 def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, device: str | None = None,
           threads: int | None = None, progress: bool = True, gpu_share: int | None = None,
-          stop_after: int | None = None, attempt: int | None = None) -> dict:
+          stop_after: int | None = None, attempt: int | None = None, claims_digest: str | None = None) -> dict:
     """Train one variant (its spec as the plan wrote it, or typed); returns the metrics written to
     metrics.json.
 
@@ -77,6 +77,7 @@ def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, devi
     STOPPED_EXIT) and the next call resumes there (stopping.py).
 
     `attempt`: Snakemake's attempt of this job (attempts.py; None outside Snakemake).
+    `claims_digest`: the study's claims as declared when it trains (its declared.json; recorded).
 
     `stop_after`: a checkpoint step (a multiple of checkpoint_every, before the end) after whose
     checkpoint the run stops as a preempted job would, with its resume state and no outputs
@@ -103,7 +104,7 @@ def train(spec: dict | RunSpec, data_path: str, out_dir: str | os.PathLike, devi
         try:
             if epochs(run, state, watchers):
                 return {}  # stopped after its checkpoint at stop_after, as a preempted job would
-            return write_outputs(run, state, watchers)
+            return write_outputs(run, state, watchers, claims_digest)
         except BaseException as exc:  # in training or writing the outputs: the heartbeat says how, with the error
             how = "stopped" if isinstance(exc, Stopped | Stalled) else "failed"
             watchers.ended(how, f"{type(exc).__name__}: {exc}", state.step, state.meter.mean, exc)
@@ -453,7 +454,7 @@ def checkpoint(run: Run, state: State, watchers: Watchers, halt: bool) -> bool:
 
 # ---------------------------------------------------------------------------------------- the outputs
 
-def write_outputs(run: Run, state: State, watchers: Watchers) -> dict:
+def write_outputs(run: Run, state: State, watchers: Watchers, claims_digest: str | None) -> dict:
     """The final weights, the kept checkpoints and metrics.json (rank 0; the others return {})."""
     spec, out, ctx, task, model, history, step = run.spec, run.out, run.ctx, run.task, run.model, state.history, \
         state.step
@@ -484,7 +485,7 @@ def write_outputs(run: Run, state: State, watchers: Watchers) -> dict:
         **budget_record(spec.recipe, history[-1]["epoch"] if state.over_budget else None),
         "resumed_at": attempts.resumed_at(),  # the steps later attempts began at
         "attempts": attempts.records(),  # each attempt: where it began and ended, its cost
-        "claims_digest": claims_declared(spec.study),  # the study's claims as declared when it trained
+        "claims_digest": claims_digest,  # the study's claims as declared when it trained
         # which evaluation examples the final model gets right (a claim's bootstrap over them)
         "eval_outcomes": task.eval_outcomes(model, run.autocast),
     }

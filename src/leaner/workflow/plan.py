@@ -69,6 +69,13 @@ class Study:
     def protocol_map(self) -> dict[str, list[str]]:
         return {vid: list(v.protocols) for vid, v in self.variants.items()}
 
+    def job_declaration(self) -> dict:
+        """What the study's jobs read of its declarations, from results/{study}/declared.json (the
+        rule `declare` writes it): the claims digest a training run records as it trains, the
+        protocols each variant's summary row carries. A file, not the train spec: a changed claim
+        or a protocol added retrains nothing (the training rule's input is `ancient`)."""
+        return {"study": self.name, "claims_digest": self.claims_digest, "protocols": self.protocol_map()}
+
     def finetune_spec(self, variant: str, glue_task: str) -> dict:
         """The spec of fine-tuning pretrained `variant` on one GLUE task (a `leaner train` job)."""
         v = self.variants[variant]
