@@ -82,7 +82,7 @@ rule report:
         "../envs/leaner.yaml"
     threads: 8  # (at most the run's cores) the studies drawn side by side
     params:
-        code=stage_digest("report"),
+        code=stage_digest("report", kind_modules()),  # the plan it rebuilds reads every kind
     shell:
         "leaner report --config {input.config:q} --results results --theory {input.theory:q}"
         " --benchmarks {input.benchmarks:q} --metrics {input.metrics:q} --workers {threads} > {log:q} 2>&1"

@@ -12,7 +12,9 @@ from leaner.data.glue import GLUE_TASKS
 from leaner.workflow.datasets import data_spec
 from leaner.models.memory import conditioning_mem_mb, training_mem_mb
 from leaner import run_hooks
+from leaner.data.kinds import kind_module, kind_modules
 from leaner.provenance import stage_digest
+from leaner.tasks import FINETUNE_SUFFIX, job_modules
 from leaner.workflow.preflight import unknown_study_message, unknown_variant_message
 from leaner.workflow.scheduling import gpu_share_group, job_resources
 
@@ -88,6 +90,27 @@ def prepared_datasets(local):
     a wildcard constraint (one that matches nothing when there are none)."""
     names = [re.escape(name) for name, ds in PLAN.datasets.items() if ds["prepare"]["local"] == local]
     return "|".join(names) or "(?!)"
+
+
+def job_code(stage, finetune=False):
+    """The digest of `stage`'s code for a job of this study (provenance.stage_digest): the stage's
+    modules and those its job loads by name, its task's training class and its dataset's kind."""
+
+    def code(wildcards):
+        st = study_of(wildcards)
+        if finetune:
+            task, dataset = st.task + FINETUNE_SUFFIX, st.finetune["dataset"]
+        else:
+            task, dataset = st.task, st.dataset
+        return stage_digest(stage, job_modules(task, PLAN.datasets[dataset]["kind"]))
+
+    return code
+
+
+def data_code(wildcards):
+    """The data stage's digest for this dataset: data/ and its kind's module."""
+    family = kind_module(PLAN.datasets[wildcards.dataset]["kind"])
+    return stage_digest("data", (family,) if family else ())
 
 
 def variant_spec(wildcards):

@@ -30,7 +30,7 @@ rule conditioning:
         mem_mb=conditioning_memory,
     params:
         numerics=PLAN.numerics,
-        code=stage_digest("conditioning"),
+        code=job_code("conditioning"),
     shell:
         "exec leaner conditioning --metrics {input.metrics:q} --init {input.init:q} --final {input.model:q}"
         " --data {input.data:q} --out {output:q} --threads {threads}"

@@ -22,7 +22,7 @@ rule prepare_data:
         mem_mb=prepare_setting("mem_mb"),
     params:
         spec=dataset_spec,
-        code=stage_digest("data"),
+        code=data_code,
     shell:
         "leaner prepare-data --dataset {wildcards.dataset:q} --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 

@@ -38,7 +38,7 @@ rule finetune:
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}/glue/{wildcards.glue_task}",
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
-        code=stage_digest("training"),
+        code=job_code("training", finetune=True),
     shell:
         "exec leaner train --spec {params.spec:q} --data {input.data:q} --declared {input.declared:q}"
         " --out {params.outdir:q}"

@@ -63,7 +63,7 @@ rule train:
         outdir=lambda wildcards: f"results/{wildcards.study}/{wildcards.variant}",
         nproc=processes_per_variant,
         numerics=PLAN.numerics,
-        code=stage_digest("training"),
+        code=job_code("training"),
     shell:
         "exec leaner train --spec {params.spec:q} --data {input.data:q} --declared {input.declared:q}"
         " --out {params.outdir:q}"

@@ -367,16 +367,16 @@ def test_every_recipe_conditioning_resource_and_theory_key_has_its_default_in_th
     dataset key's per kind, in the kind's record); every kind's defaults pass the schema."""
     import jsonschema
 
-    from leaner.data.kinds import KINDS, kind_defaults
+    from leaner.data.kinds import every_kind, kind_defaults
     from leaner.schema import defaults as _defaults
     from leaner.schema import schema_file as _schema_file
     from leaner.workflow.config import config_schema, validate_schema
 
     dataset_schema = {**config_schema()["$defs"]["dataset"], "$defs": _schema_file()["$defs"]}
-    for kind in KINDS:
+    for kind in every_kind():
         jsonschema.Draft202012Validator(dataset_schema).validate({"kind": kind, **kind_defaults(kind)})
     assert kind_defaults("digits")["img_size"] == 8 and kind_defaults("hub")["img_size"] == 224
-    assert config_schema()["$defs"]["dataset"]["properties"]["kind"]["enum"] == list(KINDS)
+    assert config_schema()["$defs"]["dataset"]["properties"]["kind"]["enum"] == list(every_kind())
 
     for section in ("recipe", "conditioning", "resources", "theory"):
         props = _schema_file()["$defs"][section]["properties"]

@@ -564,13 +564,18 @@ def test_status_names_a_variant_trained_by_other_training_code(tiny_run, tmp_pat
     import shutil
 
     from leaner.provenance import stage_digest
+    from leaner.tasks import job_modules
 
     work, _ = tiny_run
     copy = tmp_path / "run"
     shutil.copytree(work / "results", copy / "results", ignore=shutil.ignore_patterns("*.safetensors", "checkpoints"))
     shutil.copy(TINY, copy / "config.yaml")
     every = sorted((copy / "results").glob("*/*/metrics.json"))
-    assert {json.loads(m.read_text())["code"]["training"] for m in every} == {stage_digest("training")}
+    for m in map(lambda path: json.loads(path.read_text()), every):  # the digest of the modules it loaded
+        modules = tuple(m["code"]["modules"])
+        assert m["code"]["training"] == stage_digest("training", modules)
+        kind = "nearest_point" if m["spec"]["task"] == "nearest_point" else "digits"  # the demo's datasets
+        assert modules == job_modules(m["spec"]["task"], kind)
     old = json.loads(every[0].read_text())
     old["code"]["training"] = "0123456789abcdef"
     every[0].write_text(json.dumps(old))
@@ -578,7 +583,7 @@ def test_status_names_a_variant_trained_by_other_training_code(tiny_run, tmp_pat
                           cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
-    assert f"1 trained by other training code than this checkout's ({stage_digest('training')})" in first, first
+    assert "1 trained by other training code than this checkout's: snakemake re-trains them" in first, first
     flagged = [line for line in proc.stdout.splitlines() if "by other training code, 0123456789abcdef" in line]
     assert len(flagged) == 1 and every[0].parent.name in flagged[0], proc.stdout
 
@@ -588,8 +593,10 @@ def test_requesting_one_variant_runs_only_its_chain(tmp_path):
     target = "results/tiny/L2-H1-D16-hd16-mlp32-s0/conditioning.csv"
     proc = snakemake(tmp_path, target, "--cores", "2")
     counts = _job_counts(proc.stdout + proc.stderr)
-    assert counts == {"prepare_data": 1, "train": 1, "conditioning": 1, "total": 3}, proc.stderr[-2000:]
-    assert [d.name for d in (tmp_path / "results" / "tiny").iterdir()] == ["L2-H1-D16-hd16-mlp32-s0"]
+    assert counts == {"declare": 1, "prepare_data": 1, "train": 1, "conditioning": 1, "total": 4}, \
+        proc.stderr[-2000:]
+    assert sorted(d.name for d in (tmp_path / "results" / "tiny").iterdir()) == [
+        "L2-H1-D16-hd16-mlp32-s0", "declared.json"]
     assert (tmp_path / target).stat().st_size > 0
 
 

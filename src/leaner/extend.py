@@ -18,9 +18,12 @@ from . import registry
 
 def load_builtins() -> None:
     """Import every module that defines a built-in record's code (each registers it)."""
-    from . import data  # noqa: F401  (its families define the built-in kinds)
     from .analysis import papers  # noqa: F401  (each task's rows of the paper comparison)
-    from .tasks import trainers  # noqa: F401
+    from .data.kinds import every_kind
+    from .tasks.trainers import load_every_trainer
+
+    every_kind()  # each family's module defines its built-in kinds
+    load_every_trainer()
 
 
 @contextmanager

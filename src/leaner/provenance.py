@@ -77,9 +77,10 @@ def describe() -> str:
 
 
 # The modules each stage's numbers come from (the stage's command and what they import inside the
-# package). A rule carries its stage's digest as a param, so Snakemake re-runs a stage, and what
-# follows, when that code changes; a comment or a docstring changes no digest (the digest is of the
-# syntax tree less docstrings).
+# package; a job adds the modules it loads by name, its task's and its dataset kind's). A rule
+# carries its job's digest as a param, so Snakemake re-runs a stage, and what follows, when that
+# code changes; a comment or a docstring changes no digest (the digest is of the syntax tree less
+# docstrings).
 STAGE_ROOTS = {
     "data": ("leaner.data",),
     "training": ("leaner.training.train",),
@@ -133,10 +134,10 @@ def _tree(path: Path) -> tuple[set[str], str]:
     return _TREES[path]
 
 
-def stage_files(stage: str) -> list[Path]:
-    """The package's files `stage`'s code runs (STAGE_ROOTS and every leaner module they import,
-    with the packages above each)."""
-    todo, seen = list(STAGE_ROOTS[stage]), set()
+def stage_files(stage: str, modules: tuple[str, ...] = ()) -> list[Path]:
+    """The package's files `stage`'s code runs (STAGE_ROOTS, the `modules` its job loads by name:
+    tasks.job_modules, and every leaner module they import, with the packages above each)."""
+    todo, seen = [*STAGE_ROOTS[stage], *modules], set()
     while todo:
         name = todo.pop()
         path = _module_file(name)
@@ -160,10 +161,11 @@ def _without_docstrings(tree):
 
 
 @functools.cache
-def stage_digest(stage: str) -> str:
-    """A 16-hex digest of `stage`'s code: each file's syntax tree less its docstrings (a comment,
-    a docstring or a blank line changes nothing; any statement does)."""
+def stage_digest(stage: str, modules: tuple[str, ...] = ()) -> str:
+    """A 16-hex digest of `stage`'s code for a job that loads `modules` by name (its task's training
+    class, its dataset's kind: tasks.job_modules): each file's syntax tree less its docstrings (a
+    comment, a docstring or a blank line changes nothing; any statement does)."""
     import hashlib
 
-    files = "".join(f"{p.relative_to(PACKAGE).as_posix()}\0{_tree(p)[1]}\0" for p in stage_files(stage))
+    files = "".join(f"{p.relative_to(PACKAGE).as_posix()}\0{_tree(p)[1]}\0" for p in stage_files(stage, modules))
     return hashlib.sha256(files.encode()).hexdigest()[:16]

@@ -1,7 +1,8 @@
 """Data for every task: preparation (once, by the data rule) and what a run reads (splits.py).
-One module per data family, each defining its kinds (record and code, kinds.py says how), all
-imported with this package; this package's doors (`prepare`, `open_data`, `rehearsal_sample`,
-`train_rows`) go through the code each kind's record carries, for every kind."""
+One module per data family, each defining its kinds (record and code, kinds.py says how), each
+imported when its kind is first asked for (kinds.dataset_kind); this package's doors (`prepare`,
+`open_data`, `rehearsal_sample`, `train_rows`) go through the code each kind's record carries, for
+every kind."""
 
 from __future__ import annotations
 
@@ -11,10 +12,6 @@ from ..runspec import RunSpec
 from ..schema import Recipe
 from .kinds import dataset_kind
 from .splits import InMemorySplit, LoaderSplit, Splits, batch_indices, epoch_order
-
-# The built-in kinds: each family's module defines its kinds, their records and code (none imports
-# torch when imported: the Snakefile's side reads the records).
-from . import digits, images, nearest_point, listops, text, glue  # noqa: E402,F401,I001  isort: skip
 
 __all__ = ["InMemorySplit", "LoaderSplit", "Splits", "batch_indices", "epoch_order", "load_splits", "open_data",
            "prepare", "rehearsal_sample", "train_rows"]

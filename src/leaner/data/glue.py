@@ -20,9 +20,9 @@ from ..runspec import RunSpec
 from .checks import check_glue
 from .hub import load_hub_split
 from .kinds import DatasetKind, add_kind, each_task, settings, shared, source_hub
+from .vocab import BERT_CLS, BERT_MASK, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE
 
-PAD, CLS, SEP, MASK = 256, 257, 258, 259
-VOCAB_SIZE = 260
+PAD, CLS, SEP, MASK, VOCAB_SIZE = BERT_PAD, BERT_CLS, BERT_SEP, BERT_MASK, BERT_VOCAB_SIZE
 
 # task: (text columns, number of labels (1 = regression), evaluation split, main metric)
 GLUE_TASKS = {

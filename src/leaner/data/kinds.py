@@ -7,11 +7,13 @@ the hub subsets it loads; and its code, which prepares it, opens what was prepar
 makes its small rehearsal sample and counts its training rows (data/__init__.py is the door).
 
 A kind is defined in one module of this package, its record and its code together: digits.py,
-images.py (hub, imagefolder, webdataset), nearest_point.py, listops.py, text.py, glue.py. Those
-modules import neither torch nor pandas when imported (the Snakefile reads the records; what
-needs torch is imported inside the code that runs), and data/__init__.py imports them all.
+images.py (hub, imagefolder, webdataset), nearest_point.py, listops.py, text.py, glue.py (BUILT_IN
+names each kind's module). Those modules import neither torch nor pandas when imported (the
+Snakefile reads the records; what needs torch is imported inside the code that runs). A job loads
+its own kind's module only (`dataset_kind`); the config's schema and checks load them all
+(`every_kind`).
 
-To add a kind: in a module of this package (imported in data/__init__.py), write its preparation
+To add a kind: in a module of this package (named in BUILT_IN), write its preparation
 (writes the manifest), its opening (what its tasks read), its rehearsal sample (`leaner rehearse`
 rehearses every variant of a config, so every kind has one) and, where a manifest does not say,
 its training rows (`leaner cost`), and below them its record, `add_kind(DatasetKind(..., prepare=,
@@ -123,6 +125,31 @@ def settings(runtime: int, mem_mb: int, threads: int, local: bool | None) -> dic
 
 KINDS: dict[str, DatasetKind] = scoped_catalogue({})
 
+# Each built-in kind's module in this package, in the catalogue's order: a job imports its kind's
+# alone, so a run on digits loads no text or image family (a stage's digest takes the module its
+# job loads: provenance.stage_digest).
+BUILT_IN = {"digits": "digits", "hub": "images", "imagefolder": "images", "webdataset": "images",
+            "nearest_point": "nearest_point", "listops": "listops", "text": "text", "glue": "glue"}
+
+
+def kind_module(name: str) -> str | None:
+    """The module that defines built-in kind `name` (leaner.data.<module>); None for another."""
+    return f"{__package__}.{BUILT_IN[name]}" if name in BUILT_IN else None
+
+
+def kind_modules() -> tuple[str, ...]:
+    """Every built-in kind's module (leaner.data.<module>), once each."""
+    return tuple(dict.fromkeys(map(kind_module, BUILT_IN)))
+
+
+def every_kind() -> dict[str, DatasetKind]:
+    """Every kind, the built-in ones first in BUILT_IN's order (each module imported), then any added."""
+    import importlib
+
+    for module in kind_modules():
+        importlib.import_module(module)
+    return {**{name: KINDS[name] for name in BUILT_IN}, **KINDS}
+
 
 def add_kind(kind: DatasetKind) -> DatasetKind:
     """Add a dataset kind's record to the catalogue (refused where the name is taken); returns it."""
@@ -134,25 +161,31 @@ def dataset_schema() -> tuple[dict[str, dict], str]:
     """(the schema of every key some kind reads, the prose of the kinds) for the config's schema;
     a key two kinds define differently is refused."""
     keys: dict[str, dict] = {}
-    for kind in KINDS.values():
+    kinds = every_kind()
+    for kind in kinds.values():
         for key, schema in kind.keys.items():
             if keys.setdefault(key, schema) != schema:
-                owners = [k.name for k in KINDS.values() if key in k.keys]
+                owners = [k.name for k in kinds.values() if key in k.keys]
                 raise ValueError(f"dataset key {key!r}: defined differently by kinds {', '.join(owners)} "
                                  f"(allowed: one definition, e.g. in data/kinds.py's SHARED_KEYS)")
-    return keys, " ".join(f"{kind.name}: {kind.about}" for kind in KINDS.values() if kind.about)
+    return keys, " ".join(f"{kind.name}: {kind.about}" for kind in kinds.values() if kind.about)
 
 
 def reading(key: str) -> list[str]:
     """The kinds that read `key`."""
-    return [name for name, kind in KINDS.items() if key in kind.keys]
+    return [name for name, kind in every_kind().items() if key in kind.keys]
 
 
 def dataset_kind(name: str) -> DatasetKind:
+    """Kind `name`'s record, its module imported where it is a built-in kind not yet loaded."""
+    if name not in KINDS and name in BUILT_IN:
+        import importlib
+
+        importlib.import_module(kind_module(name))
     try:
         return KINDS[name]
     except KeyError:
-        raise ValueError(f"unknown dataset kind {name!r} (allowed: {', '.join(KINDS)})") from None
+        raise ValueError(f"unknown dataset kind {name!r} (allowed: {', '.join(every_kind())})") from None
 
 
 def kind_defaults(name: str) -> dict[str, Any]:
@@ -170,7 +203,7 @@ def from_hub(spec: dict) -> bool:
 
 def implicit_kinds() -> list[str]:
     """Kinds a study may name as its dataset without a `datasets` entry."""
-    return [name for name, kind in KINDS.items() if kind.implicit]
+    return [name for name, kind in every_kind().items() if kind.implicit]
 
 
 

@@ -21,11 +21,9 @@ from ..io import atomic_path, read_json, sha256_file, verify_sha256, write_json
 from ..runspec import RunSpec
 from .checks import check_listops
 from .kinds import DatasetKind, add_kind, settings, shared
+from .vocab import LISTOPS_CLOSE, LISTOPS_OPERATORS, LISTOPS_PAD, LISTOPS_VOCAB
 
-OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
-CLOSE = "]"
-PAD = "<pad>"
-VOCAB = (PAD, *OPERATORS, CLOSE, *[str(v) for v in range(10)])  # id 0 is padding
+OPERATORS, CLOSE, PAD, VOCAB = LISTOPS_OPERATORS, LISTOPS_CLOSE, LISTOPS_PAD, LISTOPS_VOCAB  # id 0 is padding
 TOKEN_ID = {t: i for i, t in enumerate(VOCAB)}
 OPERATOR_P = 0.25
 SPLITS = ("train", "val", "test")

@@ -34,9 +34,8 @@ from ..runspec import RunSpec
 from .checks import check_text
 from .hub import load_hub_split
 from .kinds import DatasetKind, add_kind, settings, shared, source_hub
-
-EOT = 256
-VOCAB_SIZE = 257
+from .vocab import BYTE_VOCAB_SIZE as VOCAB_SIZE
+from .vocab import EOT
 
 NAMES = {"she": ["Lily", "Mia", "Sara", "Anna", "Lucy", "Emma", "Zoe", "Ruby"],
          "he": ["Tom", "Ben", "Max", "Leo", "Sam", "Jack", "Finn", "Noah"]}

@@ -84,8 +84,9 @@ def variant_row(study: str, variant: str, folder: Path, log: Path, now: float | 
         shown = f"{name} {value:.4g}" if isinstance(value, int | float) else "no metric"
         if not (folder / "conditioning.csv").exists():
             shown += " (kappa pending)"
-        made_by = (m.get("code") or {}).get("training")
-        if made_by and made_by != stage_digest("training"):
+        code = m.get("code") or {}
+        made_by = code.get("training")
+        if made_by and made_by != stage_digest("training", tuple(code.get("modules") or ())):
             shown += f" (trained by other training code, {made_by}: a run re-trains it)"
         return Row(study, variant, "done", steps, shown, (m.get("numerics") or {}).get("label", UNRECORDED))
     beat = read_progress(folder)
@@ -136,8 +137,7 @@ def render(rows: list[Row], width: int | None = None) -> str:
     widths = [max([len(name), *map(len, values)]) for name, values in cols]
     other = sum("by other training code" in r.detail for r in rows)
     if other:
-        head += (f"; {other} trained by other training code than this checkout's ({stage_digest('training')}): "
-                 "snakemake re-trains them")
+        head += f"; {other} trained by other training code than this checkout's: snakemake re-trains them"
     lines = [head, *numerics_lines(rows), "  ".join(name.ljust(w) for (name, _), w in zip(cols, widths)) + "  detail"]
     for i, r in enumerate(rows):
         line = "  ".join(values[i].ljust(w) for (_, values), w in zip(cols, widths)) + "  " + r.detail

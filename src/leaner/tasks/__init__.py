@@ -8,10 +8,10 @@ paper's rows it reproduces, and the class that trains it (imported only when tra
 this module needs neither torch nor pandas, so the Snakefile can read it).
 
 To add a task: add one `TaskInfo` below, and write its training class (a `Task`, see base.py) in
-a module of this package, registered under the task's name where it is defined (`@trains("name")`);
-trainers.py imports the module. (A task outside this package is one definition: its record on its
-class, `@trains(TaskInfo(...))`.) Config expansion, summary.csv, tables, figures and the overview
-read everything else from the record.
+a module of this package (the record's `trainer`), registered under the task's name where it is
+defined (`@trains("name")`); trainers.py imports that module for the task's runs. (A task
+outside this package is one definition: its record on its class, `@trains(TaskInfo(...))`.) Config
+expansion, summary.csv, tables, figures and the overview read everything else from the record.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..data.glue import PAD as BERT_PAD
-from ..data.glue import VOCAB_SIZE as BERT_VOCAB_SIZE
-from ..data.listops import VOCAB as LISTOPS_VOCAB
-from ..data.text import VOCAB_SIZE as BYTE_VOCAB_SIZE
+from ..data.kinds import kind_module
+from ..data.vocab import BERT_PAD, BERT_VOCAB_SIZE, BYTE_VOCAB_SIZE, LISTOPS_VOCAB
 from ..grid import IMAGE_GRID_KEYS, NEAREST_GRID_KEYS
 from ..registry import add_record, scoped_catalogue
 
@@ -53,6 +51,9 @@ class TaskInfo:
     # a training step's time is its kernels' launches, not its FLOPs: `leaner cost` prices it from
     # measured step times (P2's small models)
     launch_bound: bool = False
+    # the module of this package its training class is defined in (tasks/trainers.py imports it for
+    # a run of this task alone); "" for a task outside the package (its module is imported by its user)
+    trainer: str = ""
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -130,7 +131,7 @@ for _info in (
         "image_classification", family="P1", grid="arch", dataset_kinds=("digits", "hub", "imagefolder", "webdataset"),
         model_keys=("patch_size", "img_size", "qkv_bias", "drop_path_rate", "global_pool", "timm"), model_base=_vit,
         metric=("eval_acc", "max"), train_metric=("eval_acc", "max"),
-        recipe_keys=("augment", "mixup", "cutmix", "repeat_aug")),
+        recipe_keys=("augment", "mixup", "cutmix", "repeat_aug"), trainer="image"),
     # P2's recipe (papers.md 2.3): AdamW(0.9, 0.95), no weight decay, batch 256, "epochs" of 100
     # steps, warm-up then cosine stepped per epoch, model init seed 613 whatever the data seed
     # (`replicates: independent` instead: each run's own init seed and unshared data streams);
@@ -140,20 +141,21 @@ for _info in (
         "nearest_point", family="P2", grid="nearest", dataset_kinds=("nearest_point",),
         model_keys=("ff", "posn_dim"), model_base=_nearest,
         metric=("best_train_loss", "min"), train_metric=("train_loss", "min"),
-        recipe_keys=("replicates",), launch_bound=True,
+        recipe_keys=("replicates",), launch_bound=True, trainer="nearest",
         recipe={"batch_size": 256, "lr": 0.01, "weight_decay": 0.0, "betas": [0.9, 0.95],
                 "schedule": "epoch_cosine", "steps_per_epoch": 100, "init_seed": 613, "epochs": 1000,
                 "eval_batch_size": 1024, "precision": "fp32", "tf32": False}),
     TaskInfo(
         "listops", family="P1", grid="arch", dataset_kinds=("listops",),
         model_keys=SEQUENCE_MODEL_KEYS, model_base=_listops,
-        metric=("eval_acc", "max"), train_metric=("eval_acc", "max")),
+        metric=("eval_acc", "max"), train_metric=("eval_acc", "max"), trainer="sequence"),
     # GPT-2/nanoGPT: AdamW(0.9, 0.95), weight decay 0.1; an "epoch" is steps_per_epoch random windows
     TaskInfo(
         "language_model", family="P1", grid="arch", dataset_kinds=("text",),
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_causal_lm,
         metric=("eval_loss", "min"), train_metric=("eval_loss", "min"),
-        recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0}),
+        recipe={"betas": [0.9, 0.95], "weight_decay": 0.1, "steps_per_epoch": 100, "grad_clip": 1.0},
+        trainer="sequence"),
     # cramming BERT: masked-LM pretraining on a text corpus (its training metric), then fine-tuning
     # of each variant on every GLUE task: the study's metric is the GLUE average of the fine-tuned
     # runs. AdamW(0.9, 0.98), weight decay 0.01, clipping 0.5 [INF].
@@ -162,7 +164,7 @@ for _info in (
         model_keys=(*SEQUENCE_MODEL_KEYS, "context"), model_base=_masked_lm,
         metric=("glue_avg", "max"), train_metric=("eval_loss", "min"), model={"context": 128},
         recipe={"betas": [0.9, 0.98], "weight_decay": 0.01, "steps_per_epoch": 100, "grad_clip": 0.5},
-        finetune_kind="glue",
+        finetune_kind="glue", trainer="sequence",
         # fine-tuning on each GLUE task (cramming: 5 epochs, batch 32, lr 4e-5 [INF])
         finetune_recipe={"epochs": 5, "batch_size": 32, "lr": 4e-5, "weight_decay": 0.01, "warmup_frac": 0.1,
                          "betas": [0.9, 0.98], "steps_per_epoch": None, "schedule": "cosine"}),
@@ -189,6 +191,14 @@ def trainer_metric(spec_task: str) -> tuple[str, str]:
     if spec_task.endswith(FINETUNE_SUFFIX):
         return FINETUNE_METRIC
     return task_info(spec_task).train_metric
+
+
+def job_modules(spec_task: str, kind: str) -> tuple[str, ...]:
+    """The modules a job of spec task `spec_task` on a dataset of `kind` loads by name: its training
+    class's (tasks/trainers.py) and its kind's (data/kinds.py); a stage's digest takes them
+    (provenance.stage_digest), so a change to one family's code re-runs that family's jobs alone."""
+    trainer = task_of(spec_task).trainer
+    return tuple(m for m in (f"{__name__}.{trainer}" if trainer else None, kind_module(kind)) if m)
 
 
 def trainer_names() -> list[str]:

@@ -52,9 +52,10 @@ def best_of(rows: list[dict], task, best: dict | None = None) -> dict:
     return best
 
 
-def cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str) -> dict:
+def cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str, modules: tuple[str, ...]) -> dict:
     """metrics.json's record of where and how the run ran: its numerics as read back (kernels,
-    BLAS branch, threads: numerics.in_effect), what it cost, the code and the host."""
+    BLAS branch, threads: numerics.in_effect), what it cost, the code (`modules`: what the job
+    loaded by name, tasks.job_modules) and the host."""
     from importlib.metadata import version
 
     if dev.type == "cuda":
@@ -68,8 +69,9 @@ def cost_and_provenance(dev: torch.device, ctx, started: float, computed_in: str
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "timm": version("timm"),
                      "numpy": np.__version__, "leaner": __version__},
         # the commit that produced this run, whether the tree differed, and the training code's digest
-        # (provenance.stage_digest: `leaner status` names a run made by other training code)
-        "code": {**code_state(), "training": stage_digest("training")},
+        # with the modules it loaded by name (provenance.stage_digest: `leaner status` names a run
+        # made by other training code)
+        "code": {**code_state(), "training": stage_digest("training", modules), "modules": list(modules)},
         "run": {"host": platform.node(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "slurm_step_tasks": os.environ.get("SLURM_STEP_NUM_TASKS"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_claim": claimed(),

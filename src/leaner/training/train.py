@@ -45,9 +45,10 @@ import torch
 
 from ..compute import distributed
 from ..compute.devices import pick_device
-from ..io import sha256_file, write_json
+from ..io import read_json, sha256_file, write_json
 from ..provenance import describe
 from ..runspec import RunSpec
+from ..tasks import job_modules
 from ..tasks.trainers import make_task
 from .attempts import AttemptRecord
 from .finished import KeepFinished
@@ -145,6 +146,7 @@ class Run:
     stop: StopSignal  # what the loop asks of its watchers: a stop signal came,
     stall: StallWatch  # it waits for a batch (a stall there is at a step boundary),
     attempts: AttemptRecord | None  # this attempt's record (rank 0's)
+    modules: tuple[str, ...]  # what it loads by name: its task's and its dataset kind's (tasks.job_modules)
 
 
 def set_up(spec: RunSpec, out: Path, data_path: str, device: str | None, threads: int | None,
@@ -175,7 +177,8 @@ def set_up(spec: RunSpec, out: Path, data_path: str, device: str | None, threads
     return Run(spec, out, log, dev, ctx, precision, model, counts, net, graphed, task, optimizer,
                autocast_for(dev, precision["precision"], graph_safe=graphed), per_epoch, total,
                sync_interval(recipe, dev), frozenset(kept_steps(spec.conditioning.get("steps", []), total)),
-               stop_after, started, stop, stall, AttemptRecord(out / RESUME_DIR, spec.json) if ctx.main else None)
+               stop_after, started, stop, stall, AttemptRecord(out / RESUME_DIR, spec.json) if ctx.main else None,
+               job_modules(spec.task, read_json(data_path)["kind"]))
 
 
 def kept_folder(run: Run) -> Path:
@@ -478,7 +481,7 @@ def write_outputs(run: Run, state: State, watchers: Watchers, claims_digest: str
         "steps": step, "total_steps": run.total, "epochs": math.ceil(run.total / run.per_epoch),
         "wall_time_s": state.saved.elapsed_s + train_time,
         "throughput_samples_per_s": samples / train_time if train_time > 0 else None,
-        **run.precision, **cost_and_provenance(run.dev, ctx, run.started, run.precision["precision"]),
+        **run.precision, **cost_and_provenance(run.dev, ctx, run.started, run.precision["precision"], run.modules),
         # what later stages check before they trust the weights (a truncated or replaced file)
         "sha256": {name: sha256_file(out / name) for name in ("init.safetensors", "model.safetensors")},
         "checkpoints": kept,

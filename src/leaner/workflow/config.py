@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from ..compute.numerics import MODES
-from ..data.kinds import KINDS, dataset_schema
+from ..data.kinds import dataset_schema, every_kind
 from ..schema import defaults, schema_file
 from ..tasks import CATALOG
 
@@ -53,7 +53,7 @@ def config_schema() -> dict:
     schema["$defs"]["study"]["properties"]["task"]["enum"] = list(CATALOG)
     dataset = schema["$defs"]["dataset"]["properties"]
     keys, prose = dataset_schema()
-    dataset["kind"]["enum"] = list(KINDS)
+    dataset["kind"]["enum"] = list(every_kind())
     dataset["kind"]["description"] += f" {prose}"
     dataset.update(keys)
     schema["properties"]["numerics"]["enum"] = list(MODES)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..compute.numerics import DEFAULT_MODE
 from ..data.glue import GLUE_TASKS
-from ..data.kinds import KINDS, implicit_kinds, kind_defaults
+from ..data.kinds import dataset_kind, every_kind, implicit_kinds, kind_defaults
 from ..grid import ACCEPTANCE_CHECKS, grid_points
 from ..models.config import model_config
 from ..schema import Recipe, recipe_spec
@@ -177,7 +177,7 @@ def study_model_base(config: dict, study: str, base_dir: str | Path = ".") -> tu
     st, problems = config["studies"][study], []
     ds_name = st["dataset"]
     spec = (config.get("datasets") or {}).get(ds_name) or {"kind": ds_name}
-    if spec["kind"] not in KINDS:
+    if spec["kind"] not in every_kind():
         raise ConfigError([f"config error: studies.{study}.dataset: unknown dataset {ds_name!r}"])
     ds = check_dataset(ds_name, spec, problems, Path(base_dir))
     if problems:  # a dataset without a key its kind requires builds no model
@@ -242,7 +242,7 @@ def _study_dataset(name: str, st: dict, datasets: dict, problems: list[str]) -> 
                         f"task {st['task']} needs one of kind {', '.join(info.dataset_kinds)} "
                         f"(allowed: {', '.join(fitting) or 'none declared'})")
         return None
-    if any(req not in ds for req in KINDS[ds["kind"]].required):
+    if any(req not in ds for req in dataset_kind(ds["kind"]).required):
         return None  # check_dataset said which key is missing; no model is built without it
     return ds
 
