@@ -238,8 +238,7 @@ def headline_figure(path: Path = FIGURE) -> Path:
 
     import pandas as pd
 
-    from leaner.analysis.overview import configurations, kappa_error_correlation
-    from leaner.analysis.overview_figure import overview_figure
+    from leaner.analysis.overview import configurations, kappa_error_correlation, overview_figure
 
     order = dict.fromkeys(pd.read_csv(REFERENCE / "tables" / "all_studies-kappa_rank_error.csv")["study"])
     configs = configurations([pd.read_csv(REFERENCE / "summaries" / f"{study}.csv") for study in order])

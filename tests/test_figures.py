@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from leaner.analysis import curves, figure_parts, figures, figures_p2, pareto, plots, stats
+from leaner.analysis import figures, figures_p2, pareto, plots, stats
 from leaner.workflow.plan import build_plan
 
 from conftest import TINY, planned_outputs, snakemake
@@ -109,19 +109,19 @@ def history() -> pd.DataFrame:
 def test_training_curves_pool_the_seeds_of_each_configuration():
     """One line per configuration: the mean over its seeds at each step, the 95% t-band around it
     (losses in log space, accuracies on the logit scale, so that no band leaves [0, 1])."""
-    agg = curves.band(history(), "eval_acc", "linear")
+    agg = figures.band(history(), "eval_acc", "linear")
     one = agg[(agg["config"] == "L1-H4-D16-hd4-mlp32") & (agg["step"] == 60)].iloc[0]
     assert one["mean"] == pytest.approx(0.31) and one["count"] == 3
     assert one["hi"] - one["mean"] == pytest.approx(4.302653 * 0.01 / np.sqrt(3), rel=1e-5)
     near_one = history().assign(eval_acc=lambda f: np.where(f["seed"] == 0, 1.0, 0.95 + 0.01 * f["seed"]))
-    linear, logit = curves.band(near_one, "eval_acc", "linear"), curves.band(near_one, "eval_acc", "logit")
+    linear, logit = figures.band(near_one, "eval_acc", "linear"), figures.band(near_one, "eval_acc", "logit")
     assert linear["hi"].max() > 1.0  # what a t-band on the raw accuracy did
     assert logit["hi"].max() < 1.0 and logit["lo"].min() > 0.0 and logit["mean"].between(0.95, 1.0).all()
-    loss = curves.band(history(), "train_loss", "log")
+    loss = figures.band(history(), "train_loss", "log")
     first = loss[(loss["config"] == "L1-H1-D16-hd16-mlp32") & (loss["step"] == 20)].iloc[0]
     assert first["mean"] == pytest.approx(np.exp(np.mean(np.log([2.3, 2.31, 2.32]))))
-    assert curves.panels_for(history(), "image_classification") == ["train_loss", "eval_acc"]
-    assert curves.panels_for(history(), "nearest_point") == ["train_loss"]  # no eval_loss in these histories
+    assert figures.panels_for(history(), "image_classification") == ["train_loss", "eval_acc"]
+    assert figures.panels_for(history(), "nearest_point") == ["train_loss"]  # no eval_loss in these histories
 
 
 def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
@@ -136,13 +136,13 @@ def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
     spread = pd.DataFrame({"heads": [1, 1, 1], "kappa": [1.05, 1.3, 40.0], "eval_acc": [0.99, 1.0, 0.9],
                            "eval_loss": [0.01, 0.02, 2.0]})
     assert stats.ci95(spread["kappa"])[1] < 1 and stats.ci95(spread["eval_acc"])[2] > 1  # raw: out of range
-    kappa = figure_parts.seed_agg(spread, ["heads"], "kappa").iloc[0]
+    kappa = plots.seed_agg(spread, ["heads"], "kappa").iloc[0]
     assert kappa["lo"] == 1.0 and kappa["hi"] > 40.0
     assert kappa["mean"] == pytest.approx(np.exp(np.log([1.05, 1.3, 40.0]).mean()))
-    acc = figure_parts.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
+    acc = plots.seed_agg(spread, ["heads"], "eval_acc").iloc[0]
     mean, lo, _, _ = stats.ci95(spread["eval_acc"])
     assert acc["mean"] == pytest.approx(mean) and acc["lo"] == pytest.approx(lo) and acc["hi"] == 1.0
-    loss = figure_parts.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
+    loss = plots.seed_agg(spread, ["heads"], "eval_loss").iloc[0]
     assert loss["mean"] == pytest.approx(np.mean([0.01, 0.02, 2.0])) and loss["lo"] == 0.0 and loss["hi"] > 2.0
     # the table reports the very same numbers
     summary = spread.assign(task="image_classification", depth=1, width=16, head_dim=16, mlp_hidden=32,
@@ -154,13 +154,13 @@ def test_points_and_intervals_stay_inside_the_range_of_what_they_measure():
 def test_curve_colours_follow_the_heads_and_line_styles_the_depth():
     configs = ["L1-H1-D16-hd16-mlp32", "L1-H4-D64-hd16-mlp128", "L2-H4-D64-hd16-mlp128", "L2-H16-D64-hd4-mlp128",
                "L2-H4-D16-hd4-mlp32"]
-    styles = curves.line_styles(configs)
+    styles = figures.line_styles(configs)
     assert styles[configs[1]]["color"] == styles[configs[2]]["color"] != styles[configs[0]]["color"]
     assert styles[configs[0]]["linestyle"] == styles[configs[1]]["linestyle"] != styles[configs[2]]["linestyle"]
     assert styles[configs[3]]["linestyle"] == styles[configs[2]]["linestyle"]
     # two configurations of 2 layers and 4 heads (widths 64 and 16): told apart by a marker
     assert styles[configs[2]]["marker"] != styles[configs[4]]["marker"] and styles[configs[0]]["marker"] is None
-    p2 = curves.line_styles(["L1-H1-W1-r16-d16-N8-none", "L1-H4-W1-r4-d16-N8-none", "L3-H1-W1-r16-d16-N8-none"])
+    p2 = figures.line_styles(["L1-H1-W1-r16-d16-N8-none", "L1-H4-W1-r4-d16-N8-none", "L3-H1-W1-r16-d16-N8-none"])
     assert p2["L1-H1-W1-r16-d16-N8-none"]["color"] == p2["L3-H1-W1-r16-d16-N8-none"]["color"]
 
 
@@ -209,7 +209,7 @@ def p1_kappa(summary: pd.DataFrame) -> pd.DataFrame:
 def drawn(monkeypatch, make, *args):
     """The figure `make` builds, drawn (so its ticks and labels are final), not saved."""
     shown = []
-    for module in (figures, figures_p2, curves, pareto):
+    for module in (figures, figures_p2, pareto):
         monkeypatch.setattr(module, "save", lambda fig, prefix: shown.append(fig) or [])
     make(*args)
     fig = shown[0]
@@ -277,7 +277,7 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
     made = {"kappa_vs_heads": (figures.kappa_vs_heads, summary, "x", "s"),
             "accuracy_vs_heads": (figures.metric_vs_heads, summary, "x", "s"),
             "accuracy_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s"),
-            "kappa_through_training": (curves.kappa_through_training, kappa, "x", "s"),
+            "kappa_through_training": (figures.kappa_through_training, kappa, "x", "s"),
             "loss_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "eval_loss"),
             "glue_vs_heads": (figures.metric_vs_heads, summary, "x", "s", "glue_avg"),
             "glue_vs_mlp": (figures.metric_vs_mlp, summary, "x", "s", "glue_avg"),
@@ -285,7 +285,7 @@ def test_every_panel_has_y_labels_tick_labels_and_a_legend(monkeypatch):
             "kappa_vs_rank": (figures_p2.kappa_vs_rank, p2_summary(), "x", "p"),
             "perfect_angle": (figures_p2.perfect_angle, p2_summary(), "x", "p"),
             "theory": (figures.theory_curves, theory, "x"),
-            "training_curves": (curves.training_curves, history(), "x", "s", "image_classification"),
+            "training_curves": (figures.training_curves, history(), "x", "s", "image_classification"),
             "pareto": (pareto.pareto, summary, "x", "s", [PARETO_CLAIM]),
             "layer_won_back": (pareto.layer_won_back, ladder_summary(), "x", "s", ladder_claims())}
     for name, (make, *args) in made.items():
@@ -405,7 +405,7 @@ def test_p2_kappa_through_training_names_each_line_by_its_heads_and_their_rank(m
              "head_dim": 16 // h, "depth": 1, "seed": s, "protocols": np.nan, "status": "ok", "fraction": f,
              "kappa_gmean": 10.0 + f}
             for w, hs in ((1, (1, 2)), (2, (1,))) for h in hs for s in (0, 1) for f in (0.0, 0.5, 1.0)]
-    fig = drawn(monkeypatch, curves.kappa_through_training, pd.DataFrame(rows), "unused", "p")
+    fig = drawn(monkeypatch, figures.kappa_through_training, pd.DataFrame(rows), "unused", "p")
     labels = {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes}
     assert labels == {"W = 1": ["1 head of rank 16, depth 1", "2 heads of rank 8, depth 1"],
                       "W = 2": ["2 heads of rank 16, depth 1"]}
@@ -509,13 +509,13 @@ def test_a_run_that_did_not_learn_is_marked_apart_and_left_out_of_its_points_mea
     fig = drawn(monkeypatch, figures.metric_vs_heads, summary, "x", "s")
     (ax,) = [a for a in fig.axes if a.get_visible()]
     marked = [c for c in ax.collections if isinstance(c, PathCollection)
-              and c.get_label() == figure_parts.NOT_LEARNED_LABEL]
+              and c.get_label() == plots.NOT_LEARNED_LABEL]
     points = {tuple(p) for c in marked for p in c.get_offsets()}
     assert (2, 0.1) in points and {(4, v) for v in summary.loc[alone, "eval_acc"]} <= points and len(points) == 3
     kept = summary.query("depth == 1 and heads == 2 and seed == 0")["eval_acc"].iloc[0]
     line = next(line for line in ax.lines if list(line.get_xdata()) == [1, 2, 4] and line.get_ydata()[1] == kept)
     assert line.get_ydata()[1] == pytest.approx(kept)  # the mean over the one run that learned
-    assert [t.get_text() for t in ax.get_legend().get_texts()].count(figure_parts.NOT_LEARNED_LABEL) == 1
+    assert [t.get_text() for t in ax.get_legend().get_texts()].count(plots.NOT_LEARNED_LABEL) == 1
 
 
 def test_two_depths_labels_at_one_head_count_do_not_overprint(monkeypatch):

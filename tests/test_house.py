@@ -4,6 +4,7 @@ lazy imports included), and the code passes the linters configured in pyproject.
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 import sys
@@ -137,7 +138,10 @@ ONE_IDEA = {
     "src/leaner/analysis/summary.py": "summary.csv: one row per run, every column a reader of a run needs (its "
                                       "plateau among them)",
     "src/leaner/analysis/overview.py": "both papers in one view: every configuration of every study, the heads "
-                                       "comparisons, kappa against error, the headline, each with its caption",
+                                       "comparisons, kappa against error, the headline, each with its caption, "
+                                       "and the figure that draws them",
+    "src/leaner/analysis/figures.py": "P1's figures of a study: kappa and the metric against heads and the MLP "
+                                      "ratio, the training curves, kappa through training, the theory check's",
     "src/leaner/analysis/report.py": "the report job: which figures and tables each study gets (plain code over "
                                      "its grid and claims), its tables with their captions, the run's index",
 }
@@ -230,6 +234,12 @@ REPLACED = {
     "FIGURE_CODE": "report.study_outputs' lines (name, function, how it is drawn)",
     "TABLE_CODE": "the same",
     "theory-report": "`leaner report` (the theory check's figure and tables are the report's)",
+    "analysis/figure_parts.py": "analysis/plots.py (what every figure shares, seed aggregates and panels too)",
+    "analysis/curves.py": "analysis/figures.py (P1's figures of a study, through training too)",
+    "analysis/overview_figure.py": "analysis/overview.py (the overview figure beside the numbers it draws)",
+    "LEANER_CLAIMS_DIGESTS": "results/{study}/declared.json (rule declare): a job's plan data comes in its spec "
+                             "or its inputs, the claims digest a run records too",
+    "claims_declared": "the same (leaner train --declared)",
 }
 
 
@@ -239,3 +249,44 @@ def test_what_was_replaced_stays_gone():
     names = {old: [str(p.relative_to(REPO)) for p in sorted(PACKAGE.rglob("*.py")) if old in p.read_text()]
              for old in REPLACED if not old.endswith(".py")}
     assert not modules and not any(names.values()), f"replaced (see REPLACED for by what): {modules}, {names}"
+
+
+_LOADED = """
+import json, sys
+from leaner.training import train
+from leaner.tasks.trainers import load_trainer
+from leaner.data.kinds import dataset_kind
+before = sorted(m for m in sys.modules if m.startswith("leaner"))
+load_trainer(sys.argv[1]); dataset_kind(sys.argv[2])
+print(json.dumps([before, sorted(m for m in sys.modules if m.startswith("leaner"))]))
+"""
+
+
+@pytest.mark.parametrize("task, kind", [("image_classification", "digits"), ("nearest_point", "nearest_point"),
+                                        ("language_model", "text")])
+def test_a_run_loads_its_own_task_and_dataset_kind_alone(task, kind):
+    """The training module imports no task's training class, no data family and nothing of the
+    analysis; a run then loads its task's module and its dataset kind's, none of the others'; and
+    the digest its rule carries covers every module it loaded (a change to any re-trains it)."""
+    from leaner.provenance import stage_files
+    from leaner.tasks import job_modules
+
+    proc = subprocess.run([sys.executable, "-c", _LOADED, task, kind], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, check=True)
+    before, after = json.loads(proc.stdout)
+    trainers = {"leaner.tasks.image", "leaner.tasks.nearest", "leaner.tasks.sequence"}
+    families = {f"leaner.data.{m}" for m in ("digits", "images", "nearest_point", "listops", "text", "glue")}
+    assert not set(before) & (trainers | families) and not any(m.startswith("leaner.analysis") for m in before)
+    modules = job_modules(task, kind)
+    assert set(modules) <= set(after) and set(after) & (trainers | families) <= set(modules) | {"leaner.data.glue"}
+    # (a language model's trainer reads the GLUE tokens too: tasks/sequence.py trains the GLUE stages)
+    covered = {str(p.relative_to(PACKAGE)) for p in stage_files("training", modules)}
+    loaded = {str(Path(sys.modules[m].__file__).relative_to(PACKAGE)) for m in map(_import, after)}
+    assert loaded <= covered, loaded - covered
+
+
+def _import(name: str) -> str:
+    import importlib
+
+    importlib.import_module(name)
+    return name

@@ -11,7 +11,7 @@ import docutils.nodes
 import pandas as pd
 import pytest
 
-from leaner.analysis import curves, figures, figures_p2, job_costs, overview, pareto, report
+from leaner.analysis import figures, figures_p2, job_costs, overview, pareto, report
 from leaner.analysis.report import StudyData, study_outputs
 
 from conftest import BIN, REPO, run
@@ -82,7 +82,7 @@ def test_what_a_study_gets_follows_its_task_grid_and_claims():
 def _captioned() -> list[tuple[str, str]]:
     """(where, caption) of every output function of the analysis modules."""
     out = {}
-    for module in (curves, figures, figures_p2, job_costs, overview, pareto, report):
+    for module in (figures, figures_p2, job_costs, overview, pareto, report):
         for fn in vars(module).values():
             for output in getattr(fn, "captions", {}):
                 out[id(fn), output] = (f"{fn.__module__}.{fn.__name__}: {output}", report.caption(fn, output, "study"))

@@ -1,4 +1,4 @@
-"""From per-variant results to what a reader sees: all 18 modules, each importing only those above it:
+"""From per-variant results to what a reader sees: all 15 modules, each importing only those above it:
 
     stats           intervals, differences, rank correlations, when a difference is resolved; the
                     power of a declared claim's test (noncentral t; `leaner pilot` reports it)
@@ -11,16 +11,16 @@
     findings        the findings paragraphs, generated from the overview's numbers
     trade           where P1's rule holds: each declared test of the trade as held, failed, not testable
     papers          the papers' reported numbers beside ours
-    plots           what every figure shares (style, saving, log axes, off-scale marks), and the
-                    caption a figure's or a table's function carries
+    plots           what every figure shares (style, saving, log axes, off-scale marks, seed
+                    aggregates, error bars, panel grids, metric names), and the caption a figure's
+                    or a table's function carries
     job_costs       what each stage cost: benchmark files, the warm process's measures, every attempt
-    figure_parts    the pieces several figures draw: seed aggregates, error bars, panel grids, metric names
-    curves          training curves: loss and metric against the step, one line per configuration
-    figures         a study's figures: kappa, metric vs heads and MLP, kappa in training, Pareto, theory
+    figures         P1's figures of a study: kappa, metric vs heads and MLP, training curves (loss and
+                    metric against the step, one line per configuration), kappa in training, theory
     figures_p2      P2's figures: MSE and kappa against head rank, the angle of one-head models
     pareto          a claim's models on the parameter-metric plane, with its baseline, control and margin
-    overview_figure the overview figure: every configuration of every study on common axes
-    overview        across studies: configurations, effects, correlations, the headline, findings
+    overview        across studies: configurations, effects, correlations, the headline, findings,
+                    and the overview figure (every configuration of every study on common axes)
     report          the report job: which figures and tables each study gets (plain code over its
                     grid and claims), a study's tables (Theorem 3.2 against the real heads among
                     them), the theory check's, captions and the run's index

@@ -8,8 +8,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .figure_parts import dedupe_legend, errorbars, mark_not_learned, panel_axes, seed_agg, split_learned
-from .plots import captioned, log2_axis, log_y, offscale, pyplot, save
+from .plots import (
+    captioned,
+    dedupe_legend,
+    errorbars,
+    log2_axis,
+    log_y,
+    mark_not_learned,
+    offscale,
+    panel_axes,
+    pyplot,
+    save,
+    seed_agg,
+    split_learned,
+)
 
 HUE_LABELS = {"modules": "W={} modules", "tokens": "N={}", "dim": "d={}", "posn": "positions: {}"}
 

@@ -11,8 +11,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .figure_parts import METRIC_LABELS, METRIC_NAMES, panel_grid, seed_agg, spread_note
-from .plots import captioned, log2_axis, log_x, pyplot, save
+from .plots import (
+    METRIC_LABELS,
+    METRIC_NAMES,
+    captioned,
+    log2_axis,
+    log_x,
+    panel_grid,
+    pyplot,
+    save,
+    seed_agg,
+    spread_note,
+)
 from .stats import signed
 
 
@@ -34,7 +44,7 @@ def pareto(summary: pd.DataFrame, prefix: str | Path, study: str, claims: list[d
     configurations no other beats with fewer parameters joined as the Pareto front, the baseline's
     mean with its band of +-margin, and the claim's lean models ringed and labelled with their
     verdict (tables.claims_table: the declared seeds only)."""
-    from .curves import MARKERS, config_id, line_styles
+    from .figures import MARKERS, config_id, line_styles
     from .tables import claims_table
 
     plt, _ = pyplot()
@@ -114,7 +124,7 @@ def _dodged(points: pd.DataFrame, step: float = 1.035) -> pd.DataFrame:
 
 
 def _config_of(configs: pd.DataFrame, point: dict) -> str:
-    """The configuration id (curves.config_id) of a claim's grid point."""
+    """The configuration id (figures.config_id) of a claim's grid point."""
     mask = np.ones(len(configs), bool)
     for key, value in point.items():
         mask &= (configs[key] == value).to_numpy()

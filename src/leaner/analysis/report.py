@@ -22,7 +22,7 @@ from ..compute.numerics import UNRECORDED, describe_mix
 from ..grid import ACCEPTANCE_CHECKS
 from ..io import write_text
 from ..tasks import task_info
-from . import curves, figures, figures_p2, papers, pareto, tables
+from . import figures, figures_p2, papers, pareto, tables
 from .job_costs import write_job_costs
 from .kappa_within import kappa_within_table
 from .overview import write_overview
@@ -53,7 +53,7 @@ class StudyData:
     @property
     def history(self) -> pd.DataFrame:
         """Every variant's history.csv, read into one frame (the training curves')."""
-        return curves.read_histories(self.histories)
+        return figures.read_histories(self.histories)
 
     @property
     def metric(self) -> tuple[str, str]:
@@ -122,10 +122,10 @@ def study_outputs(d: StudyData) -> tuple[list[tuple[str, Callable, Draw]], list[
         ("perfect_angle", p2 and d.has(depth=1, heads=1), figures_p2.perfect_angle,
          lambda d, p: figures_p2.perfect_angle(d.summary, p, d.study)),
         ("kappa_vs_rank", rank, figures_p2.kappa_vs_rank, lambda d, p: figures_p2.kappa_vs_rank(d.summary, p, d.study)),
-        ("kappa_through_training", True, curves.kappa_through_training,
-         lambda d, p: curves.kappa_through_training(d.kappa, p, d.study)),
-        ("training_curves", True, curves.training_curves,
-         lambda d, p: curves.training_curves(d.history, p, d.study, d.task)),
+        ("kappa_through_training", True, figures.kappa_through_training,
+         lambda d, p: figures.kappa_through_training(d.kappa, p, d.study)),
+        ("training_curves", True, figures.training_curves,
+         lambda d, p: figures.training_curves(d.history, p, d.study, d.task)),
         ("pareto", declared and d.architectures, pareto.pareto,
          lambda d, p: pareto.pareto(d.summary, p, d.study, d.claims)),
         ("layer_won_back", ladder, pareto.layer_won_back,
