@@ -449,9 +449,9 @@ def write_report(studies: dict[str, dict], results: str | Path, theory_csv: str 
     write_overview([str(results / name / "summary.csv") for name in studies], str(fig_dir), str(table_dir),
                    str(overview / "findings"), [str(table_dir / f"{name}-claims.csv")
                                                 for name, declared in studies.items() if declared["claims"]])
-    captions["figures"]["all_studies-overview"] = caption(write_overview, "overview", None)
-    for name in ("kappa_rank_error", "heads_effect", "kappa_error_correlation", "headline", "where_trade_holds"):
-        captions["tables"][f"all_studies-{name}"] = caption(write_overview, name, None)
+    for name in write_overview.captions:  # its figure, then its tables
+        captions["figures" if name == "overview" else "tables"][f"all_studies-{name}"] = \
+            caption(write_overview, name, None)
     write_job_costs(benchmarks, str(table_dir), list(metrics))
     captions["tables"]["all_studies-job_costs"] = caption(write_job_costs, "job_costs", None)
     for kind, made in captions.items():
