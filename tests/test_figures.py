@@ -314,12 +314,12 @@ def test_a_figure_drawn_twice_from_the_same_summary_is_the_same_png(tmp_path):
 
 
 def test_every_overview_panel_has_a_legend_and_readable_log_ticks(monkeypatch):
-    from leaner.analysis import overview, overview_figure
+    from leaner.analysis import overview
 
     shown = []
-    monkeypatch.setattr(overview_figure, "save", lambda fig, prefix: shown.append(fig) or [])
+    monkeypatch.setattr(overview, "save", lambda fig, prefix: shown.append(fig) or [])
     configs = overview.configurations([p1_summary()])
-    overview_figure.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
+    overview.overview_figure(configs, overview.kappa_error_correlation(configs), "x")
     fig = shown[0]
     fig.canvas.draw()
     assert len(fig.axes) == 4
